@@ -1,0 +1,65 @@
+// Addresses, prefixes and traffic selectors shared by the SA and policy databases.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace xesp {
+
+struct IpAddr {
+    uint8_t family = 0;             // 0 unset, 4 or 6
+    std::array<uint8_t, 16> b{};    // IPv4 uses the first 4 bytes
+
+    static IpAddr v4(const uint8_t *p)
+    {
+        IpAddr a;
+        a.family = 4;
+        std::memcpy(a.b.data(), p, 4);
+        return a;
+    }
+    static IpAddr v6(const uint8_t *p)
+    {
+        IpAddr a;
+        a.family = 6;
+        std::memcpy(a.b.data(), p, 16);
+        return a;
+    }
+    size_t size() const { return family == 6 ? 16 : 4; }
+    bool operator==(const IpAddr &o) const = default;
+
+    static std::optional<IpAddr> parse(std::string_view text);
+    std::string str() const;
+};
+
+struct Prefix {
+    IpAddr addr;        // host bits cleared
+    uint8_t len = 0;
+
+    bool contains(const IpAddr &a) const;
+    bool operator==(const Prefix &o) const = default;
+
+    // "10.0.0.0/8", "2001:db8::/32", a bare address is a host prefix.
+    static std::optional<Prefix> parse(std::string_view text);
+    std::string str() const;
+};
+
+// The `sel ...` of an SA and the selector of a policy. Port 0 with its mask unset means any.
+struct Selector {
+    Prefix src;
+    Prefix dst;
+    uint8_t proto = 0;          // 0 = any
+    bool sport_set = false;
+    bool dport_set = false;
+    uint16_t sport = 0;
+    uint16_t dport = 0;
+
+    // ports are host order; proto 0 in the packet means "no transport header known"
+    bool matches(const IpAddr &s, const IpAddr &d, uint8_t p, uint16_t sp, uint16_t dp) const;
+    bool operator==(const Selector &o) const = default;
+};
+
+} // namespace xesp
