@@ -36,7 +36,8 @@ public:
         wipe();
         if (n > kMax)
             return false;
-        std::memcpy(b_.data(), p, n);
+        if (n)
+            std::memcpy(b_.data(), p, n);
         n_ = n;
         return true;
     }
