@@ -26,6 +26,7 @@ namespace xesp {
     X(InEcnDrop, "in-ecn-drop", "XfrmInError")                                         \
     X(InSelectorMismatch, "in-selector-mismatch", "XfrmInStateMismatch")               \
     X(InTmplMismatch, "in-tmpl-mismatch", "XfrmInTmplMismatch")                        \
+    X(InEncapMismatch, "in-encap-mismatch", "XfrmInStateMismatch")                     \
     X(InPolBlock, "in-policy-block", "XfrmInPolBlock")                                 \
     X(InExpired, "in-expired", "XfrmInStateExpired")                                   \
     X(InBufferError, "in-buffer", "XfrmInBufferError")                                 \

@@ -1,0 +1,295 @@
+#include "userspace/engine.h"
+
+#include "userspace/wire.h"
+
+namespace xesp {
+
+using namespace wire;
+
+size_t SaKeyHash::operator()(const SaKey &k) const
+{
+    uint64_t h = k.spi * 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < k.dst.size(); i += 4)
+        h = (h ^ get32(k.dst.b.data() + i)) * 0x100000001b3ull;
+    return size_t(h ^ (h >> 29));
+}
+
+size_t SaKeyHash::operator()(const FlowSaKey &k) const
+{
+    uint64_t h = k.reqid * 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < k.src.size(); i += 4)
+        h = (h ^ get32(k.src.b.data() + i) ^ uint64_t(get32(k.dst.b.data() + i)) << 32) *
+            0x100000001b3ull;
+    return size_t(h ^ (h >> 29));
+}
+
+void SaTable::add(std::unique_ptr<Sa> sa)
+{
+    const SaConfig &c = sa->config();
+    by_spi_[SaKey{c.dst, c.spi}] = sa.get();
+    if (c.dir != Dir::In) {
+        // The newest SA for a flow wins, as after a rekey.
+        by_flow_[FlowSaKey{c.src, c.dst, c.reqid}] = sa.get();
+        by_flow_[FlowSaKey{c.src, c.dst, 0}] = sa.get();
+    }
+    sas_.push_back(std::move(sa));
+}
+
+Sa *SaTable::find_in(const IpAddr &dst, uint32_t spi) const
+{
+    auto it = by_spi_.find(SaKey{dst, spi});
+    return it == by_spi_.end() ? nullptr : it->second;
+}
+
+Sa *SaTable::find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const
+{
+    // Transport templates may leave the addresses out: they are the packet's own.
+    const IpAddr &src = tmpl.src.family ? tmpl.src : flow.src;
+    const IpAddr &dst = tmpl.dst.family ? tmpl.dst : flow.dst;
+    Sa *sa = nullptr;
+    if (tmpl.spi) {
+        sa = find_in(dst, tmpl.spi);
+    } else {
+        auto it = by_flow_.find(FlowSaKey{src, dst, tmpl.reqid});
+        sa = it == by_flow_.end() ? nullptr : it->second;
+    }
+    if (sa && (sa->config().src != src || sa->config().mode != tmpl.mode ||
+               sa->config().dir == Dir::In))
+        return nullptr;
+    return sa;
+}
+
+void Spd::add(const PolicyConfig &p)
+{
+    auto &v = by_dir_[size_t(p.dir)];
+    auto it = v.begin();
+    while (it != v.end() && it->priority <= p.priority)
+        ++it;
+    v.insert(it, p);
+}
+
+const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f) const
+{
+    for (const PolicyConfig &p : by_dir_[size_t(dir)])
+        if (p.sel.matches(f.src, f.dst, f.proto, f.sport, f.dport))
+            return &p;
+    return nullptr;
+}
+
+bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
+{
+    return (!t.spi || t.spi == sa.spi) && (!t.reqid || t.reqid == sa.reqid) &&
+           t.mode == sa.mode && (!t.src.family || t.src == sa.src) &&
+           (!t.dst.family || t.dst == sa.dst);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend backend)
+{
+    std::unique_ptr<Engine> e(new Engine());
+    for (const SaConfig &c : config.sas) {
+        auto sa = Sa::create(c, backend);
+        if (!sa)
+            return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) + ": " +
+                              sa.error().message);
+        e->sas_.add(std::move(*sa));
+    }
+    for (const PolicyConfig &p : config.policies)
+        e->spd_.add(p);
+    return e;
+}
+
+void Engine::on_expire(Sa::ExpireFn fn)
+{
+    for (auto &sa : sas_.all())
+        sa->on_expire(fn);
+}
+
+Engine::Dirn Engine::classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,
+                                  const IpAddr &dst, Sa **sa)
+{
+    if (esp_off + kEspHdrLen > p.len) {
+        p.set_drop(Drop::InTruncated);
+        return Dirn::None;
+    }
+    *sa = sas_.find_in(dst, get32(ip + esp_off));
+    if (!*sa) {
+        stats_.esp_unknown_spi++;       // somebody else's SA: the kernel's business
+        return Dirn::None;
+    }
+    if ((*sa)->natt() != udp) {
+        p.set_drop(Drop::InEncapMismatch);
+        return Dirn::None;
+    }
+    p.l4 = uint16_t(esp_off);
+    return Dirn::Decap;
+}
+
+// An IP header whose lengths lie. If it claims to carry ESP it is dropped and counted here;
+// anything else is left to the kernel, which drops it too.
+static Engine::Dirn bad_length(Pkt &p, uint8_t proto)
+{
+    if (proto == kProtoEsp || proto == kProtoUdp)
+        p.set_drop(Drop::InBadLength);
+    return Engine::Dirn::None;
+}
+
+Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
+{
+    *sa = nullptr;
+    uint8_t *ip = p.ip();
+    IpAddr dst;
+    uint32_t off;
+    uint8_t proto;
+    if (p.len >= kIpv4Len && (ip[0] >> 4) == 4) {
+        off = uint32_t(ip[0] & 0x0f) * 4;
+        uint32_t total = get16(ip + 2);
+        proto = ip[9];
+        if (off < kIpv4Len || total < off || total > p.len)
+            return bad_length(p, proto);
+        p.len = total;                  // drop link-layer padding
+        if (get16(ip + 6) & 0x3fff)
+            return Dirn::None;          // fragments are reassembled by the kernel first
+        dst = IpAddr::v4(ip + 16);
+    } else if (p.len >= kIpv6Len && (ip[0] >> 4) == 6) {
+        uint32_t total = kIpv6Len + get16(ip + 4);
+        if (total > p.len)
+            return bad_length(p, ip[6]);
+        p.len = total;
+        uint32_t nh_off;
+        off = ipv6_unfragmentable_len(ip, p.len, &nh_off);
+        if (!off)
+            return Dirn::None;
+        proto = ip[nh_off];
+        if (proto == kProtoIpv6Frag)
+            return Dirn::None;
+        dst = IpAddr::v6(ip + 24);
+    } else {
+        return Dirn::None;
+    }
+
+    if (proto == kProtoEsp)
+        return classify_esp(p, ip, off, false, dst, sa);
+    if (proto == kProtoUdp && off + kUdpLen <= p.len && get16(ip + off + 2) == kNatTPort) {
+        uint32_t payload = p.len - off - kUdpLen;
+        const uint8_t *d = ip + off + kUdpLen;
+        if (payload == 1 && d[0] == 0xff) {            // NAT keepalive (RFC 3948 2.3)
+            stats_.keepalive++;
+            return Dirn::None;
+        }
+        if (payload >= 4 && get32(d) == 0) {            // non-ESP marker: IKE (RFC 3948 2.2)
+            stats_.ike++;
+            return Dirn::None;
+        }
+        if (payload == 0)
+            return Dirn::None;
+        return classify_esp(p, ip, off + kUdpLen, true, dst, sa);
+    }
+
+    FlowKey flow;
+    if (!parse_flow(ip, p.len, &flow))
+        return Dirn::None;
+    const PolicyConfig *pol = spd_.lookup(Dir::Out, flow);
+    if (!pol)
+        return Dirn::None;
+    if (pol->action == Action::Block) {
+        p.set_drop(Drop::OutPolBlock);
+        return Dirn::None;
+    }
+    if (!pol->tmpl)
+        return Dirn::None;
+    *sa = sas_.find_out(*pol->tmpl, flow);
+    if (!*sa) {
+        // Fail closed: the policy says protect, and there is nothing to protect it with.
+        p.set_drop(Drop::OutNoStates);
+        return Dirn::None;
+    }
+    return Dirn::Encap;
+}
+
+// RFC 4301 5.2: what came out of an SA must be what the inbound policy expects from it.
+void Engine::inbound_policy_check(Sa &sa, Pkt &p)
+{
+    FlowKey flow;
+    if (!parse_flow(p.ip(), p.len, &flow)) {
+        p.set_drop(Drop::InBadInner);
+        return;
+    }
+    const PolicyConfig *pol = spd_.lookup(Dir::In, flow);
+    if (!pol)
+        pol = spd_.lookup(Dir::Fwd, flow);
+    if (!pol)
+        return;
+    if (pol->action == Action::Block)
+        p.set_drop(Drop::InPolBlock);
+    else if (pol->tmpl ? !tmpl_matches(*pol->tmpl, sa.config()) : sa.tunnel())
+        p.set_drop(Drop::InTmplMismatch);
+}
+
+void Engine::account(Pkt &p, Sa *sa)
+{
+    switch (p.verdict) {
+    case Verdict::Pass:
+        stats_.passed++;
+        break;
+    case Verdict::Encrypted:
+        stats_.encrypted++;
+        break;
+    case Verdict::Decrypted:
+        stats_.decrypted++;
+        break;
+    case Verdict::Drop:
+        stats_.dropped++;
+        stats_.drops.drop(p.drop);
+        if (sa)
+            sa->counters().drop(p.drop);
+        break;
+    }
+}
+
+void Engine::process(Pkt *const *pkts, size_t n)
+{
+    // Group the burst by SA and direction, keeping packet order within each group.
+    struct Group {
+        Sa *sa;
+        Dirn dirn;
+        size_t n;
+        Pkt *pkts[kMaxBurst];
+    };
+    Group groups[kMaxBurst];
+    Sa *owner[kMaxBurst];
+    while (n) {
+        size_t k = n < kMaxBurst ? n : kMaxBurst, ngroups = 0;
+        for (size_t i = 0; i < k; i++) {
+            Pkt &p = *pkts[i];
+            p.verdict = Verdict::Pass;
+            Sa *sa;
+            Dirn d = classify(p, &sa);
+            owner[i] = sa;
+            if (d == Dirn::None)
+                continue;
+            size_t g = 0;
+            while (g < ngroups && !(groups[g].sa == sa && groups[g].dirn == d))
+                g++;
+            if (g == ngroups)
+                groups[ngroups++] = Group{sa, d, 0, {}};
+            groups[g].pkts[groups[g].n++] = &p;
+        }
+        for (size_t g = 0; g < ngroups; g++) {
+            Group &gr = groups[g];
+            if (gr.dirn == Dirn::Encap) {
+                esp_encap_burst(*gr.sa, gr.pkts, gr.n);
+            } else {
+                esp_decap_burst(*gr.sa, gr.pkts, gr.n);
+                for (size_t i = 0; i < gr.n; i++)
+                    if (gr.pkts[i]->verdict == Verdict::Decrypted)
+                        inbound_policy_check(*gr.sa, *gr.pkts[i]);
+            }
+        }
+        for (size_t i = 0; i < k; i++)
+            account(*pkts[i], owner[i]);
+        pkts += k;
+        n -= k;
+    }
+}
+
+} // namespace xesp

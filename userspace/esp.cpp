@@ -1,0 +1,473 @@
+#include "userspace/esp.h"
+
+#include <openssl/rand.h>
+
+#include "userspace/wire.h"
+
+namespace xesp {
+
+using namespace wire;
+
+// Length of the IPv6 header chain that ESP goes behind in transport mode (hop-by-hop, routing
+// and destination options stay in front, RFC 4303 3.1.1), and where its last next-header
+// field is. Returns 0 if the chain does not fit in len.
+uint32_t ipv6_unfragmentable_len(const uint8_t *ip, uint32_t len, uint32_t *nh_off)
+{
+    if (len < kIpv6Len)
+        return 0;
+    uint32_t off = kIpv6Len;
+    *nh_off = 6;
+    uint8_t nh = ip[6];
+    while (nh == kProtoIpv6HopByHop || nh == kProtoIpv6Route || nh == kProtoIpv6Opts) {
+        if (off + 8 > len)
+            return 0;
+        uint32_t ext = (uint32_t(ip[off + 1]) + 1) * 8;
+        if (off + ext > len)
+            return 0;
+        *nh_off = off;
+        nh = ip[off];
+        off += ext;
+    }
+    return off;
+}
+
+namespace {
+
+// The IP header of a plaintext packet: its length (with IPv6 extension headers for transport
+// mode), the offset of the next-header/protocol byte, and the packet's real length.
+struct InnerInfo {
+    uint32_t hdr_len;
+    uint32_t nh_off;
+    uint32_t total;
+};
+
+bool parse_plain(const uint8_t *ip, uint32_t len, bool transport, InnerInfo *info)
+{
+    if (len < 1)
+        return false;
+    if ((ip[0] >> 4) == 4) {
+        uint32_t ihl = uint32_t(ip[0] & 0x0f) * 4;
+        if (len < kIpv4Len || ihl < kIpv4Len || ihl > len)
+            return false;
+        uint32_t total = get16(ip + 2);
+        if (total < ihl || total > len)
+            return false;
+        *info = {ihl, 9, total};
+        return true;
+    }
+    if ((ip[0] >> 4) == 6) {
+        if (len < kIpv6Len)
+            return false;
+        uint32_t total = kIpv6Len + get16(ip + 4);
+        if (total > len)
+            return false;
+        info->total = total;
+        info->hdr_len = kIpv6Len;
+        info->nh_off = 6;
+        if (transport) {
+            info->hdr_len = ipv6_unfragmentable_len(ip, total, &info->nh_off);
+            if (!info->hdr_len)
+                return false;
+        }
+        return true;
+    }
+    return false;
+}
+
+void set_ip_total(uint8_t *ip, uint32_t total)
+{
+    if ((ip[0] >> 4) == 4) {
+        put16(ip + 2, uint16_t(total));
+        ipv4_set_checksum(ip);
+    } else {
+        put16(ip + 4, uint16_t(total - kIpv6Len));
+    }
+}
+
+// UDP over IPv6 must carry a checksum (RFC 8200 8.1); it covers the ciphertext, so it is
+// computed after encryption. Over IPv4 NAT-T sends zero (RFC 3948 2.1).
+void udp6_checksum(uint8_t *ip, uint8_t *udp, uint32_t udp_len)
+{
+    uint32_t sum = csum_add(0, ip + 8, 32);
+    sum += udp_len + kProtoUdp;
+    put16(udp + 6, 0);
+    sum = csum_add(sum, udp, udp_len);
+    uint16_t c = uint16_t(~csum_fold(sum));
+    put16(udp + 6, c ? c : 0xffff);
+}
+
+// Plaintext + padding + trailer (RFC 4303 2.4, 2.5): padding bytes 1, 2, 3, ...
+uint32_t write_trailer(uint8_t *end, uint32_t plain_len, uint8_t block, uint8_t next_header)
+{
+    uint32_t padded = (plain_len + kEspTrailerLen + block - 1) / block * block;
+    uint32_t pad = padded - plain_len - kEspTrailerLen;
+    for (uint32_t i = 0; i < pad; i++)
+        end[i] = uint8_t(i + 1);
+    end[pad] = uint8_t(pad);
+    end[pad + 1] = next_header;
+    return padded;
+}
+
+} // namespace
+
+int ecn_decapsulate(uint8_t outer, uint8_t inner)
+{
+    if (outer == kEcnCe)
+        return inner == kEcnNotEct ? -1 : kEcnCe;
+    if (outer == kEcnEct1 && inner == kEcnEct0)
+        return kEcnEct1;
+    return inner;
+}
+
+bool parse_flow(const uint8_t *ip, uint32_t len, FlowKey *key)
+{
+    uint32_t off;
+    uint8_t proto;
+    if (len >= kIpv4Len && (ip[0] >> 4) == 4) {
+        key->src = IpAddr::v4(ip + 12);
+        key->dst = IpAddr::v4(ip + 16);
+        off = uint32_t(ip[0] & 0x0f) * 4;
+        proto = ip[9];
+        // A non-first fragment has no ports.
+        if (get16(ip + 6) & 0x1fff) {
+            key->proto = proto;
+            key->sport = key->dport = 0;
+            return true;
+        }
+    } else if (len >= kIpv6Len && (ip[0] >> 4) == 6) {
+        key->src = IpAddr::v6(ip + 8);
+        key->dst = IpAddr::v6(ip + 24);
+        uint32_t nh_off;
+        off = ipv6_unfragmentable_len(ip, len, &nh_off);
+        if (!off)
+            return false;
+        proto = ip[nh_off];
+    } else {
+        return false;
+    }
+    key->proto = proto;
+    key->sport = key->dport = 0;
+    bool ports = proto == kProtoTcp || proto == kProtoUdp || proto == kProtoSctp ||
+                 proto == kProtoUdpLite;
+    if (ports && off + 4 <= len) {
+        key->sport = get16(ip + off);
+        key->dport = get16(ip + off + 2);
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encapsulation
+
+static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
+{
+    uint8_t *ip = p.ip();
+    bool transport = !sa.tunnel();
+    InnerInfo in;
+    if (!parse_plain(ip, p.len, transport, &in)) {
+        p.set_drop(Drop::OutBadInner);
+        return false;
+    }
+    if (transport && (ip[0] >> 4) != sa.outer_family()) {
+        p.set_drop(Drop::OutModeMismatch);
+        return false;
+    }
+    uint32_t keep = transport ? in.hdr_len : 0;          // IP header bytes kept in front
+    uint32_t plain_len = in.total - keep;
+    uint32_t udp_len = sa.natt() ? kUdpLen : 0;
+    uint32_t front = (transport ? udp_len : sa.outer_len()) + kEspHdrLen + sa.iv_len();
+    uint32_t max_back = sa.block() - 1 + kEspTrailerLen + sa.icv_len();
+    if (p.l3 < front || p.l3 + in.total + max_back > p.frame_len) {
+        p.set_drop(Drop::OutNoHeadroom);
+        return false;
+    }
+    if (sa.over_hard(in.total)) {
+        p.set_drop(Drop::OutExpired);
+        return false;
+    }
+    uint64_t seq;
+    if (!sa.next_seq(&seq)) {
+        p.set_drop(Drop::OutSeqExhausted);
+        return false;
+    }
+
+    uint8_t next_header;
+    uint8_t *start = ip - front;
+    if (transport) {
+        next_header = ip[in.nh_off];
+        std::memmove(start, ip, keep);
+        start[in.nh_off] = sa.natt() ? kProtoUdp : kProtoEsp;
+    } else {
+        next_header = (ip[0] >> 4) == 4 ? kProtoIpIp : kProtoIpv6;
+        std::memcpy(start, sa.outer_template(), sa.outer_len());
+    }
+    uint8_t *payload = ip + keep;
+    uint32_t padded = write_trailer(payload + plain_len, plain_len, sa.block(), next_header);
+    uint32_t esp_len = kEspHdrLen + sa.iv_len() + padded + sa.icv_len();
+    uint32_t total = front + keep + padded + sa.icv_len();
+    uint8_t *outer = start;
+    uint8_t *esp = payload - sa.iv_len() - kEspHdrLen;
+
+    if (!transport) {
+        // RFC 6040 normal mode: DSCP and ECN are copied from the inner header. DF is copied
+        // from an IPv4 inner header (RFC 4301 8.1).
+        uint8_t tos = ip_tos(ip);
+        if (outer[0] >> 4 == 4) {
+            outer[1] = tos;
+            outer[4] = uint8_t(seq >> 8);       // IPv4 ID: unique enough per SA and SA lifetime
+            outer[5] = uint8_t(seq);
+            if ((ip[0] >> 4) == 4)
+                outer[6] = ip[6] & 0x40;
+        } else {
+            outer[0] = uint8_t(0x60 | tos >> 4);
+            outer[1] = uint8_t((tos & 0x0f) << 4);
+        }
+    }
+    set_ip_total(outer, total);
+    if (sa.natt()) {
+        uint8_t *udp = esp - kUdpLen;
+        if (transport) {
+            put16(udp, sa.config().encap->sport);
+            put16(udp + 2, sa.config().encap->dport);
+        }
+        put16(udp + 4, uint16_t(kUdpLen + esp_len));
+        put16(udp + 6, 0);
+    }
+    uint32_t spi = sa.spi_be();
+    std::memcpy(esp, &spi, 4);
+    put32(esp + 4, uint32_t(seq));
+    // RFC 4106 3.1 / RFC 7634 2: the IV must never repeat for a key; the 64-bit sequence
+    // number never does (next_seq() stops before it wraps). CBC needs unpredictable IVs.
+    if (sa.config().xf.is_aead())
+        put64(esp + kEspHdrLen, seq);
+    else if (sa.iv_len())
+        std::memcpy(esp + kEspHdrLen, iv_random, sa.iv_len());
+
+    p.l3 -= front;
+    p.len = total;
+    *op = CryptoOp{esp, padded, uint32_t(seq >> 32), false};
+    return true;
+}
+
+void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
+{
+    b.n = 0;
+    n = n < kMaxBurst ? n : kMaxBurst;
+    uint8_t ivs[kMaxBurst * 16];
+    bool random_iv = !sa.config().xf.is_aead() && sa.iv_len();
+    if (random_iv && RAND_bytes(ivs, int(n * sa.iv_len())) != 1) {
+        for (size_t i = 0; i < n; i++)
+            pkts[i]->set_drop(Drop::OutCryptoError);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        Pkt &p = *pkts[i];
+        uint32_t inner_len = p.len;
+        if (!encap_one(sa, p, ivs + i * sa.iv_len(), &b.ops[b.n]))
+            continue;
+        b.pkts[b.n] = &p;
+        b.seq[b.n] = inner_len;    // finish() charges the inner length to the lifetime
+        b.n++;
+    }
+}
+
+void esp_encap_finish(Sa &sa, EspBurst &b)
+{
+    for (size_t i = 0; i < b.n; i++) {
+        Pkt &p = *b.pkts[i];
+        if (!b.ops[i].ok) {
+            p.set_drop(Drop::OutCryptoError);
+            continue;
+        }
+        uint8_t *ip = p.ip();
+        if (sa.natt() && (ip[0] >> 4) == 6) {
+            uint8_t *udp = b.ops[i].esp - kUdpLen;
+            udp6_checksum(ip, udp, uint32_t(p.len - (udp - ip)));
+        }
+        sa.charge(b.seq[i]);
+        p.verdict = Verdict::Encrypted;
+    }
+}
+
+void esp_encap_burst(Sa &sa, Pkt *const *pkts, size_t n)
+{
+    EspBurst b;
+    while (n) {
+        size_t k = n < kMaxBurst ? n : kMaxBurst;
+        esp_encap_prepare(sa, pkts, k, b);
+        sa.cipher().encrypt(b.ops, b.n);
+        esp_encap_finish(sa, b);
+        pkts += k;
+        n -= k;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decapsulation
+
+void esp_decap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
+{
+    b.n = 0;
+    const uint32_t overhead = kEspHdrLen + sa.iv_len() + sa.icv_len();
+    for (size_t i = 0; i < n && i < kMaxBurst; i++) {
+        Pkt &p = *pkts[i];
+        if (p.l4 + kEspHdrLen > p.len) {
+            p.set_drop(Drop::InTruncated);
+            continue;
+        }
+        uint32_t esp_len = p.len - p.l4;
+        if (esp_len < overhead) {
+            p.set_drop(Drop::InShortIcv);
+            continue;
+        }
+        uint32_t payload_len = esp_len - overhead;
+        if (payload_len < kEspTrailerLen || payload_len % sa.block()) {
+            p.set_drop(Drop::InBadBlockSize);
+            continue;
+        }
+        uint8_t *esp = p.ip() + p.l4;
+        uint64_t seq;
+        switch (sa.replay().check(get32(esp + 4), &seq)) {
+        case ReplayWindow::Verdict::Ok:
+            break;
+        case ReplayWindow::Verdict::Replay:
+            p.set_drop(Drop::InReplay);
+            continue;
+        case ReplayWindow::Verdict::TooOld:
+            p.set_drop(Drop::InTooOld);
+            continue;
+        }
+        if (sa.over_hard(payload_len)) {
+            p.set_drop(Drop::InExpired);
+            continue;
+        }
+        b.ops[b.n] = CryptoOp{esp, payload_len, uint32_t(seq >> 32), false};
+        b.pkts[b.n] = &p;
+        b.seq[b.n] = seq;
+        b.n++;
+    }
+}
+
+// Tunnel mode: the inner packet is what is left of the payload; TFC padding (RFC 4303 2.7)
+// after it is cut off by trusting the inner length field. Returns the inner length or 0.
+static uint32_t tunnel_inner_len(const uint8_t *inner, uint32_t len, uint8_t next_header)
+{
+    if (next_header == kProtoIpIp) {
+        if (len < kIpv4Len || (inner[0] >> 4) != 4 || (inner[0] & 0x0f) < 5)
+            return 0;
+        uint32_t total = get16(inner + 2);
+        if (total < uint32_t(inner[0] & 0x0f) * 4 || total > len)
+            return 0;
+        return total;
+    }
+    if (len < kIpv6Len || (inner[0] >> 4) != 6)
+        return 0;
+    uint32_t total = kIpv6Len + get16(inner + 4);
+    return total <= len ? total : 0;
+}
+
+static bool decap_one(Sa &sa, Pkt &p, const CryptoOp &op, uint64_t seq)
+{
+    if (!op.ok) {
+        p.set_drop(Drop::InIcvFail);
+        return false;
+    }
+    // Only now, authenticated, may the packet move the window (RFC 4303 3.4.3).
+    switch (sa.replay().update(seq)) {
+    case ReplayWindow::Verdict::Ok:
+        break;
+    case ReplayWindow::Verdict::Replay:
+        p.set_drop(Drop::InReplay);
+        return false;
+    case ReplayWindow::Verdict::TooOld:
+        p.set_drop(Drop::InTooOld);
+        return false;
+    }
+    uint8_t *payload = op.esp + kEspHdrLen + sa.iv_len();
+    uint32_t pad = payload[op.payload_len - 2];
+    uint8_t next_header = payload[op.payload_len - 1];
+    if (pad + kEspTrailerLen > op.payload_len) {
+        p.set_drop(Drop::InBadPadding);
+        return false;
+    }
+    uint32_t plain_len = op.payload_len - kEspTrailerLen - pad;
+    for (uint32_t i = 0; i < pad; i++) {
+        if (payload[plain_len + i] != uint8_t(i + 1)) {
+            p.set_drop(Drop::InBadPadding);
+            return false;
+        }
+    }
+    if (next_header == kProtoNone) {
+        p.set_drop(Drop::InDummy);
+        return false;
+    }
+    uint8_t *ip = p.ip();
+    if (sa.tunnel()) {
+        if (next_header != kProtoIpIp && next_header != kProtoIpv6) {
+            p.set_drop(Drop::InBadNextHeader);
+            return false;
+        }
+        uint32_t inner = tunnel_inner_len(payload, plain_len, next_header);
+        if (!inner) {
+            p.set_drop(Drop::InBadInner);
+            return false;
+        }
+        int ecn = ecn_decapsulate(ip_tos(ip) & kEcnMask, ip_tos(payload) & kEcnMask);
+        if (ecn < 0) {
+            p.set_drop(Drop::InEcnDrop);
+            return false;
+        }
+        uint8_t tos = ip_tos(payload);
+        if ((tos & kEcnMask) != ecn)
+            ip_set_tos(payload, uint8_t((tos & ~kEcnMask) | ecn));
+        p.l3 = uint32_t(payload - p.frame);
+        p.len = inner;
+    } else {
+        // Transport mode: the IP header (and IPv6 extension headers) moves up to the payload.
+        uint32_t keep = p.l4 - (sa.natt() ? kUdpLen : 0);
+        uint32_t nh_off = 9;
+        if ((ip[0] >> 4) == 6 && !ipv6_unfragmentable_len(ip, keep, &nh_off)) {
+            p.set_drop(Drop::InBadInner);
+            return false;
+        }
+        uint8_t *start = payload - keep;
+        std::memmove(start, ip, keep);
+        start[nh_off] = next_header;
+        set_ip_total(start, keep + plain_len);
+        p.l3 = uint32_t(start - p.frame);
+        p.len = keep + plain_len;
+    }
+    if (sa.config().sel) {
+        FlowKey k;
+        const Selector &sel = *sa.config().sel;
+        if (!parse_flow(p.ip(), p.len, &k) ||
+            !sel.matches(k.src, k.dst, k.proto, k.sport, k.dport)) {
+            p.set_drop(Drop::InSelectorMismatch);
+            return false;
+        }
+    }
+    sa.charge(p.len);
+    p.verdict = Verdict::Decrypted;
+    return true;
+}
+
+void esp_decap_finish(Sa &sa, EspBurst &b)
+{
+    for (size_t i = 0; i < b.n; i++)
+        decap_one(sa, *b.pkts[i], b.ops[i], b.seq[i]);
+}
+
+void esp_decap_burst(Sa &sa, Pkt *const *pkts, size_t n)
+{
+    EspBurst b;
+    while (n) {
+        size_t k = n < kMaxBurst ? n : kMaxBurst;
+        esp_decap_prepare(sa, pkts, k, b);
+        sa.cipher().decrypt(b.ops, b.n);
+        esp_decap_finish(sa, b);
+        pkts += k;
+        n -= k;
+    }
+}
+
+} // namespace xesp

@@ -1,0 +1,93 @@
+#include "userspace/report.h"
+
+#include <cstdio>
+
+namespace xesp {
+
+std::string sa_label(const SaConfig &c)
+{
+    char spi[16];
+    std::snprintf(spi, sizeof(spi), "0x%08x", c.spi);
+    return std::string("esp spi ") + spi + " " + c.src.str() + " -> " + c.dst.str() +
+           (c.mode == Mode::Tunnel ? " tunnel" : " transport");
+}
+
+nlohmann::json counters_json(const Counters &c, bool all_drops)
+{
+    nlohmann::json drops = nlohmann::json::object();
+    for (size_t i = 0; i < kDropCount; i++)
+        if (all_drops || c.drops[i])
+            drops[std::string(kDropNames[i])] = c.drops[i];
+    return {{"packets", c.packets}, {"bytes", c.bytes}, {"drops", drops}};
+}
+
+nlohmann::json engine_json(const Engine &e)
+{
+    const EngineStats &s = e.stats();
+    nlohmann::json j = {{"encrypted", s.encrypted}, {"decrypted", s.decrypted},
+                        {"passed", s.passed},       {"dropped", s.dropped},
+                        {"esp_unknown_spi", s.esp_unknown_spi},
+                        {"ike", s.ike},             {"keepalive", s.keepalive}};
+    j["drops"] = counters_json(s.drops, true)["drops"];
+    nlohmann::json xfrm = nlohmann::json::object();
+    for (size_t i = 0; i < kDropCount; i++) {
+        std::string k(kDropXfrmClass[i]);
+        xfrm[k] = xfrm.value(k, uint64_t(0)) + s.drops.drops[i];
+    }
+    j["xfrm_stat"] = xfrm;
+    nlohmann::json sas = nlohmann::json::array();
+    for (const auto &sa : e.sas().all()) {
+        const SaConfig &c = sa->config();
+        nlohmann::json js = counters_json(sa->counters(), false);
+        js["spi"] = c.spi;
+        js["src"] = c.src.str();
+        js["dst"] = c.dst.str();
+        js["mode"] = c.mode == Mode::Tunnel ? "tunnel" : "transport";
+        js["transform"] = c.xf.name();
+        js["crypto"] = std::string(backend_name(sa->backend()));
+        js["oseq"] = sa->oseq();
+        js["replay_top"] = sa->replay().highest();
+        js["soft_expired"] = sa->soft_expired();
+        js["hard_expired"] = sa->hard_expired();
+        js["tunnel_mtu_1500"] = sa->inner_mtu(1500);
+        sas.push_back(js);
+    }
+    j["sas"] = sas;
+    return j;
+}
+
+std::string engine_text(const Engine &e)
+{
+    const EngineStats &s = e.stats();
+    std::string out;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "encrypted %llu  decrypted %llu  passed %llu  dropped %llu\n",
+                  (unsigned long long)s.encrypted, (unsigned long long)s.decrypted,
+                  (unsigned long long)s.passed, (unsigned long long)s.dropped);
+    out += line;
+    for (size_t i = 0; i < kDropCount; i++) {
+        if (!s.drops.drops[i])
+            continue;
+        std::snprintf(line, sizeof(line), "  drop %-22s %10llu  (%s)\n", kDropNames[i].data(),
+                      (unsigned long long)s.drops.drops[i], kDropXfrmClass[i].data());
+        out += line;
+    }
+    for (const auto &sa : e.sas().all()) {
+        const Counters &c = sa->counters();
+        std::snprintf(line, sizeof(line), "%s  [%s, %s]  packets %llu bytes %llu\n",
+                      sa_label(sa->config()).c_str(), sa->config().xf.name().c_str(),
+                      backend_name(sa->backend()).data(), (unsigned long long)c.packets,
+                      (unsigned long long)c.bytes);
+        out += line;
+        for (size_t i = 0; i < kDropCount; i++)
+            if (c.drops[i]) {
+                std::snprintf(line, sizeof(line), "    drop %-20s %10llu\n", kDropNames[i].data(),
+                              (unsigned long long)c.drops[i]);
+                out += line;
+            }
+    }
+    return out;
+}
+
+} // namespace xesp

@@ -1,0 +1,17 @@
+// Counters of the engine and its SAs for people (text) and programs (JSON). Keys never appear.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "userspace/engine.h"
+
+namespace xesp {
+
+nlohmann::json counters_json(const Counters &c, bool all_drops);
+nlohmann::json engine_json(const Engine &e);
+std::string engine_text(const Engine &e);
+std::string sa_label(const SaConfig &c);     // "esp spi 0x1000 192.0.2.1 -> 192.0.2.2 tunnel"
+
+} // namespace xesp

@@ -1,0 +1,93 @@
+// An SA as the data path sees it: its configuration (control part) next to the runtime part
+// the per-packet code touches (VPP's ipsec_sa_t split): prepared cipher, sequence numbers,
+// replay window, lifetimes, counters and a prebuilt outer header.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "userspace/counters.h"
+#include "userspace/crypto.h"
+#include "userspace/replay.h"
+#include "userspace/result.h"
+#include "userspace/sa_config.h"
+
+namespace xesp {
+
+class Sa {
+public:
+    // Prepares the runtime part: the cipher (backend resolved here), the replay window from
+    // replay-seq[-hi], the output counter from replay-oseq[-hi], the outer header.
+    static Result<std::unique_ptr<Sa>> create(const SaConfig &cfg, Backend backend);
+
+    const SaConfig &config() const { return cfg_; }
+    Backend backend() const { return cipher_->backend(); }
+
+    // Hot fields, read by esp.cpp.
+    SaCipher &cipher() { return *cipher_; }
+    uint32_t spi_be() const { return spi_be_; }
+    uint8_t iv_len() const { return iv_len_; }
+    uint8_t icv_len() const { return icv_len_; }
+    uint8_t block() const { return block_; }
+    bool esn() const { return cfg_.esn; }
+    bool tunnel() const { return cfg_.mode == Mode::Tunnel; }
+    bool natt() const { return cfg_.encap.has_value(); }
+    uint8_t outer_family() const { return cfg_.src.family; }
+
+    // Outer IP (+ UDP for NAT-T) header template for tunnel mode; length fields left 0.
+    const uint8_t *outer_template() const { return outer_.data(); }
+    uint8_t outer_len() const { return outer_len_; }
+
+    // Output sequence numbers. Never wraps (RFC 4303 3.3.3): 2^32-1 is the last number
+    // without ESN, 2^64-1 with it; then next_seq() fails and the SA must be rekeyed.
+    bool next_seq(uint64_t *seq)
+    {
+        uint64_t limit = cfg_.esn ? UINT64_MAX : UINT32_MAX;
+        if (oseq_ >= limit)
+            return false;
+        *seq = ++oseq_;
+        return true;
+    }
+    uint64_t oseq() const { return oseq_; }
+    ReplayWindow &replay() { return replay_; }
+    const ReplayWindow &replay() const { return replay_; }
+
+    Counters &counters() { return counters_; }
+    const Counters &counters() const { return counters_; }
+
+    // Lifetimes (`limit ...`). Counted after a packet is accepted; a replayed or forged packet
+    // never counts. charge() returns true when this packet crossed the soft limit.
+    bool hard_expired() const { return hard_expired_; }
+    bool soft_expired() const { return soft_expired_; }
+    bool charge(uint64_t bytes);
+    // A packet over the hard limit is refused before any work is done on it.
+    bool over_hard(uint64_t bytes) const;
+
+    // Called once when a lifetime limit is crossed (soft or hard), as the kernel's expire message.
+    using ExpireFn = std::function<void(const Sa &sa, bool hard)>;
+    void on_expire(ExpireFn fn) { on_expire_ = std::move(fn); }
+
+    // Effective MTU inside the tunnel for a given egress MTU, worst-case padding included.
+    uint32_t inner_mtu(uint32_t link_mtu) const;
+
+private:
+    Sa() = default;
+    void build_outer();
+
+    SaConfig cfg_;
+    std::unique_ptr<SaCipher> cipher_;
+    uint32_t spi_be_ = 0;
+    uint8_t iv_len_ = 0, icv_len_ = 0, block_ = 4;
+    uint8_t outer_len_ = 0;
+    std::array<uint8_t, 48> outer_{};
+    uint64_t oseq_ = 0;
+    ReplayWindow replay_;
+    Counters counters_;
+    uint64_t life_bytes_ = 0, life_packets_ = 0;
+    bool soft_expired_ = false, hard_expired_ = false;
+    ExpireFn on_expire_;
+};
+
+} // namespace xesp
