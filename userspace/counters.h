@@ -27,11 +27,13 @@ namespace xesp {
     X(InSelectorMismatch, "in-selector-mismatch", "XfrmInStateMismatch")               \
     X(InTmplMismatch, "in-tmpl-mismatch", "XfrmInTmplMismatch")                        \
     X(InEncapMismatch, "in-encap-mismatch", "XfrmInStateMismatch")                     \
+    X(InUnprotected, "in-unprotected", "XfrmInTmplMismatch")                           \
     X(InPolBlock, "in-policy-block", "XfrmInPolBlock")                                 \
     X(InExpired, "in-expired", "XfrmInStateExpired")                                   \
     X(InBufferError, "in-buffer", "XfrmInBufferError")                                 \
     X(InCryptoError, "in-crypto-error", "XfrmInError")                                 \
     X(OutNoStates, "out-no-state", "XfrmOutNoStates")                                  \
+    X(FragmentUnclassifiable, "fragment-unclassifiable", "XfrmOutPolBlock")             \
     X(OutPolBlock, "out-policy-block", "XfrmOutPolBlock")                              \
     X(OutSeqExhausted, "out-seq-exhausted", "XfrmOutStateSeqError")                    \
     X(OutExpired, "out-expired", "XfrmOutStateExpired")                                \

@@ -68,11 +68,22 @@ void Spd::add(const PolicyConfig &p)
     v.insert(it, p);
 }
 
-const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f) const
+const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
 {
-    for (const PolicyConfig &p : by_dir_[size_t(dir)])
-        if (p.sel.matches(f.src, f.dst, f.proto, f.sport, f.dport))
+    for (const PolicyConfig &p : by_dir_[size_t(dir)]) {
+        const Selector &s = p.sel;
+        if (!f.fragment) {
+            if (s.matches(f.src, f.dst, f.proto, f.sport, f.dport))
+                return &p;
+            continue;
+        }
+        if (!s.src.contains(f.src) || !s.dst.contains(f.dst) || (s.proto && s.proto != f.proto))
+            continue;
+        if (!s.sport_set && !s.dport_set)
             return &p;
+        if (unsure && (p.tmpl || p.action == Action::Block))
+            *unsure = true;
+    }
     return nullptr;
 }
 
@@ -140,6 +151,7 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
     IpAddr dst;
     uint32_t off;
     uint8_t proto;
+    bool frag;
     if (p.len >= kIpv4Len && (ip[0] >> 4) == 4) {
         off = uint32_t(ip[0] & 0x0f) * 4;
         uint32_t total = get16(ip + 2);
@@ -147,9 +159,13 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
         if (off < kIpv4Len || total < off || total > p.len)
             return bad_length(p, proto);
         p.len = total;                  // drop link-layer padding
-        if (get16(ip + 6) & 0x3fff)
-            return Dirn::None;          // fragments are reassembled by the kernel first
         dst = IpAddr::v4(ip + 16);
+        // ESP fragments are reassembled by the kernel first. All other fragments, UDP ones
+        // too (ESP in UDP or not, only the first one has ports), go to the SPD: a protected
+        // flow's fragments must not leave in the clear.
+        frag = get16(ip + 6) & 0x3fff;
+        if (frag && proto == kProtoEsp)
+            return Dirn::None;
     } else if (p.len >= kIpv6Len && (ip[0] >> 4) == 6) {
         uint32_t total = kIpv6Len + get16(ip + 4);
         if (total > p.len)
@@ -160,8 +176,7 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
         if (!off)
             return Dirn::None;
         proto = ip[nh_off];
-        if (proto == kProtoIpv6Frag)
-            return Dirn::None;
+        frag = proto == kProtoIpv6Frag;
         dst = IpAddr::v6(ip + 24);
     } else {
         return Dirn::None;
@@ -169,7 +184,8 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
 
     if (proto == kProtoEsp)
         return classify_esp(p, ip, off, false, dst, sa);
-    if (proto == kProtoUdp && off + kUdpLen <= p.len && get16(ip + off + 2) == kNatTPort) {
+    if (!frag && proto == kProtoUdp && off + kUdpLen <= p.len &&
+        get16(ip + off + 2) == kNatTPort) {
         uint32_t payload = p.len - off - kUdpLen;
         const uint8_t *d = ip + off + kUdpLen;
         if (payload == 1 && d[0] == 0xff) {            // NAT keepalive (RFC 3948 2.3)
@@ -188,9 +204,16 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
     FlowKey flow;
     if (!parse_flow(ip, p.len, &flow))
         return Dirn::None;
-    const PolicyConfig *pol = spd_.lookup(Dir::Out, flow);
-    if (!pol)
+    if (flow.fragment && flow.proto == kProtoEsp)
+        return Dirn::None;              // as for IPv4: the kernel reassembles ESP first
+    bool unsure = false;
+    const PolicyConfig *pol = spd_.lookup(Dir::Out, flow, &unsure);
+    if (unsure && !(pol && pol->tmpl)) {
+        p.set_drop(Drop::FragmentUnclassifiable);
         return Dirn::None;
+    }
+    if (!pol)
+        return check_unprotected(p, flow);
     if (pol->action == Action::Block) {
         p.set_drop(Drop::OutPolBlock);
         return Dirn::None;
@@ -204,6 +227,23 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
         return Dirn::None;
     }
     return Dirn::Encap;
+}
+
+// Plaintext no outbound policy claims: if an inbound policy says it must arrive protected, it
+// did not, and is dropped (RFC 4301 5.2; the kernel counts it as XfrmInTmplMismatch).
+Engine::Dirn Engine::check_unprotected(Pkt &p, const FlowKey &flow)
+{
+    bool unsure = false;
+    const PolicyConfig *pol = spd_.lookup(Dir::In, flow, &unsure);
+    if (!pol)
+        pol = spd_.lookup(Dir::Fwd, flow, &unsure);
+    if (pol && pol->action == Action::Block)
+        p.set_drop(Drop::InPolBlock);
+    else if (pol && pol->tmpl)
+        p.set_drop(Drop::InUnprotected);
+    else if (unsure)
+        p.set_drop(Drop::FragmentUnclassifiable);
+    return Dirn::None;
 }
 
 // RFC 4301 5.2: what came out of an SA must be what the inbound policy expects from it.

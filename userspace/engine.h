@@ -50,7 +50,10 @@ private:
 class Spd {
 public:
     void add(const PolicyConfig &p);
-    const PolicyConfig *lookup(Dir dir, const FlowKey &flow) const;
+    // The first policy that matches. A fragment carries no ports, so policies with port
+    // selectors cannot match it; if one of those that protects or blocks would have come
+    // first, *unsure is set (RFC 4301 7: such a fragment cannot be classified safely).
+    const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure = nullptr) const;
 
 private:
     std::vector<PolicyConfig> by_dir_[4];
@@ -82,6 +85,7 @@ private:
     Dirn classify(Pkt &p, Sa **sa);
     Dirn classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp, const IpAddr &dst,
                       Sa **sa);
+    Dirn check_unprotected(Pkt &p, const FlowKey &flow);
     void inbound_policy_check(Sa &sa, Pkt &p);
     void account(Pkt &p, Sa *sa);
 

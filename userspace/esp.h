@@ -49,6 +49,7 @@ struct FlowKey {
     IpAddr src, dst;
     uint8_t proto = 0;
     uint16_t sport = 0, dport = 0;
+    bool fragment = false;      // ports unknown: see Spd::lookup
 };
 bool parse_flow(const uint8_t *ip, uint32_t len, FlowKey *key);
 

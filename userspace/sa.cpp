@@ -44,6 +44,8 @@ void Sa::build_outer()
         std::memcpy(p + 12, cfg_.src.b.data(), 4);
         std::memcpy(p + 16, cfg_.dst.b.data(), 4);
         outer_len_ = kIpv4Len;
+        // TTL/protocol and the addresses; version/TOS, length, ID and flags are added per packet
+        outer_csum_base_ = csum_add(0, p + 8, 2) + csum_add(0, p + 12, 8);
     } else {
         p[0] = 0x60;
         p[6] = next;
@@ -57,6 +59,15 @@ void Sa::build_outer()
         put16(p + outer_len_ + 2, cfg_.encap->dport);
         outer_len_ += kUdpLen;
     }
+}
+
+void Sa::seq_exhausted()
+{
+    if (hard_expired_)
+        return;
+    hard_expired_ = true;
+    if (on_expire_)
+        on_expire_(*this, true);
 }
 
 bool Sa::over_hard(uint64_t bytes) const

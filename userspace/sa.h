@@ -39,14 +39,18 @@ public:
     // Outer IP (+ UDP for NAT-T) header template for tunnel mode; length fields left 0.
     const uint8_t *outer_template() const { return outer_.data(); }
     uint8_t outer_len() const { return outer_len_; }
+    // IPv4 outer header: one's complement sum of the template's words that never change.
+    uint32_t outer_csum_base() const { return outer_csum_base_; }
 
     // Output sequence numbers. Never wraps (RFC 4303 3.3.3): 2^32-1 is the last number
     // without ESN, 2^64-1 with it; then next_seq() fails and the SA must be rekeyed.
     bool next_seq(uint64_t *seq)
     {
         uint64_t limit = cfg_.esn ? UINT64_MAX : UINT32_MAX;
-        if (oseq_ >= limit)
+        if (oseq_ >= limit) [[unlikely]] {
+            seq_exhausted();
             return false;
+        }
         *seq = ++oseq_;
         return true;
     }
@@ -75,6 +79,7 @@ public:
 private:
     Sa() = default;
     void build_outer();
+    void seq_exhausted();           // the SA is spent: hard-expire it, as the kernel does
 
     SaConfig cfg_;
     std::unique_ptr<SaCipher> cipher_;
@@ -82,6 +87,7 @@ private:
     uint8_t iv_len_ = 0, icv_len_ = 0, block_ = 4;
     uint8_t outer_len_ = 0;
     std::array<uint8_t, 48> outer_{};
+    uint32_t outer_csum_base_ = 0;
     uint64_t oseq_ = 0;
     ReplayWindow replay_;
     Counters counters_;

@@ -341,13 +341,18 @@ TEST_CASE("sequence numbers never wrap", "[esp][seq]")
         if (esn)
             sa.oseq_hi = 0xffffffff;
         auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        int reports = 0;
+        tx->on_expire([&](const Sa &, bool hard) { reports += hard; });
         auto plain = udp_packet(4, "10.1.0.1", "10.2.0.1", 10);
-        Frame a(plain), b(plain);
+        Frame a(plain), b(plain), c(plain);
         CHECK(run(*tx, a) == Verdict::Encrypted);
         CHECK(get32(a.pkt.ip() + 24) == 0xffffffff);
         CHECK(run(*tx, b) == Verdict::Drop);
         CHECK(b.pkt.drop == Drop::OutSeqExhausted);
-        CHECK(tx->stats().drops[Drop::OutSeqExhausted] == 1);
+        CHECK(reports == 1);                     // reported once, as a hard expire
+        CHECK(run(*tx, c) == Verdict::Drop);     // and stays stopped
+        CHECK(reports == 1);
+        CHECK(tx->sas().all()[0]->hard_expired());
     }
 }
 
@@ -504,4 +509,52 @@ TEST_CASE("transport mode keeps IPv6 extension headers in front of ESP", "[esp][
     CHECK(get32(f.pkt.ip() + 48) == 0x1000);
     REQUIRE(run(*rx, f) == Verdict::Decrypted);
     CHECK(f.bytes() == p);
+}
+
+TEST_CASE("fragments and unprotected plaintext never leak", "[esp][policy][fragment]")
+{
+    const auto &gcm = all_transforms()[0];
+    SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
+    auto fragment = [](uint16_t frag_field) {
+        auto p = udp_packet(4, "10.1.0.1", "10.2.0.1", 64, 0, 1000, 80);
+        put16(&p[6], frag_field);
+        ipv4_set_checksum(p.data());
+        return p;
+    };
+    SECTION("fragments of a protected flow are encrypted (tunnel mode carries them)")
+    {
+        auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        Frame first(fragment(0x2000)), later(fragment(0x0010));
+        CHECK(run(*tx, first) == Verdict::Encrypted);
+        CHECK(run(*tx, later) == Verdict::Encrypted);
+    }
+    SECTION("a fragment only a port-specific policy could claim is dropped")
+    {
+        Config c = sender(sa, "10.1.0.0/16", "10.2.0.0/16");
+        c.policies[0].sel.proto = kProtoUdp;
+        c.policies[0].sel.dport_set = true;
+        c.policies[0].sel.dport = 80;
+        auto tx = make_engine(c);
+        Frame whole(udp_packet(4, "10.1.0.1", "10.2.0.1", 64, 0, 1000, 80));
+        CHECK(run(*tx, whole) == Verdict::Encrypted);
+        Frame later(fragment(0x0010));
+        CHECK(run(*tx, later) == Verdict::Drop);
+        CHECK(later.pkt.drop == Drop::FragmentUnclassifiable);
+    }
+    SECTION("plaintext an inbound policy says must come protected is dropped")
+    {
+        Config rc = receiver(sa);
+        PolicyConfig in;
+        in.sel.src = pfx("10.1.0.0/16");
+        in.sel.dst = pfx("10.2.0.0/16");
+        in.dir = Dir::Fwd;
+        in.tmpl = PolicyTmpl{sa.src, sa.dst, 0, 1, Mode::Tunnel};
+        rc.policies.push_back(in);
+        auto rx = make_engine(rc);
+        Frame f(udp_packet(4, "10.1.0.1", "10.2.0.1", 10));
+        CHECK(run(*rx, f) == Verdict::Drop);
+        CHECK(f.pkt.drop == Drop::InUnprotected);
+        Frame other(udp_packet(4, "10.3.0.1", "10.2.0.1", 10));
+        CHECK(run(*rx, other) == Verdict::Pass);
+    }
 }
