@@ -1,0 +1,152 @@
+// `xesp pcap`: a capture through the gateway's code, frame by frame, in bursts.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/xesp/commands.h"
+#include "userspace/config.h"
+#include "userspace/engine.h"
+#include "userspace/pcap_io.h"
+#include "userspace/report.h"
+
+namespace xesp::cli {
+
+namespace {
+
+struct PcapOptions {
+    std::string batch, in, out, crypto = "auto";
+    bool json = false;
+};
+
+constexpr size_t kBurst = 32;
+
+// One burst of frames: each frame copied into a buffer with headroom, as AF_XDP RX gives it.
+struct Slot {
+    std::vector<uint8_t> frame = std::vector<uint8_t>(kFrameSize);
+    uint8_t l2[32];
+    uint32_t l2_len = 0;
+    uint32_t orig_len = 0;
+    bool ip = false;
+    bool skip = false;
+    Pkt pkt;
+    struct timeval ts;
+    std::vector<uint8_t> raw;          // frames that are not IP go out as they came
+};
+
+void run_pcap(const PcapOptions &o)
+{
+    auto backend = parse_backend(o.crypto);
+    if (!backend)
+        throw Failure("pcap: unknown --crypto '" + o.crypto + "' (auto, openssl, ipsecmb)");
+    auto config = load_batch_file(o.batch);
+    if (!config)
+        throw Failure(config.error().message);
+    auto engine = Engine::create(*config, *backend);
+    if (!engine)
+        throw Failure(o.batch + ": " + engine.error().message);
+    nlohmann::json expires = nlohmann::json::array();
+    (*engine)->on_expire([&](const Sa &sa, bool hard) {
+        std::string what = std::string(hard ? "hard" : "soft") + " lifetime reached: " +
+                           sa_label(sa.config());
+        if (!o.json)
+            std::fprintf(stderr, "xesp: sa expire: %s\n", what.c_str());
+        expires.push_back(what);
+    });
+
+    auto reader = PcapReader::open(o.in);
+    if (!reader)
+        throw Failure("pcap: " + reader.error().message);
+    int lt = reader->linktype();
+    auto writer = PcapWriter::open(o.out, lt);
+    if (!writer)
+        throw Failure("pcap: " + writer.error().message);
+
+    std::vector<Slot> slots(kBurst);
+    Pkt *pkts[kBurst];
+    uint64_t frames_in = 0, frames_out = 0, too_big = 0;
+    bool more = true;
+    while (more) {
+        size_t n = 0, nip = 0;
+        const uint8_t *data;
+        uint32_t len;
+        while (n < kBurst && (more = reader->next(&data, &len, &slots[n].ts))) {
+            Slot &s = slots[n++];
+            frames_in++;
+            uint32_t l3;
+            s.ip = locate_ip(lt, data, len, &l3);
+            s.skip = s.ip && (l3 > sizeof(s.l2) ||
+                              len - l3 > kFrameSize - kFrameHeadroom - kMaxEspOverheadBack);
+            if (s.skip) {
+                too_big++;          // it might need protecting: never write it unprocessed
+                continue;
+            }
+            if (!s.ip) {
+                s.raw.assign(data, data + len);
+                continue;
+            }
+            std::memcpy(s.l2, data, l3);
+            s.l2_len = l3;
+            std::memcpy(s.frame.data() + kFrameHeadroom, data + l3, len - l3);
+            s.pkt = Pkt{s.frame.data(), kFrameSize, kFrameHeadroom, len - l3};
+            s.orig_len = len - l3;
+            std::memcpy(s.frame.data() + kFrameHeadroom - l3, data, l3);
+            pkts[nip++] = &s.pkt;
+        }
+        (*engine)->process(pkts, nip);
+        for (size_t i = 0; i < n; i++) {
+            Slot &s = slots[i];
+            if (s.skip)
+                continue;
+            if (!s.ip) {
+                writer->write(s.raw.data(), uint32_t(s.raw.size()), s.ts);
+                frames_out++;
+                continue;
+            }
+            if (s.pkt.verdict == Verdict::Drop)
+                continue;
+            if (s.pkt.verdict == Verdict::Pass) {     // as it came, link-layer padding too
+                writer->write(s.pkt.frame + kFrameHeadroom - s.l2_len, s.l2_len + s.orig_len,
+                              s.ts);
+                frames_out++;
+                continue;
+            }
+            // The IP packet keeps its Ethernet header, written just in front of it.
+            uint8_t *l2 = s.pkt.ip() - s.l2_len;
+            std::memcpy(l2, s.l2, s.l2_len);
+            if (lt == DLT_EN10MB)
+                set_ethertype(l2, s.l2_len, s.pkt.ip()[0] >> 4);
+            writer->write(l2, s.l2_len + s.pkt.len, s.ts);
+            frames_out++;
+        }
+    }
+
+    if (o.json) {
+        nlohmann::json j = engine_json(**engine);
+        j["frames_in"] = frames_in;
+        j["frames_out"] = frames_out;
+        j["frames_too_big"] = too_big;
+        j["expires"] = expires;
+        std::printf("%s\n", j.dump(2).c_str());
+    } else {
+        std::fprintf(stderr, "frames in %llu  out %llu\n%s", (unsigned long long)frames_in,
+                     (unsigned long long)frames_out, engine_text(**engine).c_str());
+    }
+}
+
+} // namespace
+
+void register_pcap_command(CLI::App &app)
+{
+    auto o = std::make_shared<PcapOptions>();
+    CLI::App *c = app.add_subcommand(
+        "pcap", "Run every frame of a capture through the gateway's ESP code");
+    c->add_option("-b,--batch", o->batch, "Config: a batch of 'sa add'/'policy add' lines")
+        ->required();
+    c->add_option("--in", o->in, "Input capture (Ethernet or raw IP)")->required();
+    c->add_option("--out", o->out, "Output capture")->required();
+    c->add_option("--crypto", o->crypto, "Crypto backend: auto, openssl, ipsecmb");
+    c->add_flag("--json", o->json, "Counters as JSON on stdout");
+    c->callback([o] { run_pcap(*o); });
+}
+
+} // namespace xesp::cli

@@ -1,0 +1,17 @@
+// Each `xesp` subcommand registers itself on the CLI11 app; main.cpp only wires them up.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace xesp::cli {
+
+void register_db_commands(CLI::App &app);       // xesp sa ..., xesp policy ...
+void register_pcap_command(CLI::App &app);      // xesp pcap
+void register_bench_command(CLI::App &app);     // xesp bench
+
+// A command that failed in a way the user must see: printed as "xesp: <message>", exit code 1.
+struct Failure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+} // namespace xesp::cli
