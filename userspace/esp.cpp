@@ -380,6 +380,32 @@ void esp_decap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
     }
 }
 
+// RFC 3948 3.1.2: in transport mode a peer behind a NAT computed its TCP/UDP checksum over its
+// own address (NAT-OA, the SA's `encap ... OADDR`); the packet now carries the address the NAT
+// gave it. Update the checksum incrementally for that one address (RFC 1624).
+static void nat_oa_fixup(uint8_t *ip, uint32_t l4_off, uint32_t len, uint8_t proto,
+                         const IpAddr &oa)
+{
+    bool v4 = (ip[0] >> 4) == 4;
+    if (oa.family != (v4 ? 4 : 6) || (proto != kProtoTcp && proto != kProtoUdp))
+        return;
+    uint32_t csum_off = l4_off + (proto == kProtoTcp ? 16 : 6);
+    if (csum_off + 2 > len)
+        return;
+    uint8_t *csum = ip + csum_off;
+    if (proto == kProtoUdp && v4 && get16(csum) == 0)
+        return;                         // no checksum to fix
+    const uint8_t *now = ip + (v4 ? 12 : 8);
+    size_t n = v4 ? 4 : 16;
+    if (std::memcmp(now, oa.b.data(), n) == 0)
+        return;
+    uint32_t sum = uint16_t(~get16(csum));
+    for (size_t i = 0; i < n; i += 2)
+        sum += uint16_t(~get16(oa.b.data() + i)) + get16(now + i);
+    uint16_t c = uint16_t(~csum_fold(sum));
+    put16(csum, proto == kProtoUdp && c == 0 ? 0xffff : c);
+}
+
 // Tunnel mode: the inner packet is what is left of the payload; TFC padding (RFC 4303 2.7)
 // after it is cut off by trusting the inner length field. Returns the inner length or 0.
 static uint32_t tunnel_inner_len(const uint8_t *inner, uint32_t len, uint8_t next_header)
@@ -468,6 +494,8 @@ static bool decap_one(Sa &sa, Pkt &p, const CryptoOp &op, uint64_t seq)
         set_ip_total(start, keep + plain_len);
         p.l3 = uint32_t(start - p.frame);
         p.len = keep + plain_len;
+        if (sa.natt())
+            nat_oa_fixup(start, keep, p.len, next_header, sa.config().encap->oaddr);
     }
     if (sa.config().sel) {
         FlowKey k;

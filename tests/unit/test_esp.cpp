@@ -558,3 +558,51 @@ TEST_CASE("fragments and unprotected plaintext never leak", "[esp][policy][fragm
         CHECK(run(*rx, other) == Verdict::Pass);
     }
 }
+
+namespace {
+
+// The UDP checksum of an IPv4 packet verifies (pseudo header included).
+bool udp4_checksum_ok(const std::vector<uint8_t> &p)
+{
+    uint32_t udp_len = get16(&p[24]);
+    uint32_t sum = csum_add(0, &p[12], 8) + kProtoUdp + udp_len;
+    sum = csum_add(sum, &p[20], udp_len);
+    return csum_fold(sum) == 0xffff;
+}
+
+std::vector<uint8_t> with_udp_checksum(std::vector<uint8_t> p)
+{
+    put16(&p[26], 0);
+    uint32_t udp_len = get16(&p[24]);
+    uint32_t sum = csum_add(0, &p[12], 8) + kProtoUdp + udp_len;
+    sum = csum_add(sum, &p[20], udp_len);
+    put16(&p[26], uint16_t(~csum_fold(sum)));
+    return p;
+}
+
+} // namespace
+
+TEST_CASE("NAT-T transport mode fixes the inner checksum for the NAT-OA (RFC 3948 3.1.2)",
+          "[esp][natt]")
+{
+    const auto &gcm = all_transforms()[0];
+    // The peer thinks it is 10.0.0.5; the NAT makes it 192.0.2.1.
+    SaConfig peer = make_sa(gcm, Mode::Transport, 4, true);
+    peer.src = addr("10.0.0.5");
+    SaConfig local = make_sa(gcm, Mode::Transport, 4, true);
+    local.encap->oaddr = addr("10.0.0.5");
+    auto plain = with_udp_checksum(udp_packet(4, "10.0.0.5", "192.0.2.2", 50));
+    REQUIRE(udp4_checksum_ok(plain));
+    auto tx = make_engine(sender(peer, "10.0.0.5/32", "192.0.2.2/32"));
+    auto rx = make_engine(receiver(local));
+    Frame f(plain);
+    REQUIRE(run(*tx, f) == Verdict::Encrypted);
+    // the NAT rewrites the source address (and the IPv4 header checksum)
+    std::memcpy(f.pkt.ip() + 12, local.src.b.data(), 4);
+    ipv4_set_checksum(f.pkt.ip());
+    REQUIRE(run(*rx, f) == Verdict::Decrypted);
+    auto out = f.bytes();
+    CHECK(IpAddr::v4(&out[12]) == local.src);
+    CHECK(udp4_checksum_ok(out));
+    CHECK(std::equal(out.begin() + 28, out.end(), plain.begin() + 28));
+}
