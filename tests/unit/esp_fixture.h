@@ -41,7 +41,7 @@ inline const std::vector<TransformCase> &all_transforms()
 inline Transform make_transform(const TransformCase &t, uint8_t seed = 1)
 {
     Transform x;
-    uint8_t key[64];
+    uint8_t key[96];     // room for the longest HMAC key at its offset
     for (size_t i = 0; i < sizeof(key); i++)
         key[i] = uint8_t(seed * 31 + i * 7);
     x.aead = t.aead;
