@@ -1,9 +1,9 @@
-// The OpenSSL 3 backend: every ESP transform through EVP_CIPHER and EVP_MAC.
+// The OpenSSL 3 backend: the ciphers through EVP_CIPHER, HMAC through the SHA functions.
 //
-// Algorithms are fetched and contexts keyed once, in make_openssl_cipher(). Per packet a context
-// is only re-initialised with the packet's IV: a NULL cipher and key keep the fetched algorithm
-// and the expanded key, and EVP_MAC_init() with a NULL key restarts HMAC from the stored key.
-// Encryption and decryption have a context each so neither re-keys the other.
+// Algorithms are fetched and contexts keyed once, in make_openssl_cipher(). Per packet a cipher
+// context is only re-initialised with the packet's IV: a NULL cipher and key keep the fetched
+// algorithm and the expanded key. HMAC starts from hash states keyed once and copied by value
+// per packet. Encryption and decryption have a context each so neither re-keys the other.
 #include "userspace/crypto_openssl.h"
 
 #include <array>
@@ -16,6 +16,11 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
+#include <openssl/sha.h>
+
+#ifdef OPENSSL_NO_DEPRECATED_3_0
+#error "the OpenSSL backend needs SHA*_Init/Update/Final, which this OpenSSL was built without"
+#endif
 
 namespace xesp {
 
@@ -31,16 +36,8 @@ struct CipherFree {
 struct CipherCtxFree {
     void operator()(EVP_CIPHER_CTX *p) const { EVP_CIPHER_CTX_free(p); }
 };
-struct MacFree {
-    void operator()(EVP_MAC *p) const { EVP_MAC_free(p); }
-};
-struct MacCtxFree {
-    void operator()(EVP_MAC_CTX *p) const { EVP_MAC_CTX_free(p); }
-};
 using CipherPtr = std::unique_ptr<EVP_CIPHER, CipherFree>;
 using CipherCtxPtr = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree>;
-using MacPtr = std::unique_ptr<EVP_MAC, MacFree>;
-using MacCtxPtr = std::unique_ptr<EVP_MAC_CTX, MacCtxFree>;
 
 Error openssl_error(const std::string &what)
 {
@@ -72,23 +69,6 @@ const char *cipher_name(const Transform &xf)
         break;
     }
     return k == 16 ? "AES-128-CBC" : k == 24 ? "AES-192-CBC" : "AES-256-CBC";
-}
-
-const char *digest_name(AuthAlg a)
-{
-    switch (a) {
-    case AuthAlg::HmacSha1:
-        return "SHA1";
-    case AuthAlg::HmacSha256:
-        return "SHA256";
-    case AuthAlg::HmacSha384:
-        return "SHA384";
-    case AuthAlg::HmacSha512:
-        return "SHA512";
-    case AuthAlg::None:
-        break;
-    }
-    return "";
 }
 
 Result<CipherPtr> fetch_cipher(const char *name)
@@ -213,18 +193,119 @@ bool EvpAead::run(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt)
     return EVP_DecryptFinal_ex(ctx, tail, &n) == 1;
 }
 
+// The hash functions under HMAC. Their contexts are plain structs that copy by value, which the
+// per-packet HMAC below relies on: in OpenSSL 3.0 every EVP route to a keyed HMAC state
+// (EVP_MAC_init() with a NULL key, HMAC_Init_ex(), EVP_MD_CTX_copy_ex()) duplicates provider
+// contexts on the heap. These functions are deprecated since 3.0 but present, so the warning is
+// silenced for these wrappers only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+struct Sha1 {
+    using Ctx = SHA_CTX;
+    static constexpr size_t kBlock = SHA_CBLOCK, kDigest = SHA_DIGEST_LENGTH;
+    static bool init(Ctx *c) { return SHA1_Init(c) == 1; }
+    static bool update(Ctx *c, const void *p, size_t n) { return SHA1_Update(c, p, n) == 1; }
+    static bool finish(uint8_t *md, Ctx *c) { return SHA1_Final(md, c) == 1; }
+};
+struct Sha256 {
+    using Ctx = SHA256_CTX;
+    static constexpr size_t kBlock = SHA256_CBLOCK, kDigest = SHA256_DIGEST_LENGTH;
+    static bool init(Ctx *c) { return SHA256_Init(c) == 1; }
+    static bool update(Ctx *c, const void *p, size_t n) { return SHA256_Update(c, p, n) == 1; }
+    static bool finish(uint8_t *md, Ctx *c) { return SHA256_Final(md, c) == 1; }
+};
+struct Sha384 {
+    using Ctx = SHA512_CTX;
+    static constexpr size_t kBlock = SHA512_CBLOCK, kDigest = SHA384_DIGEST_LENGTH;
+    static bool init(Ctx *c) { return SHA384_Init(c) == 1; }
+    static bool update(Ctx *c, const void *p, size_t n) { return SHA384_Update(c, p, n) == 1; }
+    static bool finish(uint8_t *md, Ctx *c) { return SHA384_Final(md, c) == 1; }
+};
+struct Sha512 {
+    using Ctx = SHA512_CTX;
+    static constexpr size_t kBlock = SHA512_CBLOCK, kDigest = SHA512_DIGEST_LENGTH;
+    static bool init(Ctx *c) { return SHA512_Init(c) == 1; }
+    static bool update(Ctx *c, const void *p, size_t n) { return SHA512_Update(c, p, n) == 1; }
+    static bool finish(uint8_t *md, Ctx *c) { return SHA512_Final(md, c) == 1; }
+};
+#pragma GCC diagnostic pop
+
+// HMAC(K, m) = H((K ^ opad) || H((K ^ ipad) || m)) (RFC 2104). The hash states after the first
+// block of each half depend on the key alone: set_key() computes them once, and mac() starts
+// from copies of them. Those two states are as good as the key and are wiped with the object;
+// a per-packet copy ends finished, holding only the digest it produced.
+template <class H>
+class HmacStates {
+public:
+    HmacStates() = default;
+    HmacStates(const HmacStates &) = delete;
+    HmacStates &operator=(const HmacStates &) = delete;
+    ~HmacStates()
+    {
+        OPENSSL_cleanse(&inner_, sizeof inner_);
+        OPENSSL_cleanse(&outer_, sizeof outer_);
+    }
+
+    bool set_key(const KeyBytes &key)
+    {
+        uint8_t k[H::kBlock] = {};   // K padded with zeros to the block, hashed first if longer
+        bool ok = true;
+        if (key.size() > H::kBlock) {
+            typename H::Ctx c;
+            ok = H::init(&c) && H::update(&c, key.data(), key.size()) && H::finish(k, &c);
+            OPENSSL_cleanse(&c, sizeof c);
+        } else if (key.size() != 0) {
+            std::memcpy(k, key.data(), key.size());
+        }
+        uint8_t block[H::kBlock];
+        for (size_t i = 0; i < H::kBlock; i++)
+            block[i] = k[i] ^ 0x36;
+        ok = ok && H::init(&inner_) && H::update(&inner_, block, H::kBlock);
+        for (size_t i = 0; i < H::kBlock; i++)
+            block[i] = k[i] ^ 0x5c;
+        ok = ok && H::init(&outer_) && H::update(&outer_, block, H::kBlock);
+        OPENSSL_cleanse(k, sizeof k);
+        OPENSSL_cleanse(block, sizeof block);
+        return ok;
+    }
+
+    // HMAC over msg || tail.
+    bool mac(const uint8_t *msg, size_t len, const uint8_t *tail, size_t tail_len,
+             uint8_t (&digest)[H::kDigest]) const
+    {
+        typename H::Ctx c = inner_;
+        uint8_t inner[H::kDigest];
+        if (!H::update(&c, msg, len) || (tail_len != 0 && !H::update(&c, tail, tail_len)) ||
+            !H::finish(inner, &c)) {
+            OPENSSL_cleanse(&c, sizeof c);
+            return false;
+        }
+        c = outer_;
+        if (!H::update(&c, inner, sizeof inner) || !H::finish(digest, &c)) {
+            OPENSSL_cleanse(&c, sizeof c);
+            return false;
+        }
+        return true;
+    }
+
+private:
+    typename H::Ctx inner_{};
+    typename H::Ctx outer_{};
+};
+
 // AES-CBC (RFC 3602) or NULL encryption (RFC 2410) with a truncated HMAC over
 // SPI || seq low || IV || ciphertext [|| seq high] (RFC 4303 3.3.2.1): encrypt, then MAC; on the
 // way in, verify the MAC before decrypting anything.
+template <class H>
 class EvpEncAuth final : public SaCipher {
 public:
-    EvpEncAuth(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, MacPtr mac, MacCtxPtr hmac,
-               const Transform &xf, bool esn)
+    EvpEncAuth(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, const Transform &xf,
+               bool esn)
         : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)),
-          mac_(std::move(mac)), hmac_(std::move(hmac)), iv_len_(xf.iv_len()),
-          icv_len_(xf.icv_len), esn_(esn)
+          iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
     {
     }
+    bool key_hmac(const KeyBytes &key) { return hmac_.set_key(key); }
 
     void encrypt(CryptoOp *ops, size_t n) override
     {
@@ -242,19 +323,19 @@ private:
     bool seal(const CryptoOp &op);
     bool open(const CryptoOp &op);
     bool cbc(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt);
-    bool hmac(const CryptoOp &op, uint8_t (&digest)[EVP_MAX_MD_SIZE]);
+    bool hmac(const CryptoOp &op, uint8_t (&digest)[H::kDigest]) const;
 
     CipherPtr cipher_;      // all three null for NULL encryption
     CipherCtxPtr enc_;
     CipherCtxPtr dec_;
-    MacPtr mac_;
-    MacCtxPtr hmac_;
+    HmacStates<H> hmac_;
     uint8_t iv_len_;
     uint8_t icv_len_;
     bool esn_;
 };
 
-bool EvpEncAuth::cbc(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt)
+template <class H>
+bool EvpEncAuth<H>::cbc(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt)
 {
     if (!ctx)
         return true;
@@ -273,33 +354,30 @@ bool EvpEncAuth::cbc(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt)
            n == int(op.payload_len);
 }
 
-bool EvpEncAuth::hmac(const CryptoOp &op, uint8_t (&digest)[EVP_MAX_MD_SIZE])
+template <class H>
+bool EvpEncAuth<H>::hmac(const CryptoOp &op, uint8_t (&digest)[H::kDigest]) const
 {
-    size_t out = 0;
-    if (EVP_MAC_init(hmac_.get(), nullptr, 0, nullptr) != 1 ||
-        EVP_MAC_update(hmac_.get(), op.esp, kEspHeaderLen + iv_len_ + op.payload_len) != 1)
-        return false;
-    if (esn_) {
-        uint8_t seq_hi[4];
+    uint8_t seq_hi[4];
+    if (esn_)
         put_be32(seq_hi, op.seq_hi);
-        if (EVP_MAC_update(hmac_.get(), seq_hi, sizeof seq_hi) != 1)
-            return false;
-    }
-    return EVP_MAC_final(hmac_.get(), digest, &out, sizeof digest) == 1 && out >= icv_len_;
+    return hmac_.mac(op.esp, kEspHeaderLen + iv_len_ + op.payload_len, seq_hi,
+                     esn_ ? sizeof seq_hi : 0, digest);
 }
 
-bool EvpEncAuth::seal(const CryptoOp &op)
+template <class H>
+bool EvpEncAuth<H>::seal(const CryptoOp &op)
 {
-    uint8_t digest[EVP_MAX_MD_SIZE];
+    uint8_t digest[H::kDigest];
     if (!cbc(enc_.get(), op, true) || !hmac(op, digest))
         return false;
     std::memcpy(op.esp + kEspHeaderLen + iv_len_ + op.payload_len, digest, icv_len_);
     return true;
 }
 
-bool EvpEncAuth::open(const CryptoOp &op)
+template <class H>
+bool EvpEncAuth<H>::open(const CryptoOp &op)
 {
-    uint8_t digest[EVP_MAX_MD_SIZE];
+    uint8_t digest[H::kDigest];
     if (!hmac(op, digest))
         return false;
     const uint8_t *icv = op.esp + kEspHeaderLen + iv_len_ + op.payload_len;
@@ -323,19 +401,18 @@ Result<std::unique_ptr<SaCipher>> make_aead(const Transform &xf, bool esn)
         std::move(*cipher), std::move(*enc), std::move(*dec), xf, esn));
 }
 
-Result<MacCtxPtr> keyed_hmac(EVP_MAC *mac, const Transform &xf)
+template <class H>
+Result<std::unique_ptr<SaCipher>> make_enc_auth_with(CipherPtr cipher, CipherCtxPtr enc,
+                                                     CipherCtxPtr dec, const Transform &xf,
+                                                     bool esn)
 {
-    MacCtxPtr ctx(EVP_MAC_CTX_new(mac));
-    OSSL_PARAM params[] = {
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
-                                         const_cast<char *>(digest_name(xf.auth)), 0),
-        OSSL_PARAM_construct_end(),
-    };
-    if (!ctx || EVP_MAC_init(ctx.get(), xf.auth_key.data(), xf.auth_key.size(), params) != 1)
-        return openssl_error(std::string("keying HMAC-") + digest_name(xf.auth));
-    if (EVP_MAC_CTX_get_mac_size(ctx.get()) < xf.icv_len)
+    if (xf.icv_len > H::kDigest)
         return make_error("crypto (openssl): ICV longer than the HMAC digest");
-    return ctx;
+    auto c = std::make_unique<EvpEncAuth<H>>(std::move(cipher), std::move(enc), std::move(dec),
+                                             xf, esn);
+    if (!c->key_hmac(xf.auth_key))
+        return openssl_error("keying HMAC");
+    return std::unique_ptr<SaCipher>(std::move(c));
 }
 
 Result<std::unique_ptr<SaCipher>> make_enc_auth(const Transform &xf, bool esn)
@@ -360,15 +437,22 @@ Result<std::unique_ptr<SaCipher>> make_enc_auth(const Transform &xf, bool esn)
         enc = std::move(*e);
         dec = std::move(*d);
     }
-    MacPtr mac(EVP_MAC_fetch(nullptr, OSSL_MAC_NAME_HMAC, nullptr));
-    if (!mac)
-        return openssl_error("fetching HMAC");
-    auto hmac = keyed_hmac(mac.get(), xf);
-    if (!hmac)
-        return hmac.error();
-    return std::unique_ptr<SaCipher>(
-        std::make_unique<EvpEncAuth>(std::move(cipher), std::move(enc), std::move(dec),
-                                     std::move(mac), std::move(*hmac), xf, esn));
+    switch (xf.auth) {
+    case AuthAlg::HmacSha1:
+        return make_enc_auth_with<Sha1>(std::move(cipher), std::move(enc), std::move(dec), xf, esn);
+    case AuthAlg::HmacSha256:
+        return make_enc_auth_with<Sha256>(std::move(cipher), std::move(enc), std::move(dec), xf,
+                                          esn);
+    case AuthAlg::HmacSha384:
+        return make_enc_auth_with<Sha384>(std::move(cipher), std::move(enc), std::move(dec), xf,
+                                          esn);
+    case AuthAlg::HmacSha512:
+        return make_enc_auth_with<Sha512>(std::move(cipher), std::move(enc), std::move(dec), xf,
+                                          esn);
+    case AuthAlg::None:
+        break;
+    }
+    return make_error("crypto (openssl): encryption without HMAC");
 }
 
 } // namespace
