@@ -397,6 +397,9 @@ static void nat_oa_fixup(uint8_t *ip, uint32_t l4_off, uint32_t len, uint8_t pro
         return;                         // no checksum to fix
     const uint8_t *now = ip + (v4 ? 12 : 8);
     size_t n = v4 ? 4 : 16;
+    static const uint8_t unspecified[16] = {};
+    if (std::memcmp(oa.b.data(), unspecified, n) == 0)   // 0.0.0.0 / ::: no NAT-OA known
+        return;
     if (std::memcmp(now, oa.b.data(), n) == 0)
         return;
     uint32_t sum = uint16_t(~get16(csum));

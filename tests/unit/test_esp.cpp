@@ -605,4 +605,14 @@ TEST_CASE("NAT-T transport mode fixes the inner checksum for the NAT-OA (RFC 394
     CHECK(IpAddr::v4(&out[12]) == local.src);
     CHECK(udp4_checksum_ok(out));
     CHECK(std::equal(out.begin() + 28, out.end(), plain.begin() + 28));
+
+    // `encap espinudp 4500 4500 0.0.0.0`: no original address known, nothing to fix
+    local.encap->oaddr = addr("0.0.0.0");
+    auto rx0 = make_engine(receiver(local));
+    auto tx0 = make_engine(sender(local, "192.0.2.1/32", "192.0.2.2/32"));
+    auto same = with_udp_checksum(udp_packet(4, "192.0.2.1", "192.0.2.2", 50));
+    Frame g(same);
+    REQUIRE(run(*tx0, g) == Verdict::Encrypted);
+    REQUIRE(run(*rx0, g) == Verdict::Decrypted);
+    CHECK(g.bytes() == same);
 }
