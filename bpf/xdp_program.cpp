@@ -1,0 +1,226 @@
+#include "bpf/xdp_program.h"
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/if_link.h>
+#include <net/if.h>
+#include <unistd.h>
+
+#include "xesp_xdp.skel.h"
+
+namespace xesp {
+
+namespace {
+
+Error bpf_error(const std::string &what, int err)
+{
+    err = err < 0 ? -err : err;
+    std::string hint;
+    if (err == EPERM || err == EACCES)
+        hint = " (needs CAP_BPF and CAP_NET_ADMIN: run as root)";
+    else if (err == E2BIG || err == ENOSPC)
+        hint = " (map full: raise XdpOptions' limits)";
+    return make_error(what + ": " + std::strerror(err) + hint, err);
+}
+
+Result<void> update(int fd, const void *key, const void *val, uint64_t flags, const char *what)
+{
+    if (bpf_map_update_elem(fd, key, val, flags) != 0)
+        return bpf_error(what, errno);
+    return {};
+}
+
+xesp_sa_key sa_key(const IpAddr &dst, uint32_t spi)
+{
+    xesp_sa_key k{};
+    k.family = dst.family;
+    k.spi = htonl(spi);
+    std::memcpy(k.dst, dst.b.data(), dst.size());
+    return k;
+}
+
+xesp_addr_key addr_key(const IpAddr &a)
+{
+    xesp_addr_key k{};
+    k.family = a.family;
+    std::memcpy(k.addr, a.b.data(), a.size());
+    return k;
+}
+
+std::string ifname(int ifindex)
+{
+    char name[IF_NAMESIZE] = {};
+    if (if_indextoname(unsigned(ifindex), name))
+        return name;
+    return "ifindex " + std::to_string(ifindex);
+}
+
+} // namespace
+
+Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
+{
+    std::unique_ptr<XdpProgram> p(new XdpProgram());
+    p->skel_ = xesp_xdp__open();
+    if (!p->skel_)
+        return bpf_error("xdp: open the BPF object", errno);
+    p->skel_->rodata->default_role = uint32_t(options.default_role);
+    p->skel_->rodata->fib_lookup_enabled = options.fib_lookup ? 1 : 0;
+    if (int err = bpf_map__set_max_entries(p->skel_->maps.sas, options.max_sas))
+        return bpf_error("xdp: size the SA map", err);
+    if (int err = bpf_map__set_max_entries(p->skel_->maps.policies, options.max_policy_entries))
+        return bpf_error("xdp: size the policy map", err);
+    if (int err = xesp_xdp__load(p->skel_))
+        return bpf_error("xdp: load the program (the verifier log is on stderr)", err);
+    return p;
+}
+
+XdpProgram::~XdpProgram() { xesp_xdp__destroy(skel_); }
+
+int XdpProgram::prog_fd() const { return bpf_program__fd(skel_->progs.xesp_xdp); }
+int XdpProgram::xsks_fd() const { return bpf_map__fd(skel_->maps.xsks); }
+int XdpProgram::sas_fd() const { return bpf_map__fd(skel_->maps.sas); }
+int XdpProgram::policies_fd() const { return bpf_map__fd(skel_->maps.policies); }
+int XdpProgram::counters_fd() const { return bpf_map__fd(skel_->maps.counters); }
+
+Result<void> XdpProgram::add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id, bool natt)
+{
+    if (dst.family != 4 && dst.family != 6)
+        return make_error("xdp sa " + std::to_string(sa_id) + ": destination has no family");
+    xesp_sa_key k = sa_key(dst, spi);
+    xesp_sa_val v{sa_id, natt ? uint32_t(XESP_SA_F_NATT) : 0u};
+    return update(sas_fd(), &k, &v, BPF_ANY, ("xdp sa add dst " + dst.str()).c_str());
+}
+
+Result<void> XdpProgram::remove_sa(const IpAddr &dst, uint32_t spi)
+{
+    xesp_sa_key k = sa_key(dst, spi);
+    if (bpf_map_delete_elem(sas_fd(), &k) != 0)
+        return bpf_error("xdp sa del dst " + dst.str() + " spi " + std::to_string(spi), errno);
+    return {};
+}
+
+// The idle table is rewritten, then the live index flips to it.
+Result<void> XdpProgram::publish_tuples()
+{
+    xesp_tuple_table tt = tuples_.table();
+    uint32_t idle = live_table_ ^ 1, zero = 0;
+    if (auto r = update(bpf_map__fd(skel_->maps.tuple_tables), &idle, &tt, BPF_ANY,
+                        "xdp: write the tuple table");
+        !r)
+        return r;
+    if (auto r = update(bpf_map__fd(skel_->maps.tuple_ctl), &zero, &idle, BPF_ANY,
+                        "xdp: switch tuple tables");
+        !r)
+        return r;
+    live_table_ = idle;
+    return {};
+}
+
+Result<void> XdpProgram::apply(const TupleChange &ch, bool add)
+{
+    if (add && ch.table_changed)
+        if (auto r = publish_tuples(); !r)
+            return r;
+    for (const auto &[k, v] : ch.put)
+        if (auto r = update(policies_fd(), &k, &v, BPF_ANY, "xdp: write a policy"); !r)
+            return r;
+    for (const auto &k : ch.erase)
+        if (bpf_map_delete_elem(policies_fd(), &k) != 0 && errno != ENOENT)
+            return bpf_error("xdp: delete a policy", errno);
+    if (!add && ch.table_changed)
+        return publish_tuples();
+    return {};
+}
+
+Result<void> XdpProgram::add_policy(uint32_t policy_id, const PolicyConfig &p)
+{
+    auto ch = tuples_.add(policy_id, p);
+    if (!ch)
+        return ch.error();
+    return apply(*ch, true);
+}
+
+Result<void> XdpProgram::remove_policy(uint32_t policy_id)
+{
+    auto ch = tuples_.remove(policy_id);
+    if (!ch)
+        return ch.error();
+    return apply(*ch, false);
+}
+
+Result<void> XdpProgram::add_local_address(const IpAddr &a)
+{
+    xesp_addr_key k = addr_key(a);
+    uint32_t one = 1;
+    return update(bpf_map__fd(skel_->maps.local_addrs), &k, &one, BPF_ANY,
+                  ("xdp: add local address " + a.str()).c_str());
+}
+
+Result<void> XdpProgram::remove_local_address(const IpAddr &a)
+{
+    xesp_addr_key k = addr_key(a);
+    if (bpf_map_delete_elem(bpf_map__fd(skel_->maps.local_addrs), &k) != 0)
+        return bpf_error("xdp: remove local address " + a.str(), errno);
+    return {};
+}
+
+Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role)
+{
+    xesp_iface v{uint32_t(role)};
+    return update(bpf_map__fd(skel_->maps.ifaces), &ifindex, &v, BPF_ANY,
+                  ("xdp: set the role of " + ifname(int(ifindex))).c_str());
+}
+
+Result<void> XdpProgram::set_xsk(uint32_t queue, int xsk_fd)
+{
+    uint32_t fd = uint32_t(xsk_fd);
+    return update(xsks_fd(), &queue, &fd, BPF_ANY,
+                  ("xdp: bind queue " + std::to_string(queue) + " to its AF_XDP socket").c_str());
+}
+
+Result<void> XdpProgram::clear_xsk(uint32_t queue)
+{
+    if (bpf_map_delete_elem(xsks_fd(), &queue) != 0 && errno != ENOENT)
+        return bpf_error("xdp: unbind queue " + std::to_string(queue), errno);
+    return {};
+}
+
+Result<XdpCounters> XdpProgram::counters() const
+{
+    int ncpu = libbpf_num_possible_cpus();
+    if (ncpu <= 0)
+        return bpf_error("xdp counters: count the CPUs", ncpu);
+    std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
+    XdpCounters c;
+    for (uint32_t i = 0; i < kXdpCounterCount; i++) {
+        if (bpf_map_lookup_elem(counters_fd(), &i, per_cpu.data()) != 0)
+            return bpf_error("xdp counters: read " + std::string(kXdpCounterNames[i]), errno);
+        for (uint64_t v : per_cpu)
+            c.v[i] += v;
+    }
+    return c;
+}
+
+Result<void> XdpProgram::attach(int ifindex)
+{
+    if (int err = bpf_xdp_attach(ifindex, prog_fd(), XDP_FLAGS_DRV_MODE, nullptr))
+        return bpf_error("xdp: attach to " + ifname(ifindex) +
+                             " in driver mode (does its driver support native XDP?)",
+                         err);
+    return {};
+}
+
+Result<void> XdpProgram::detach(int ifindex)
+{
+    if (int err = bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE, nullptr))
+        return bpf_error("xdp: detach from " + ifname(ifindex), err);
+    return {};
+}
+
+} // namespace xesp

@@ -1,0 +1,112 @@
+// The XDP classifier as seen from C++: one RAII type that opens and loads the skeleton of
+// xesp_xdp.bpf.c, sets its read-only knobs, fills its maps and attaches it to interfaces.
+// The map layouts are those of xesp_xdp_abi.h, shared with the program.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "bpf/policy_tuples.h"
+#include "bpf/xesp_xdp_abi.h"
+#include "userspace/ip.h"
+#include "userspace/result.h"
+#include "userspace/sa_config.h"
+
+struct xesp_xdp;    // the bpftool skeleton
+
+namespace xesp {
+
+static_assert(sizeof(xesp_sa_key) == 24);
+static_assert(sizeof(xesp_sa_val) == 8);
+static_assert(sizeof(xesp_tuple) == 48);
+static_assert(sizeof(xesp_tuple_table) == 8 + 48 * XESP_MAX_TUPLES);
+static_assert(sizeof(xesp_policy_key) == 40);
+static_assert(sizeof(xesp_policy_val) == 16);
+static_assert(sizeof(xesp_iface) == 4);
+static_assert(sizeof(xesp_addr_key) == 20);
+static_assert(sizeof(xesp_meta) == 32 && sizeof(xesp_meta) % 4 == 0);
+
+enum class XdpCounter : uint32_t {
+#define XESP_XDP_COUNTER_ENUM(e, name) e = XESP_CTR_##e,
+    XESP_XDP_FOREACH_COUNTER(XESP_XDP_COUNTER_ENUM)
+#undef XESP_XDP_COUNTER_ENUM
+};
+
+constexpr size_t kXdpCounterCount = XESP_CTR__COUNT;
+
+constexpr std::array<std::string_view, kXdpCounterCount> kXdpCounterNames = {
+#define XESP_XDP_COUNTER_NAME(e, name) name,
+    XESP_XDP_FOREACH_COUNTER(XESP_XDP_COUNTER_NAME)
+#undef XESP_XDP_COUNTER_NAME
+};
+
+constexpr std::string_view xdp_counter_name(XdpCounter c) { return kXdpCounterNames[size_t(c)]; }
+
+// Summed over CPUs.
+struct XdpCounters {
+    std::array<uint64_t, kXdpCounterCount> v{};
+    uint64_t operator[](XdpCounter c) const { return v[size_t(c)]; }
+};
+
+enum class IfaceRole : uint32_t { Protected = XESP_ROLE_PROTECTED, Public = XESP_ROLE_PUBLIC };
+
+struct XdpOptions {
+    IfaceRole default_role = IfaceRole::Protected;   // interfaces without set_iface_role()
+    bool fib_lookup = true;                          // next hop in ENCAP metadata
+    uint32_t max_sas = 131072;
+    uint32_t max_policy_entries = 262144;            // policies plus their portless shadows
+};
+
+class XdpProgram {
+public:
+    static Result<std::unique_ptr<XdpProgram>> load(const XdpOptions &options = {});
+    ~XdpProgram();
+    XdpProgram(const XdpProgram &) = delete;
+    XdpProgram &operator=(const XdpProgram &) = delete;
+
+    int prog_fd() const;
+    int xsks_fd() const;
+    int sas_fd() const;
+    int policies_fd() const;
+    int counters_fd() const;
+
+    // Inbound SAs: ESP to (dst, spi) is redirected with `sa_id` in its metadata. `natt`: the
+    // SA is ESP-in-UDP/4500; raw ESP for it (or the reverse) is dropped.
+    Result<void> add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id, bool natt);
+    Result<void> remove_sa(const IpAddr &dst, uint32_t spi);
+
+    // Policies by the caller's id. Selector, direction, priority, action and whether there is
+    // a template are used; the template's contents are userspace's business.
+    Result<void> add_policy(uint32_t policy_id, const PolicyConfig &p);
+    Result<void> remove_policy(uint32_t policy_id);
+    size_t tuple_count() const { return tuples_.tuples(); }
+
+    Result<void> add_local_address(const IpAddr &a);
+    Result<void> remove_local_address(const IpAddr &a);
+    Result<void> set_iface_role(uint32_t ifindex, IfaceRole role);
+
+    // The AF_XDP socket of RX queue `queue` (fd of a bound XDP socket).
+    Result<void> set_xsk(uint32_t queue, int xsk_fd);
+    Result<void> clear_xsk(uint32_t queue);
+
+    Result<XdpCounters> counters() const;
+
+    // Native-mode netlink attach: it stays after this process exits, and with no socket
+    // bound the program drops what it would redirect (fail closed). Replaces a previous
+    // program on the interface (such as the one a crashed gateway left).
+    Result<void> attach(int ifindex);
+    static Result<void> detach(int ifindex);
+
+private:
+    XdpProgram() = default;
+    Result<void> publish_tuples();
+    Result<void> apply(const TupleChange &ch, bool add);
+
+    xesp_xdp *skel_ = nullptr;
+    TupleSpace tuples_;
+    uint32_t live_table_ = 0;
+};
+
+} // namespace xesp

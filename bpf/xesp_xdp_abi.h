@@ -1,0 +1,199 @@
+/* The ABI between the XDP classifier (xesp_xdp.bpf.c) and its loader (xdp_program.h): map
+ * keys and values, the metadata handed to userspace in front of each redirected frame, and
+ * the counters. Included by both sides; plain fixed-width fields only, no padding the
+ * compiler chooses (the C++ side pins every size with static_assert).
+ *
+ * Addresses are in network byte order. An IPv4 address sits in word 0 of a 4-word array and
+ * words 1-3 are zero, so one key layout serves both families.
+ */
+#ifndef XESP_XDP_ABI_H
+#define XESP_XDP_ABI_H
+
+#include <linux/types.h>
+
+#define XESP_FAMILY_V4 4
+#define XESP_FAMILY_V6 6
+
+/* Policy directions, numbered as xesp::Dir. */
+#define XESP_DIR_IN 1
+#define XESP_DIR_OUT 2
+#define XESP_DIR_FWD 3
+/* Or-ed into xesp_policy_key.dir of a "portless shadow" entry (see below). */
+#define XESP_DIR_F_PORTLESS 0x80
+
+/* ---- Inbound SAs: (family, destination, SPI) -> SA id --------------------------------- */
+
+#define XESP_SA_F_NATT 0x1          /* the SA is ESP-in-UDP (RFC 3948), not raw ESP */
+
+struct xesp_sa_key {
+    __u8 family;                    /* XESP_FAMILY_V4 or _V6 */
+    __u8 pad[3];
+    __be32 spi;
+    __be32 dst[4];
+};
+
+struct xesp_sa_val {
+    __u32 sa_id;                    /* the caller's id, copied into xesp_meta.id */
+    __u32 flags;                    /* XESP_SA_F_* */
+};
+
+/* ---- Policies: tuple-space search ----------------------------------------------------
+ *
+ * Policies are grouped by their mask tuple (family, direction, source and destination prefix
+ * lengths, which of protocol/source port/destination port are set). Every policy of every
+ * tuple lives in one hash map, keyed by the tuple id and the packet fields masked with the
+ * tuple's masks. The program walks the active tuples (at most XESP_MAX_TUPLES), one hash
+ * lookup each, and keeps the policy with the lowest rank: the cost grows with the number of
+ * distinct masks, not with the number of policies (Open vSwitch's classifier).
+ *
+ * The tuple table is sorted by best_rank, the lowest rank of any policy in the tuple, so the
+ * walk stops at the first tuple that cannot beat what it already has.
+ *
+ * A fragment (or a packet whose transport header is cut short) has no ports, so tuples that
+ * match on ports cannot be looked up exactly. For those, every policy that protects or blocks
+ * also has a shadow entry: same tuple, ports zero, dir | XESP_DIR_F_PORTLESS, rank = the
+ * lowest rank among such policies sharing that key. A shadow hit that outranks the best exact
+ * match means "a policy that must see this packet may apply, and we cannot tell": the packet
+ * is dropped unless the best match sends it to userspace anyway (RFC 4301 section 7).
+ */
+
+#define XESP_MAX_TUPLES 32
+
+#define XESP_TUPLE_F_PROTO 0x1
+#define XESP_TUPLE_F_SPORT 0x2
+#define XESP_TUPLE_F_DPORT 0x4
+
+struct xesp_tuple {
+    __be32 src_mask[4];
+    __be32 dst_mask[4];
+    __u64 best_rank;                /* lowest rank of the tuple's policies (a lower bound) */
+    __u8 id;                        /* xesp_policy_key.tuple of this tuple's entries */
+    __u8 family;
+    __u8 dir;                       /* XESP_DIR_* */
+    __u8 fields;                    /* XESP_TUPLE_F_* */
+    __u8 src_len;
+    __u8 dst_len;
+    __u8 pad[2];
+};
+
+/* Two tables, and the index of the live one in xesp_tuple_ctl: the loader rewrites the idle
+ * table and then flips the index, so a packet never sees half an update. */
+struct xesp_tuple_table {
+    __u32 count;
+    __u32 pad;
+    struct xesp_tuple t[XESP_MAX_TUPLES];
+};
+
+struct xesp_policy_key {
+    __u8 tuple;
+    __u8 family;
+    __u8 dir;                       /* XESP_DIR_*, | XESP_DIR_F_PORTLESS for a shadow */
+    __u8 proto;                     /* 0 unless the tuple sets XESP_TUPLE_F_PROTO */
+    __be16 sport;                   /* 0 unless the tuple sets XESP_TUPLE_F_SPORT */
+    __be16 dport;                   /* 0 unless the tuple sets XESP_TUPLE_F_DPORT */
+    __be32 src[4];                  /* masked with the tuple's src_mask */
+    __be32 dst[4];
+};
+
+#define XESP_ACTION_ALLOW 0
+#define XESP_ACTION_BLOCK 1
+
+#define XESP_POL_F_TMPL 0x1         /* the policy has a template: protect (out) / expect ESP (in) */
+
+struct xesp_policy_val {
+    __u64 rank;                     /* priority << 32 | order added: lower wins, as the kernel */
+    __u32 policy_id;                /* the caller's id, copied into xesp_meta.id */
+    __u8 action;                    /* XESP_ACTION_* */
+    __u8 flags;                     /* XESP_POL_F_* */
+    __u8 pad[2];
+};
+
+/* ---- Interfaces and local addresses --------------------------------------------------- */
+
+/* The side of the gateway an interface faces. On a public interface, plaintext that an
+ * inbound (in/fwd) policy wants protected must have come as ESP, and is dropped. */
+#define XESP_ROLE_PROTECTED 0
+#define XESP_ROLE_PUBLIC 1
+
+struct xesp_iface {
+    __u32 role;                     /* XESP_ROLE_* */
+};
+
+/* The gateway's own addresses: plaintext to them is never encapsulated. */
+struct xesp_addr_key {
+    __u32 family;
+    __be32 addr[4];
+};
+
+/* ---- Metadata in front of a redirected frame (bpf_xdp_adjust_meta) ---------------------
+ *
+ * Userspace finds it at xsk_umem__get_data(frame) - sizeof(struct xesp_meta). The RX
+ * descriptor does not say whether it is there, hence the magic; userspace clears it after
+ * reading, because frames are reused. A frame without the magic is classified again in
+ * userspace. */
+
+#define XESP_META_MAGIC 0xe5e5
+
+#define XESP_META_DECAP 1           /* ESP for one of our SAs: decrypt with SA `id` */
+#define XESP_META_ENCAP 2           /* plaintext that out-policy `id` protects: encrypt */
+
+#define XESP_META_F_IPV6 0x01       /* the IP header at l3_off is IPv6 */
+#define XESP_META_F_NATT 0x02       /* DECAP: the ESP header follows a UDP/4500 header */
+#define XESP_META_F_FRAGMENT 0x04   /* ENCAP: an IP fragment (or short L4): no ports seen */
+#define XESP_META_F_FIB_OK 0x08     /* ENCAP: fib_* hold the plaintext route's next hop */
+#define XESP_META_F_FIB_NO_NEIGH 0x10 /* ENCAP: route found, neighbour not resolved yet */
+
+struct xesp_meta {
+    __u16 magic;                    /* XESP_META_MAGIC */
+    __u8 kind;                      /* XESP_META_DECAP or _ENCAP */
+    __u8 flags;                     /* XESP_META_F_* */
+    __u32 id;                       /* SA id (DECAP) or policy id (ENCAP) */
+    __u16 l3_off;                   /* IP header, bytes from the frame start (after VLAN tags) */
+    __u16 l4_off;                   /* DECAP: ESP header; ENCAP: transport header (after
+                                       IPv4 options / IPv6 extension headers) */
+    __u32 flow_hash;                /* spreads work; DECAP: (dst, SPI), ENCAP: the 5-tuple */
+    __u32 ingress_ifindex;          /* where the frame came in */
+    __u32 fib_ifindex;              /* FIB_OK or FIB_NO_NEIGH: egress device */
+    __u8 fib_dmac[6];               /* FIB_OK: next hop MAC */
+    __u16 fib_mtu;                  /* FIB_OK or FIB_NO_NEIGH: egress MTU, host order */
+};
+
+/* ---- Counters: one per-CPU array slot each ---------------------------------------------
+ * Every packet counts `rx` and exactly one verdict counter (redirect-*, pass-*, drop-*);
+ * xsk-missing and meta-failed count alongside a redirect verdict.
+ *
+ *   X(enumerator suffix, name shown to the operator) */
+#define XESP_XDP_FOREACH_COUNTER(X)                                                         \
+    X(RX, "rx")                                                                             \
+    X(REDIRECT_DECAP, "redirect-decap")                                                     \
+    X(REDIRECT_ENCAP, "redirect-encap")                                                     \
+    X(XSK_MISSING, "xsk-missing")               /* no socket on the queue: dropped */       \
+    X(META_FAILED, "meta-failed")               /* redirected without metadata */           \
+    X(PASS_NON_IP, "pass-non-ip")               /* ARP, LLDP, ... */                        \
+    X(PASS_MALFORMED, "pass-malformed")         /* bad headers, not ESP for us: kernel's */ \
+    X(PASS_IKE, "pass-ike")                                                                 \
+    X(PASS_KEEPALIVE, "pass-keepalive")                                                     \
+    X(PASS_ESP_UNKNOWN_SPI, "pass-esp-unknown-spi")                                         \
+    X(PASS_ESP_FRAGMENT, "pass-esp-fragment")   /* the kernel reassembles first */         \
+    X(PASS_ND, "pass-nd")                       /* IPv6 neighbour/router discovery */      \
+    X(PASS_LOCAL, "pass-local")                 /* plaintext to the gateway itself */      \
+    X(PASS_BYPASS, "pass-bypass")               /* an allow policy without template */     \
+    X(PASS_NO_POLICY, "pass-no-policy")                                                     \
+    X(DROP_OUT_BLOCK, "drop-out-policy-block")                                              \
+    X(DROP_IN_BLOCK, "drop-in-policy-block")                                                \
+    X(DROP_IN_UNPROTECTED, "drop-in-unprotected")                                           \
+    X(DROP_PORTS_UNKNOWN, "drop-ports-unknown") /* fragment a port policy may claim */     \
+    X(DROP_ESP_TRUNCATED, "drop-esp-truncated")                                             \
+    X(DROP_ESP_BAD_LENGTH, "drop-esp-bad-length")                                           \
+    X(DROP_ENCAP_MISMATCH, "drop-encap-mismatch") /* raw ESP for a NAT-T SA, or reverse */ \
+    X(DROP_VLAN_DEPTH, "drop-vlan-depth")       /* more than two VLAN tags */              \
+    X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth") /* too many extension headers to see */
+
+enum xesp_xdp_counter {
+#define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,
+    XESP_XDP_FOREACH_COUNTER(XESP_XDP_COUNTER_ENUM)
+#undef XESP_XDP_COUNTER_ENUM
+    XESP_CTR__COUNT
+};
+
+#endif /* XESP_XDP_ABI_H */

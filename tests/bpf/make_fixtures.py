@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Builds the frames test_xdp.cpp runs through the XDP classifier and writes them as a C++
+header: make_fixtures.py OUT.h
+
+The expected verdict, counter and metadata of each frame live in the table of test_xdp.cpp,
+next to the SAs and policies it loads; the names here are the keys. Addresses used:
+
+    192.0.2.1, 2001:db8::1     the gateway's public addresses (SAs 101-104 point at them)
+    10.1.0.0/16, fd00:1::/48   the protected side      10.1.0.1 the gateway's LAN address
+    10.2.0.0/16, fd00:2::/48   the remote protected side, behind the tunnel
+    10.3.0.0/16                UDP/53 protected, everything else bypassed
+    203.0.113.0/24             blocked
+"""
+import struct
+import sys
+
+from scapy.all import (ARP, ESP, ICMPv6ND_NS, IP, IPOption_Router_Alert, IPv6,
+                       IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop,
+                       IPv6ExtHdrRouting, TCP, UDP, Dot1AD, Dot1Q, Ether, Padding, Raw, conf,
+                       raw)
+
+conf.verb = 0
+
+MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+GW4, GW6 = "192.0.2.1", "2001:db8::1"
+PEER4, PEER6 = "198.51.100.2", "2001:db8:ffff::2"
+SA_RAW4, SA_NATT4, SA_RAW6, SA_NATT6 = 0x1000, 0x2000, 0x3000, 0x4000
+
+
+def eth(**kw):
+    return Ether(**MACS, **kw)
+
+
+def esp(spi, n=32):
+    return ESP(spi=spi, seq=1, data=b"\x5a" * n)
+
+
+def ike_natt():
+    # non-ESP marker, then an IKE header (RFC 3948 2.2)
+    return b"\x00\x00\x00\x00" + b"\x11" * 8 + b"\x00" * 8 + b"\x21\x20\x22\x08" + b"\x00" * 8
+
+
+def tcp(dport=80):
+    return TCP(sport=40000, dport=dport, flags="S")
+
+
+def udp(dport=9999):
+    return UDP(sport=40000, dport=dport) / Raw(b"payload!")
+
+
+def cut(pkt, n):
+    """The first n bytes of the frame: a header that lies about what follows."""
+    return raw(pkt)[:n]
+
+
+def with_ip_len(pkt, tot_len):
+    """An IPv4 frame whose total length field says tot_len (checksum left as built)."""
+    b = bytearray(raw(pkt))
+    struct.pack_into("!H", b, 14 + 2, tot_len)
+    return bytes(b)
+
+
+def fixtures():
+    f = []
+    add = lambda name, pkt: f.append((name, pkt if isinstance(pkt, bytes) else raw(pkt)))
+
+    # ESP and ESP-in-UDP for our SAs and others'
+    add("esp4_known", eth() / IP(src=PEER4, dst=GW4) / esp(SA_RAW4))
+    add("esp4_unknown_spi", eth() / IP(src=PEER4, dst=GW4) / esp(0x9999))
+    add("esp4_other_dst", eth() / IP(src=PEER4, dst="192.0.2.77") / esp(SA_RAW4))
+    add("esp4_for_natt_sa", eth() / IP(src=PEER4, dst=GW4) / esp(SA_NATT4))
+    add("espinudp4_known", eth() / IP(src=PEER4, dst=GW4) / UDP(sport=4500, dport=4500) / esp(SA_NATT4))
+    add("espinudp4_for_raw_sa", eth() / IP(src=PEER4, dst=GW4) / UDP(sport=4500, dport=4500) / esp(SA_RAW4))
+    add("esp4_ip_options", eth() / IP(src=PEER4, dst=GW4, options=[IPOption_Router_Alert()]) / esp(SA_RAW4))
+    add("esp4_vlan", eth() / Dot1Q(vlan=10) / IP(src=PEER4, dst=GW4) / esp(SA_RAW4))
+    add("esp4_qinq", eth() / Dot1AD(vlan=5) / Dot1Q(vlan=10) / IP(src=PEER4, dst=GW4) / esp(SA_RAW4))
+    add("esp4_three_tags", eth() / Dot1AD(vlan=5) / Dot1Q(vlan=10) / Dot1Q(vlan=11) /
+        IP(src=PEER4, dst=GW4) / esp(SA_RAW4))
+    add("esp4_eth_padding", eth() / IP(src=PEER4, dst=GW4) / esp(SA_RAW4, 0) / Padding(b"\x00" * 30))
+    add("esp6_known", eth() / IPv6(src=PEER6, dst=GW6) / esp(SA_RAW6))
+    add("esp6_ext_headers", eth() / IPv6(src=PEER6, dst=GW6) / IPv6ExtHdrHopByHop() /
+        IPv6ExtHdrRouting() / IPv6ExtHdrDestOpt() / esp(SA_RAW6))
+    add("espinudp6_known", eth() / IPv6(src=PEER6, dst=GW6) / UDP(sport=4500, dport=4500) / esp(SA_NATT6))
+    add("esp6_vlan", eth() / Dot1Q(vlan=10) / IPv6(src=PEER6, dst=GW6) / esp(SA_RAW6))
+
+    # IKE and NAT keepalives (RFC 3948)
+    add("ike4_natt", eth() / IP(src=PEER4, dst=GW4) / UDP(sport=4500, dport=4500) / Raw(ike_natt()))
+    add("ike4_500", eth() / IP(src=PEER4, dst=GW4) / UDP(sport=500, dport=500) / Raw(b"\x11" * 28))
+    add("ike6_natt", eth() / IPv6(src=PEER6, dst=GW6) / UDP(sport=4500, dport=4500) / Raw(ike_natt()))
+    add("keepalive4", eth() / IP(src=PEER4, dst=GW4) / UDP(sport=4500, dport=4500) / Raw(b"\xff"))
+    add("keepalive4_eth_padding", eth() / IP(src=PEER4, dst=GW4) / UDP(sport=4500, dport=4500) /
+        Raw(b"\xff") / Padding(b"\x00" * 17))
+    add("udp4500_empty", eth() / IP(src=PEER4, dst=GW4) / UDP(sport=4500, dport=4500))
+
+    # fragments of ESP: the kernel reassembles them first
+    add("esp4_fragment", eth() / IP(src=PEER4, dst=GW4, flags="MF", id=7) / esp(SA_RAW4))
+    add("esp6_fragment", eth() / IPv6(src=PEER6, dst=GW6) / IPv6ExtHdrFragment(m=1, id=7) / esp(SA_RAW6))
+
+    # malformed: truncated and lying headers
+    add("esp4_truncated", cut(eth() / IP(src=PEER4, dst=GW4, len=20 + 6) / esp(SA_RAW4), 14 + 20 + 6))
+    add("esp4_no_spi", cut(eth() / IP(src=PEER4, dst=GW4, len=20 + 2) / esp(SA_RAW4), 14 + 20 + 2))
+    add("esp4_len_beyond_frame", with_ip_len(eth() / IP(src=PEER4, dst=GW4) / esp(SA_RAW4), 400))
+    add("esp4_len_beyond_frame_foreign", with_ip_len(eth() / IP(src=PEER4, dst=GW4) / esp(0x9999), 400))
+    add("espinudp4_len_beyond_frame", with_ip_len(eth() / IP(src=PEER4, dst=GW4) /
+        UDP(sport=4500, dport=4500) / esp(SA_NATT4), 400))
+    add("ip4_len_below_header", with_ip_len(eth() / IP(src="10.1.0.5", dst="10.2.0.7") / tcp(), 12))
+    add("ip4_ihl_beyond_frame", cut(eth() / IP(src=PEER4, dst=GW4, ihl=15) / esp(SA_RAW4), 14 + 30))
+    add("ip4_ihl_too_small", eth() / IP(src="10.1.0.5", dst="10.2.0.7", ihl=4) / tcp())
+    add("ip4_truncated", cut(eth() / IP(src=PEER4, dst=GW4) / esp(SA_RAW4), 14 + 10))
+    add("eth_only", cut(eth() / IP(), 14))       # test_run takes no frame below 14 bytes
+    add("vlan_truncated", cut(eth() / Dot1Q(vlan=10) / IP(), 16))
+    add("ip6_ext_truncated", cut(eth() / IPv6(src=PEER6, dst=GW6) /
+        IPv6ExtHdrHopByHop(len=10, options=[]) / esp(SA_RAW6), 14 + 40 + 16))
+    add("ip6_ext_too_many", eth() / IPv6(src=PEER6, dst=GW6) /
+        IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() /
+        IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / esp(SA_RAW6))
+
+    # not IP, neighbour discovery
+    add("arp", eth(type=0x0806) / ARP(psrc="10.1.0.5", pdst="10.1.0.1"))
+    add("arp_vlan", eth() / Dot1Q(vlan=10) / ARP(psrc="10.1.0.5", pdst="10.1.0.1"))
+    add("nd6_ns", eth() / IPv6(src="fd00:1::5", dst="fd00:2::1", hlim=255) / ICMPv6ND_NS(tgt="fd00:2::1"))
+
+    # plaintext, protected side
+    add("plain4_protect_tcp", eth() / IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
+    add("plain4_protect_ip_options", eth() / IP(src="10.1.0.5", dst="10.2.0.7",
+        options=[IPOption_Router_Alert()]) / tcp())
+    add("plain4_protect_vlan_udp", eth() / Dot1Q(vlan=10) / IP(src="10.1.0.5", dst="10.2.0.7") / udp())
+    add("plain4_protect_qinq", eth() / Dot1AD(vlan=5) / Dot1Q(vlan=10) / IP(src="10.1.0.5", dst="10.2.0.7") / udp())
+    add("plain4_bypass_ssh", eth() / IP(src="10.1.0.5", dst="10.2.0.7") / tcp(22))
+    add("plain4_block", eth() / IP(src="10.1.0.5", dst="203.0.113.9") / udp())
+    add("plain4_unmatched", eth() / IP(src="10.9.0.1", dst="8.8.8.8") / udp())
+    add("plain4_to_gateway", eth() / IP(src="10.1.0.5", dst=GW4) / tcp(22))
+    add("plain4_to_gw_subnet", eth() / IP(src="10.1.0.5", dst="192.0.2.9") / tcp(22))
+    add("plain4_udp53_protect", eth() / IP(src="10.1.0.5", dst="10.3.0.7") / udp(53))
+    add("plain4_udp54_bypass", eth() / IP(src="10.1.0.5", dst="10.3.0.7") / udp(54))
+    add("plain4_udp_short_l4", cut(eth() / IP(src="10.1.0.5", dst="10.3.0.7", len=22) / udp(53), 14 + 22))
+    add("plain4_tcp_short_l4", cut(eth() / IP(src="10.1.0.5", dst="10.3.0.7", len=22) / tcp(53), 14 + 22))
+    add("plain4_len_beyond_frame", with_ip_len(eth() / IP(src="10.1.0.5", dst="10.2.0.7") / udp(), 400))
+    add("plain4_fragment_protect", eth() / IP(src="10.1.0.5", dst="10.2.0.7", flags="MF", id=9) / udp())
+    add("plain4_fragment_unsure", eth() / IP(src="10.1.0.5", dst="10.3.0.7", frag=64, id=9, proto=17) / Raw(b"x" * 24))
+    add("plain4_fragment_block", eth() / IP(src="10.1.0.5", dst="203.0.113.9", frag=64, id=9, proto=17) / Raw(b"x" * 24))
+    add("plain4_fragment_unmatched", eth() / IP(src="10.9.0.1", dst="8.8.8.8", flags="MF", id=9) / udp())
+    add("plain6_protect_tcp", eth() / IPv6(src="fd00:1::5", dst="fd00:2::7") / tcp())
+    add("plain6_protect_ext_headers", eth() / IPv6(src="fd00:1::5", dst="fd00:2::7") /
+        IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / tcp())
+    add("plain6_fragment_protect", eth() / IPv6(src="fd00:1::5", dst="fd00:2::7") /
+        IPv6ExtHdrFragment(m=1, id=9) / udp())
+    add("plain6_unmatched", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7") / tcp())
+
+    # plaintext arriving on the public side
+    add("plain4_from_remote", eth() / IP(src="10.2.0.7", dst="10.1.0.5") / tcp())
+    add("plain4_from_remote_blocked_net", eth() / IP(src="10.2.9.4", dst="10.1.0.5") / tcp())
+    add("plain6_from_remote", eth() / IPv6(src="fd00:2::7", dst="fd00:1::5") / tcp())
+    add("plain4_from_remote_fragment", eth() / IP(src="10.2.0.7", dst="10.1.0.5", frag=64, id=9, proto=17) /
+        Raw(b"x" * 24))
+    add("plain4_tcp_to_gateway", eth() / IP(src=PEER4, dst=GW4) / tcp(22))
+    add("plain4_public_unmatched", eth() / IP(src=PEER4, dst="10.9.0.1") / tcp())
+    return f
+
+
+def main():
+    out = sys.argv[1]
+    fx = fixtures()
+    names = [n for n, _ in fx]
+    assert len(names) == len(set(names)), "duplicate fixture name"
+    lines = ["// Generated by tests/bpf/make_fixtures.py. Do not edit.", "#pragma once",
+             "#include <cstddef>", "#include <cstdint>", "",
+             "struct XdpFixturePacket {", "    const char *name;", "    const uint8_t *data;",
+             "    size_t len;", "};", ""]
+    for i, (name, b) in enumerate(fx):
+        body = ",".join("0x%02x" % x for x in b)
+        lines.append("static const uint8_t kXdpPkt%d[] = {%s}; // %s" % (i, body, name))
+    lines.append("")
+    lines.append("static const XdpFixturePacket kXdpFixturePackets[] = {")
+    for i, (name, _) in enumerate(fx):
+        lines.append('    {"%s", kXdpPkt%d, sizeof kXdpPkt%d},' % (name, i, i))
+    lines.append("};")
+    with open(out, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
