@@ -44,6 +44,9 @@ check "naming FILE:LINE" 'grep -q "batch.conf:4:" "$work/err" && [ "$(wc -l <"$w
 check "and changes nothing" 'cmp -s "$XESP_DB" "$work/before"'
 sed -i '$d' "$work/batch.conf"
 check "the good part applies" '"$XESP" batch "$work/batch.conf" && "$XESP" sa list | grep -c "spi" | grep -qx 2'
+printf 'sa add src 192.0.2.9 dst 192.0.2.8 proto esp spi 0x3000 mode tunnel aead rfc4106(gcm(aes)) %s 128\n' "$KEY" >"$work/one.conf"
+check "xesp -b FILE applies a batch, as ip -b" '"$XESP" -b "$work/one.conf" && "$XESP" sa get dst 192.0.2.8 spi 0x3000 >/dev/null'
+check "xesp with no command prints help and fails" '! "$XESP" >/dev/null 2>&1'
 check "sa del" '"$XESP" sa del dst 192.0.2.1 spi 0x2000 && ! "$XESP" sa get dst 192.0.2.1 spi 0x2000 2>/dev/null'
 check "sa del of a missing SA fails" '! "$XESP" sa del dst 192.0.2.1 spi 0x2000 2>/dev/null'
 check "sa flush" '"$XESP" sa flush && [ -z "$("$XESP" sa list)" ]'

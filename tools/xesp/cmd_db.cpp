@@ -275,6 +275,15 @@ void register_db_commands(CLI::App &app)
                     "check the file against the database, change nothing");
     batch->callback(
         [batch_opts] { run_batch(batch_opts->file, batch_opts->db, batch_opts->check); });
+
+    // `xesp -b FILE`, as `ip -b FILE`: the same as `xesp batch FILE`.
+    auto top_opts = std::make_shared<DbOptions>();
+    app.add_option("-b,--batch", top_opts->file,
+                   "apply a batch file of 'sa ...' / 'policy ...' lines (as 'xesp batch FILE')");
+    app.callback([top_opts] {
+        if (!top_opts->file.empty())
+            run_batch(top_opts->file, top_opts->db, false);
+    });
 }
 
 } // namespace xesp::cli

@@ -6,12 +6,16 @@
 int main(int argc, char **argv)
 {
     CLI::App app{"xesp: an XDP/AF_XDP-accelerated IPsec ESP gateway"};
-    app.require_subcommand(1);
+    app.require_subcommand(0, 1);
     xesp::cli::register_db_commands(app);
     xesp::cli::register_pcap_command(app);
     xesp::cli::register_bench_command(app);
     try {
         app.parse(argc, argv);
+        if (app.get_subcommands().empty() && app.count("--batch") == 0) {
+            std::fprintf(stderr, "%s", app.help().c_str());
+            return 1;
+        }
     } catch (const CLI::ParseError &e) {
         return app.exit(e);
     } catch (const xesp::cli::Failure &e) {
