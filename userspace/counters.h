@@ -38,6 +38,7 @@ namespace xesp {
     X(OutSeqExhausted, "out-seq-exhausted", "XfrmOutStateSeqError")                    \
     X(OutExpired, "out-expired", "XfrmOutStateExpired")                                \
     X(OutNoHeadroom, "out-no-headroom", "XfrmOutError")                                \
+    X(OutTooBig, "out-too-big", "XfrmOutError")                                        \
     X(OutBadInner, "out-bad-inner", "XfrmOutError")                                    \
     X(OutModeMismatch, "out-mode-mismatch", "XfrmOutStateModeError")                   \
     X(OutCryptoError, "out-crypto-error", "XfrmOutStateProtoError")

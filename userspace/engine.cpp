@@ -1,5 +1,6 @@
 #include "userspace/engine.h"
 
+#include "userspace/icmp.h"
 #include "userspace/wire.h"
 
 namespace xesp {
@@ -94,9 +95,11 @@ bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
            (!t.dst.family || t.dst == sa.dst);
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend backend)
+Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend backend,
+                                               const EngineOptions &options)
 {
     std::unique_ptr<Engine> e(new Engine());
+    e->options_ = options;
     for (const SaConfig &c : config.sas) {
         auto sa = Sa::create(c, backend);
         if (!sa)
@@ -265,9 +268,31 @@ void Engine::inbound_policy_check(Sa &sa, Pkt &p)
         p.set_drop(Drop::InTmplMismatch);
 }
 
+// A packet that would not fit the egress link once encrypted, and may not be fragmented, is
+// answered with the MTU that fits. One that may be fragmented (IPv4 without DF) goes on: its
+// outer header has DF clear too.
+bool Engine::too_big(Sa &sa, Pkt &p)
+{
+    if (!options_.link_mtu)
+        return false;
+    uint32_t fits = sa.inner_mtu(options_.link_mtu);
+    if (p.len <= fits || may_fragment(p))
+        return false;
+    bool v4 = (p.ip()[0] >> 4) == 4;
+    IpAddr from = v4 ? options_.icmp_src4 : options_.icmp_src6;
+    if (!from.family)
+        from = sa.config().src;
+    if (!icmp_too_big(p, from, fits))
+        p.set_drop(Drop::OutTooBig);       // no address to answer from, or an ICMP error
+    return true;
+}
+
 void Engine::account(Pkt &p, Sa *sa)
 {
     switch (p.verdict) {
+    case Verdict::TooBig:
+        stats_.too_big++;
+        break;
     case Verdict::Pass:
         stats_.passed++;
         break;
@@ -306,6 +331,8 @@ void Engine::process(Pkt *const *pkts, size_t n)
             Dirn d = classify(p, &sa);
             owner[i] = sa;
             if (d == Dirn::None)
+                continue;
+            if (d == Dirn::Encap && too_big(*sa, p))
                 continue;
             size_t g = 0;
             while (g < ngroups && !(groups[g].sa == sa && groups[g].dirn == d))

@@ -61,15 +61,22 @@ private:
 
 bool tmpl_matches(const PolicyTmpl &tmpl, const SaConfig &sa);
 
+// What the engine knows of the links around it.
+struct EngineOptions {
+    uint32_t link_mtu = 0;      // MTU of the side encrypted packets leave on; 0 = no check
+    IpAddr icmp_src4, icmp_src6;   // source of the ICMP errors we send; else the SA's own address
+};
+
 struct EngineStats {
-    uint64_t encrypted = 0, decrypted = 0, passed = 0, dropped = 0;
+    uint64_t encrypted = 0, decrypted = 0, passed = 0, dropped = 0, too_big = 0;
     uint64_t esp_unknown_spi = 0, ike = 0, keepalive = 0;
     Counters drops;     // every drop, whatever SA it belongs to
 };
 
 class Engine {
 public:
-    static Result<std::unique_ptr<Engine>> create(const Config &config, Backend backend);
+    static Result<std::unique_ptr<Engine>> create(const Config &config, Backend backend,
+                                                  const EngineOptions &options = {});
 
     // Classifies and processes a burst of IP packets in place; each gets its verdict.
     void process(Pkt *const *pkts, size_t n);
@@ -87,8 +94,10 @@ private:
                       Sa **sa);
     Dirn check_unprotected(Pkt &p, const FlowKey &flow);
     void inbound_policy_check(Sa &sa, Pkt &p);
+    bool too_big(Sa &sa, Pkt &p);
     void account(Pkt &p, Sa *sa);
 
+    EngineOptions options_;
     SaTable sas_;
     Spd spd_;
     EngineStats stats_;

@@ -23,6 +23,7 @@ enum class Verdict : uint8_t {
     Encrypted,   // was plaintext, now ESP
     Decrypted,   // was ESP, now the inner (tunnel) or rebuilt (transport) packet
     Drop,        // see drop
+    TooBig,      // would not fit the tunnel: now the ICMP error for its sender (RFC 1191/8201)
 };
 
 struct Pkt {

@@ -26,6 +26,7 @@ nlohmann::json engine_json(const Engine &e)
     const EngineStats &s = e.stats();
     nlohmann::json j = {{"encrypted", s.encrypted}, {"decrypted", s.decrypted},
                         {"passed", s.passed},       {"dropped", s.dropped},
+                        {"too_big", s.too_big},
                         {"esp_unknown_spi", s.esp_unknown_spi},
                         {"ike", s.ike},             {"keepalive", s.keepalive}};
     j["drops"] = counters_json(s.drops, true)["drops"];

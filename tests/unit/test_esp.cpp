@@ -616,3 +616,65 @@ TEST_CASE("NAT-T transport mode fixes the inner checksum for the NAT-OA (RFC 394
     REQUIRE(run(*rx0, g) == Verdict::Decrypted);
     CHECK(g.bytes() == same);
 }
+
+TEST_CASE("a packet that no longer fits the tunnel is answered with the MTU that does",
+          "[esp][mtu]")
+{
+    const auto &gcm = all_transforms()[0];
+    EngineOptions opt;
+    opt.link_mtu = 1500;
+    opt.icmp_src4 = addr("10.1.0.254");
+    for (int family : {4, 6}) {
+        SaConfig sa = make_sa(gcm, Mode::Tunnel, family);
+        const char *src = family == 4 ? "10.1.0.1" : "fd01::1";
+        const char *dst = family == 4 ? "10.2.0.1" : "fd02::1";
+        auto tx = Engine::create(sender(sa, family == 4 ? "10.1.0.0/16" : "fd01::/16",
+                                        family == 4 ? "10.2.0.0/16" : "fd02::/16"),
+                                 Backend::Auto, opt);
+        REQUIRE(tx);
+        uint32_t fits = (*tx)->sas().all()[0]->inner_mtu(1500);
+        size_t hdr = family == 4 ? 28 : 48;
+        Frame ok(udp_packet(family, src, dst, fits - hdr));
+        CHECK(run(**tx, ok) == Verdict::Encrypted);
+        CHECK(ok.pkt.len <= 1500);
+        auto big = udp_packet(family, src, dst, fits - hdr + 1);     // DF set for IPv4
+        Frame f(big);
+        REQUIRE(run(**tx, f) == Verdict::TooBig);
+        auto out = f.bytes();
+        if (family == 4) {
+            CHECK(IpAddr::v4(&out[12]) == opt.icmp_src4);
+            CHECK(IpAddr::v4(&out[16]) == addr(src));
+            CHECK(out[9] == 1);
+            CHECK(out[20] == 3);
+            CHECK(out[21] == 4);
+            CHECK(get16(&out[26]) == fits);
+            CHECK(out.size() == 576);
+            CHECK(csum_fold(csum_add(0, out.data(), 20)) == 0xffff);
+            CHECK(csum_fold(csum_add(0, &out[20], out.size() - 20)) == 0xffff);
+            CHECK(std::equal(out.begin() + 28, out.end(), big.begin()));
+        } else {
+            CHECK(IpAddr::v6(&out[8]) == sa.src);          // no IPv6 source given: the SA's
+            CHECK(IpAddr::v6(&out[24]) == addr(src));
+            CHECK(out[6] == kProtoIcmpv6);
+            CHECK(out[40] == 2);
+            CHECK(get32(&out[44]) == fits);
+            CHECK(out.size() == 1280);
+            uint32_t sum = csum_add(0, &out[8], 32) + uint32_t(out.size() - 40) + kProtoIcmpv6;
+            CHECK(csum_fold(csum_add(sum, &out[40], out.size() - 40)) == 0xffff);
+            CHECK(std::equal(out.begin() + 48, out.end(), big.begin()));
+        }
+        CHECK((*tx)->stats().too_big == 1);
+    }
+    SECTION("IPv4 without DF is encrypted anyway, with DF clear outside")
+    {
+        SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
+        auto tx = Engine::create(sender(sa, "10.1.0.0/16", "10.2.0.0/16"), Backend::Auto, opt);
+        REQUIRE(tx);
+        auto p = udp_packet(4, "10.1.0.1", "10.2.0.1", 1472);
+        p[6] = 0;
+        ipv4_set_checksum(p.data());
+        Frame f(p);
+        CHECK(run(**tx, f) == Verdict::Encrypted);
+        CHECK((f.pkt.ip()[6] & 0x40) == 0);
+    }
+}

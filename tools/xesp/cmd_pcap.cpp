@@ -16,6 +16,8 @@ namespace {
 struct PcapOptions {
     std::string batch, in, out, crypto = "auto";
     bool json = false;
+    uint32_t mtu = 0;
+    std::vector<std::string> icmp_src;
 };
 
 constexpr size_t kBurst = 32;
@@ -41,7 +43,15 @@ void run_pcap(const PcapOptions &o)
     auto config = load_batch_file(o.batch);
     if (!config)
         throw Failure(config.error().message);
-    auto engine = Engine::create(*config, *backend);
+    EngineOptions eo;
+    eo.link_mtu = o.mtu;
+    for (const auto &a : o.icmp_src) {
+        auto addr = IpAddr::parse(a);
+        if (!addr)
+            throw Failure("pcap: --icmp-src '" + a + "' is not an IPv4 or IPv6 address");
+        (addr->family == 4 ? eo.icmp_src4 : eo.icmp_src6) = *addr;
+    }
+    auto engine = Engine::create(*config, *backend, eo);
     if (!engine)
         throw Failure(o.batch + ": " + engine.error().message);
     nlohmann::json expires = nlohmann::json::array();
@@ -113,8 +123,12 @@ void run_pcap(const PcapOptions &o)
             // The IP packet keeps its Ethernet header, written just in front of it.
             uint8_t *l2 = s.pkt.ip() - s.l2_len;
             std::memcpy(l2, s.l2, s.l2_len);
-            if (lt == DLT_EN10MB)
+            if (lt == DLT_EN10MB) {
                 set_ethertype(l2, s.l2_len, s.pkt.ip()[0] >> 4);
+                if (s.pkt.verdict == Verdict::TooBig)      // goes back to where it came from
+                    for (int b = 0; b < 6; b++)
+                        std::swap(l2[b], l2[6 + b]);
+            }
             writer->write(l2, s.l2_len + s.pkt.len, s.ts);
             frames_out++;
         }
@@ -146,6 +160,11 @@ void register_pcap_command(CLI::App &app)
     c->add_option("--out", o->out, "Output capture")->required();
     c->add_option("--crypto", o->crypto, "Crypto backend: auto, openssl, ipsecmb");
     c->add_flag("--json", o->json, "Counters as JSON on stdout");
+    c->add_option("--mtu", o->mtu,
+                  "MTU of the encrypted side: a packet that no longer fits and may not be "
+                  "fragmented is answered with ICMP fragmentation needed / packet too big");
+    c->add_option("--icmp-src", o->icmp_src,
+                  "Source address of those ICMP errors (one per family; default: the SA's)");
     c->callback([o] { run_pcap(*o); });
 }
 
