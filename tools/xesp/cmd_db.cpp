@@ -1,7 +1,9 @@
 // `xesp sa ...`, `xesp policy ...` and `xesp batch FILE`: the `ip xfrm` grammar on the command
-// line. The databases are kept in a file (--db) holding one batch of `sa add` / `policy add`
-// lines, keys included: it is read, changed in memory and replaced atomically, so that a
-// command that fails leaves it exactly as it was.
+// line. When an `xesp daemon` answers on its control socket (--socket), the commands go to it
+// and it applies them (userspace/control.h). Otherwise the databases are kept in a file (--db)
+// holding one batch of `sa add` / `policy add` lines, keys included: it is read, changed in
+// memory and replaced atomically, so that a command that fails leaves it exactly as it was.
+// --db FILE always means the file; --socket PATH always means a daemon.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <iterator>
@@ -18,6 +21,7 @@
 
 #include "tools/xesp/commands.h"
 #include "userspace/config.h"
+#include "userspace/control.h"
 
 namespace xesp::cli {
 
@@ -29,6 +33,12 @@ std::string default_db()
 {
     const char *env = std::getenv("XESP_DB");
     return env && *env ? env : kDefaultDb;
+}
+
+std::string default_socket()
+{
+    const char *env = std::getenv("XESP_SOCKET");
+    return env && *env ? env : kDefaultControlSocket;
 }
 
 std::string sys_error(const std::string &what, const std::string &path)
@@ -159,70 +169,139 @@ bool is_mutating(Command::Verb v)
 
 void print_entries(const Command &cmd, const Config &cfg, bool show_keys)
 {
-    using V = Command::Verb;
-    bool sa = cmd.object == Command::Object::Sa;
-    if (cmd.verb == V::Get) {
-        if (sa)
-            std::cout << format_sa(*cfg.find_sa(cmd.sa.dst, cmd.sa.spi), show_keys) << '\n';
-        else
-            std::cout << format_policy(*cfg.find_policy(cmd.policy.sel, cmd.policy.dir)) << '\n';
-    } else if (cmd.verb == V::List) {
-        if (sa)
-            for (const auto &s : cfg.sas)
-                std::cout << format_sa(s, show_keys) << '\n';
-        else
-            for (const auto &p : cfg.policies)
-                std::cout << format_policy(p) << '\n';
-    }
+    std::string out = command_output(cmd, cfg, show_keys);
+    std::cout << out;
     std::cout.flush();
+    OPENSSL_cleanse(out.data(), out.size());
 }
 
-void run_command(const std::string &object, const std::vector<std::string> &words,
-                 const std::string &db, bool show_keys)
+struct DbOptions {
+    std::string db = default_db();
+    std::string socket = default_socket();
+    bool show_keys = false;
+    std::vector<std::string> words;
+    std::string file;
+    bool check = false;
+    CLI::Option *db_given = nullptr;
+    CLI::Option *socket_given = nullptr;
+};
+
+void add_db_option(CLI::App *sub, DbOptions &o)
+{
+    o.db_given = sub->add_option(
+        "--db", o.db, "database file, used when no daemon runs (default: $XESP_DB, else " +
+                          std::string(kDefaultDb) + ")");
+    o.socket_given = sub->add_option(
+        "--socket", o.socket,
+        "the xesp daemon's control socket (default: $XESP_SOCKET, else " +
+            std::string(kDefaultControlSocket) + ")");
+    o.db_given->excludes(o.socket_given);
+}
+
+bool given(const CLI::Option *opt)
+{
+    return opt && opt->count() > 0;
+}
+
+// The daemon, if the command goes to one: always with --socket, never with --db, and otherwise
+// when one answers on the default socket. No socket file, a stale one, or one this user may
+// not open (it is root's) means the database file.
+std::optional<ControlClient> reach_daemon(const DbOptions &o)
+{
+    if (given(o.db_given))
+        return std::nullopt;
+    auto client = ControlClient::connect(o.socket);
+    if (client)
+        return std::move(*client);
+    int err = client.error().code.value();
+    if (given(o.socket_given))
+        throw Failure(client.error().message +
+                      (err == EACCES ? " (the socket is root's)" : " (is `xesp daemon` running?)"));
+    if (err == ENOENT || err == ECONNREFUSED || err == ENOTDIR || err == EACCES || err == EPERM)
+        return std::nullopt;
+    throw Failure(client.error().message + " (to use the database file, give --db FILE)");
+}
+
+// Prints what the daemon answered, or fails with its one-line error.
+void finish(Result<ControlResponse> r)
+{
+    if (!r)
+        throw Failure(r.error().message);
+    if (!r->ok)
+        throw Failure(r->error);
+    std::cout << r->output;
+    std::cout.flush();
+    r->wipe();
+}
+
+Result<std::string> read_batch_text(const std::string &file)
+{
+    if (file == "-")
+        return std::string((std::istreambuf_iterator<char>(std::cin)),
+                           std::istreambuf_iterator<char>());
+    std::ifstream in(file, std::ios::binary);
+    if (!in)
+        return make_error("cannot open " + file + ": " + std::strerror(errno), errno);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) {
+        OPENSSL_cleanse(text.data(), text.size());
+        return make_error("cannot read " + file + ": " + std::strerror(errno), errno);
+    }
+    return text;
+}
+
+void daemon_batch(ControlClient &daemon, const std::string &file, bool check_only)
+{
+    auto text = read_batch_text(file);
+    if (!text)
+        throw Failure(text.error().message);
+    auto r = daemon.batch(*text, file == "-" ? "<stdin>" : file, check_only);
+    OPENSSL_cleanse(text->data(), text->size());
+    finish(std::move(r));
+}
+
+void run_command(const std::string &object, const DbOptions &o)
 {
     std::vector<std::string> all{object};
-    all.insert(all.end(), words.begin(), words.end());
+    all.insert(all.end(), o.words.begin(), o.words.end());
     auto cmd = parse_command(all);
     if (!cmd)
         throw Failure(cmd.error().message);
-    with_db(db, is_mutating(cmd->verb), [&](Config &cfg) {
+    if (auto daemon = reach_daemon(o)) {
+        auto r = daemon->command(all, o.show_keys);
+        for (auto &w : all)
+            OPENSSL_cleanse(w.data(), w.size());
+        finish(std::move(r));
+        return;
+    }
+    with_db(o.db, is_mutating(cmd->verb), [&](Config &cfg) {
         auto applied = cfg.apply(*cmd);
         if (!applied)
             throw Failure(applied.error().message);
-        print_entries(*cmd, cfg, show_keys);
+        print_entries(*cmd, cfg, o.show_keys);
     });
 }
 
-void run_batch(const std::string &file, const std::string &db, bool check_only)
+void run_batch(const DbOptions &o)
 {
-    with_db(db, !check_only, [&](Config &cfg) {
+    if (auto daemon = reach_daemon(o)) {
+        daemon_batch(*daemon, o.file, o.check);
+        return;
+    }
+    with_db(o.db, !o.check, [&](Config &cfg) {
         Result<Config> loaded = make_error("");
-        if (file == "-") {
+        if (o.file == "-") {
             std::string text((std::istreambuf_iterator<char>(std::cin)),
                              std::istreambuf_iterator<char>());
             loaded = load_batch(text, "<stdin>", cfg);
             OPENSSL_cleanse(text.data(), text.size());
         } else {
-            loaded = load_batch_file(file, cfg);
+            loaded = load_batch_file(o.file, cfg);
         }
         if (!loaded)
             throw Failure(loaded.error().message);
         cfg = std::move(*loaded);
     });
-}
-
-struct DbOptions {
-    std::string db = default_db();
-    bool show_keys = false;
-    std::vector<std::string> words;
-    std::string file;
-    bool check = false;
-};
-
-void add_db_option(CLI::App *sub, DbOptions &o)
-{
-    sub->add_option("--db", o.db,
-                    "database file (default: $XESP_DB, else " + std::string(kDefaultDb) + ")");
 }
 
 constexpr const char *kSaFooter = R"(Commands, in the words of `ip xfrm state`:
@@ -257,14 +336,14 @@ void register_db_commands(CLI::App &app)
     sa->add_flag("--show-keys", sa_opts->show_keys, "print keys in list and get");
     sa->add_option("words", sa_opts->words, "COMMAND and its ip xfrm words");
     sa->footer(kSaFooter);
-    sa->callback([sa_opts] { run_command("sa", sa_opts->words, sa_opts->db, sa_opts->show_keys); });
+    sa->callback([sa_opts] { run_command("sa", *sa_opts); });
 
     auto pol_opts = std::make_shared<DbOptions>();
     CLI::App *policy = app.add_subcommand("policy", "add, change and list security policies");
     add_db_option(policy, *pol_opts);
     policy->add_option("words", pol_opts->words, "COMMAND and its ip xfrm words");
     policy->footer(kPolicyFooter);
-    policy->callback([pol_opts] { run_command("policy", pol_opts->words, pol_opts->db, false); });
+    policy->callback([pol_opts] { run_command("policy", *pol_opts); });
 
     auto batch_opts = std::make_shared<DbOptions>();
     CLI::App *batch = app.add_subcommand(
@@ -273,8 +352,7 @@ void register_db_commands(CLI::App &app)
     batch->add_option("file", batch_opts->file, "the batch file, - for standard input")->required();
     batch->add_flag("--check", batch_opts->check,
                     "check the file against the database, change nothing");
-    batch->callback(
-        [batch_opts] { run_batch(batch_opts->file, batch_opts->db, batch_opts->check); });
+    batch->callback([batch_opts] { run_batch(*batch_opts); });
 
     // `xesp -b FILE`, as `ip -b FILE`: the same as `xesp batch FILE`.
     auto top_opts = std::make_shared<DbOptions>();
@@ -282,7 +360,7 @@ void register_db_commands(CLI::App &app)
                    "apply a batch file of 'sa ...' / 'policy ...' lines (as 'xesp batch FILE')");
     app.callback([top_opts] {
         if (!top_opts->file.empty())
-            run_batch(top_opts->file, top_opts->db, false);
+            run_batch(*top_opts);
     });
 }
 
