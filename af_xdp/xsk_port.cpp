@@ -180,9 +180,11 @@ struct XskPort::State {
         return p.frame >= area && p.frame < area + area_size &&
                uint64_t(p.frame - area) % kFrameSize == 0;
     }
+    // What tx_burst sends: the link-layer header in front of l3, then the IP packet.
     static bool fits(const Pkt &p)
     {
-        return p.len >= 14 && p.l3 <= kFrameSize && p.len <= kFrameSize - p.l3;
+        uint64_t start = uint64_t(p.l3) - p.l2_len, len = uint64_t(p.l2_len) + p.len;
+        return p.l2_len <= p.l3 && len >= 14 && p.l3 <= kFrameSize && len <= kFrameSize - start;
     }
 };
 
@@ -440,8 +442,8 @@ size_t XskPort::tx_burst(Pkt *pkts, size_t n)
             continue;
         }
         xdp_desc *d = xsk_ring_prod__tx_desc(&s.tx, idx + placed++);
-        d->addr = uint64_t(p.frame - s.area) + p.l3;
-        d->len = p.len;
+        d->addr = uint64_t(p.frame - s.area) + p.l3 - p.l2_len;
+        d->len = p.l2_len + p.len;
         d->options = 0;
     }
     if (good) {

@@ -7,9 +7,10 @@
 // the slot, and the program's fallback then decides what happens to the queue's traffic.
 //
 // What a Pkt covers here. rx_burst hands out the frame as it came off the wire: `l3` is where
-// the link-layer header starts, `len` the whole frame. tx_burst sends bytes [l3, l3 + len) of
-// each frame: before sending, the caller writes the link-layer header in front of the IP packet
-// and moves l3 back over it (a packet that grew into the headroom is sent from its new start).
+// the link-layer header starts, `len` the whole frame, l2_len 0 (classified_from_meta then moves
+// l3 to the IP header and sets l2_len). tx_burst sends [l3 - l2_len, l3 + len) of each frame:
+// the caller writes the link-layer header right in front of the IP packet and sets l2_len (a
+// packet that grew into the headroom is sent from its new start).
 //
 // Copy mode (veth, and drivers without AF_XDP support) sends only when kicked, at most a
 // driver batch (32 frames) per sendto(): tx_burst and complete() kick while descriptors wait.
@@ -121,11 +122,13 @@ private:
 // descriptor does not say whether metadata was written: check a magic value, and clear it.
 inline const void *meta(const Pkt &p, size_t len)
 {
-    return len <= p.l3 ? p.frame + p.l3 - len : nullptr;
+    uint32_t start = p.l3 - p.l2_len;      // where the frame's link-layer header starts
+    return p.l2_len <= p.l3 && len <= start ? p.frame + start - len : nullptr;
 }
 inline void *meta(Pkt &p, size_t len)
 {
-    return len <= p.l3 ? p.frame + p.l3 - len : nullptr;
+    uint32_t start = p.l3 - p.l2_len;
+    return p.l2_len <= p.l3 && len <= start ? p.frame + start - len : nullptr;
 }
 
 } // namespace xesp

@@ -1,5 +1,8 @@
 #include "userspace/engine.h"
 
+#include <cstring>
+
+#include "bpf/xesp_xdp_abi.h"
 #include "userspace/icmp.h"
 #include "userspace/wire.h"
 
@@ -24,9 +27,11 @@ size_t SaKeyHash::operator()(const FlowSaKey &k) const
     return size_t(h ^ (h >> 29));
 }
 
-void SaTable::add(std::unique_ptr<Sa> sa)
+uint32_t SaTable::add(std::unique_ptr<Sa> sa)
 {
     const SaConfig &c = sa->config();
+    uint32_t id = uint32_t(sas_.size());
+    ids_[sa.get()] = id;
     by_spi_[SaKey{c.dst, c.spi}] = sa.get();
     if (c.dir != Dir::In) {
         // The newest SA for a flow wins, as after a rekey.
@@ -34,6 +39,13 @@ void SaTable::add(std::unique_ptr<Sa> sa)
         by_flow_[FlowSaKey{c.src, c.dst, 0}] = sa.get();
     }
     sas_.push_back(std::move(sa));
+    return id;
+}
+
+uint32_t SaTable::id_of(const Sa &sa) const
+{
+    auto it = ids_.find(&sa);
+    return it == ids_.end() ? kNoId : it->second;
 }
 
 Sa *SaTable::find_in(const IpAddr &dst, uint32_t spi) const
@@ -60,18 +72,22 @@ Sa *SaTable::find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const
     return sa;
 }
 
-void Spd::add(const PolicyConfig &p)
+uint32_t Spd::add(const PolicyConfig &p)
 {
+    uint32_t id = uint32_t(all_.size());
+    all_.push_back(p);
     auto &v = by_dir_[size_t(p.dir)];
     auto it = v.begin();
-    while (it != v.end() && it->priority <= p.priority)
+    while (it != v.end() && all_[*it].priority <= p.priority)
         ++it;
-    v.insert(it, p);
+    v.insert(it, id);
+    return id;
 }
 
 const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
 {
-    for (const PolicyConfig &p : by_dir_[size_t(dir)]) {
+    for (uint32_t id : by_dir_[size_t(dir)]) {
+        const PolicyConfig &p = all_[id];
         const Selector &s = p.sel;
         if (!f.fragment) {
             if (s.matches(f.src, f.dst, f.proto, f.sport, f.dport))
@@ -109,6 +125,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
     }
     for (const PolicyConfig &p : config.policies)
         e->spd_.add(p);
+    e->policy_sa_.assign(e->spd_.size(), nullptr);
+    for (uint32_t id = 0; id < e->spd_.size(); id++) {
+        const PolicyConfig &p = *e->spd_.by_id(id);
+        if (p.dir == Dir::Out && p.tmpl && p.tmpl->src.family && p.tmpl->dst.family)
+            e->policy_sa_[id] = e->sas_.find_out(*p.tmpl, FlowKey{});  // flow not consulted
+    }
     return e;
 }
 
@@ -311,9 +333,12 @@ void Engine::account(Pkt &p, Sa *sa)
     }
 }
 
-void Engine::process(Pkt *const *pkts, size_t n)
+// The part of process() and process_classified() after classification: packets that go to an
+// SA are grouped by SA and direction (keeping their order within a group), each group goes
+// through ESP in one burst, decrypted packets through the inbound policy check, and every
+// packet is counted. n <= kMaxBurst.
+void Engine::dispatch(Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size_t n)
 {
-    // Group the burst by SA and direction, keeping packet order within each group.
     struct Group {
         Sa *sa;
         Dirn dirn;
@@ -321,42 +346,189 @@ void Engine::process(Pkt *const *pkts, size_t n)
         Pkt *pkts[kMaxBurst];
     };
     Group groups[kMaxBurst];
+    size_t ngroups = 0;
+    for (size_t i = 0; i < n; i++) {
+        Pkt &p = *pkts[i];
+        Sa *sa = owner[i];
+        Dirn d = dirn[i];
+        if (d == Dirn::None)
+            continue;
+        if (d == Dirn::Encap && too_big(*sa, p))
+            continue;
+        size_t g = 0;
+        while (g < ngroups && !(groups[g].sa == sa && groups[g].dirn == d))
+            g++;
+        if (g == ngroups)
+            groups[ngroups++] = Group{sa, d, 0, {}};
+        groups[g].pkts[groups[g].n++] = &p;
+    }
+    for (size_t g = 0; g < ngroups; g++) {
+        Group &gr = groups[g];
+        if (gr.dirn == Dirn::Encap) {
+            esp_encap_burst(*gr.sa, gr.pkts, gr.n);
+        } else {
+            esp_decap_burst(*gr.sa, gr.pkts, gr.n);
+            for (size_t i = 0; i < gr.n; i++)
+                if (gr.pkts[i]->verdict == Verdict::Decrypted)
+                    inbound_policy_check(*gr.sa, *gr.pkts[i]);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        Pkt &p = *pkts[i];
+        // A new packet where the old one was: whatever link-layer header sat in front of it
+        // has been overwritten or left behind.
+        if (p.verdict == Verdict::Encrypted || p.verdict == Verdict::Decrypted ||
+            p.verdict == Verdict::TooBig)
+            p.l2_len = 0;
+        account(p, owner[i]);
+    }
+}
+
+void Engine::process(Pkt *const *pkts, size_t n)
+{
+    Dirn dirn[kMaxBurst];
     Sa *owner[kMaxBurst];
     while (n) {
-        size_t k = n < kMaxBurst ? n : kMaxBurst, ngroups = 0;
+        size_t k = n < kMaxBurst ? n : kMaxBurst;
         for (size_t i = 0; i < k; i++) {
-            Pkt &p = *pkts[i];
-            p.verdict = Verdict::Pass;
-            Sa *sa;
-            Dirn d = classify(p, &sa);
-            owner[i] = sa;
-            if (d == Dirn::None)
-                continue;
-            if (d == Dirn::Encap && too_big(*sa, p))
-                continue;
-            size_t g = 0;
-            while (g < ngroups && !(groups[g].sa == sa && groups[g].dirn == d))
-                g++;
-            if (g == ngroups)
-                groups[ngroups++] = Group{sa, d, 0, {}};
-            groups[g].pkts[groups[g].n++] = &p;
+            pkts[i]->verdict = Verdict::Pass;
+            dirn[i] = classify(*pkts[i], &owner[i]);
         }
-        for (size_t g = 0; g < ngroups; g++) {
-            Group &gr = groups[g];
-            if (gr.dirn == Dirn::Encap) {
-                esp_encap_burst(*gr.sa, gr.pkts, gr.n);
-            } else {
-                esp_decap_burst(*gr.sa, gr.pkts, gr.n);
-                for (size_t i = 0; i < gr.n; i++)
-                    if (gr.pkts[i]->verdict == Verdict::Decrypted)
-                        inbound_policy_check(*gr.sa, *gr.pkts[i]);
-            }
-        }
-        for (size_t i = 0; i < k; i++)
-            account(*pkts[i], owner[i]);
+        dispatch(pkts, dirn, owner, k);
         pkts += k;
         n -= k;
     }
+}
+
+// The length of the IP datagram in p per its own header, and in *hdr_len the length of that
+// header (IPv6: without extension headers); 0 if the header is not IP or its lengths lie.
+static uint32_t ip_datagram_len(const Pkt &p, uint32_t *hdr_len)
+{
+    const uint8_t *ip = p.ip();
+    if (p.len >= kIpv4Len && (ip[0] >> 4) == 4) {
+        uint32_t hl = uint32_t(ip[0] & 0x0f) * 4, total = get16(ip + 2);
+        *hdr_len = hl;
+        return hl >= kIpv4Len && total >= hl && total <= p.len ? total : 0;
+    }
+    if (p.len >= kIpv6Len && (ip[0] >> 4) == 6) {
+        uint32_t total = kIpv6Len + get16(ip + 4);
+        *hdr_len = kIpv6Len;
+        return total <= p.len ? total : 0;
+    }
+    return 0;
+}
+
+// ESP the classifier matched to SA c.id. The id is checked against the packet's own
+// (destination, SPI), the key it was found by: an id from before a reload may name another
+// SA now, or none.
+Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
+{
+    uint32_t hl = 0, total = ip_datagram_len(p, &hl);
+    if (!total || c.l4 < hl) {
+        p.set_drop(Drop::InBadLength);
+        return Dirn::None;
+    }
+    p.len = total;                      // drop link-layer padding
+    if (c.l4 + kEspHdrLen > p.len) {
+        p.set_drop(Drop::InTruncated);
+        return Dirn::None;
+    }
+    const uint8_t *ip = p.ip();
+    Sa *s = sas_.by_id(c.id);
+    if (!s || s->config().spi != get32(ip + c.l4) ||
+        s->config().dst != ((ip[0] >> 4) == 6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16))) {
+        p.set_drop(Drop::InNoStates);
+        return Dirn::None;
+    }
+    *sa = s;
+    if (s->natt() != c.natt) {
+        p.set_drop(Drop::InEncapMismatch);
+        return Dirn::None;
+    }
+    p.l4 = c.l4;
+    return Dirn::Decap;
+}
+
+// Plaintext the classifier matched to out policy c.id: its SA, from the cache when the
+// template names both addresses, else found with the packet's addresses (transport mode).
+Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
+{
+    const PolicyConfig *pol = spd_.by_id(c.id);
+    if (!pol || pol->dir != Dir::Out) {
+        p.set_drop(Drop::OutNoStates);  // not a policy that protects: nothing to encrypt with
+        return Dirn::None;
+    }
+    if (pol->action == Action::Block) {
+        p.set_drop(Drop::OutPolBlock);
+        return Dirn::None;
+    }
+    if (!pol->tmpl)
+        return Dirn::None;              // bypass
+    uint32_t hl = 0, total = ip_datagram_len(p, &hl);
+    if (!total) {
+        p.set_drop(Drop::OutBadInner);
+        return Dirn::None;
+    }
+    p.len = total;
+    *sa = policy_sa_[c.id];
+    if (!*sa && !(pol->tmpl->src.family && pol->tmpl->dst.family)) {
+        const uint8_t *ip = p.ip();
+        FlowKey flow;
+        bool v6 = (ip[0] >> 4) == 6;
+        flow.src = v6 ? IpAddr::v6(ip + 8) : IpAddr::v4(ip + 12);
+        flow.dst = v6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16);
+        *sa = sas_.find_out(*pol->tmpl, flow);
+    }
+    if (!*sa) {
+        // Fail closed: the policy says protect, and there is nothing to protect it with.
+        p.set_drop(Drop::OutNoStates);
+        return Dirn::None;
+    }
+    return Dirn::Encap;
+}
+
+void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t n)
+{
+    Dirn dirn[kMaxBurst];
+    Sa *owner[kMaxBurst];
+    while (n) {
+        size_t k = n < kMaxBurst ? n : kMaxBurst;
+        for (size_t i = 0; i < k; i++) {
+            Pkt &p = *pkts[i];
+            p.verdict = Verdict::Pass;
+            owner[i] = nullptr;
+            dirn[i] = cls[i].kind == Classified::Decap ? resolve_decap(p, cls[i], &owner[i])
+                                                       : resolve_encap(p, cls[i], &owner[i]);
+        }
+        dispatch(pkts, dirn, owner, k);
+        pkts += k;
+        cls += k;
+        n -= k;
+    }
+}
+
+static_assert(sizeof(xesp_meta) == 32);
+
+bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c)
+{
+    if (!meta || len < sizeof(xesp_meta))
+        return false;
+    xesp_meta m;
+    std::memcpy(&m, meta, sizeof m);
+    if (m.magic != XESP_META_MAGIC || (m.kind != XESP_META_DECAP && m.kind != XESP_META_ENCAP))
+        return false;
+    // Offsets count from the frame start, which is where l3 points until we move it.
+    uint32_t start = p.l3 - p.l2_len, frame = p.l2_len + p.len;
+    if (p.l2_len > p.l3 || m.l3_off >= frame || m.l4_off < m.l3_off || m.l4_off > frame)
+        return false;
+    p.l3 = start + m.l3_off;
+    p.l2_len = m.l3_off;
+    p.len = frame - m.l3_off;
+    c->kind = m.kind == XESP_META_DECAP ? Classified::Decap : Classified::Encap;
+    c->id = m.id;
+    c->l4 = uint16_t(m.l4_off - m.l3_off);
+    c->natt = m.kind == XESP_META_DECAP && (m.flags & XESP_META_F_NATT);
+    return true;
 }
 
 } // namespace xesp

@@ -1,9 +1,13 @@
 // The engine: SA and policy tables plus the classification that decides, per packet, whether
 // it is ESP for one of our SAs (decrypt), plaintext an outbound policy protects (encrypt),
-// blocked, or not ours (pass). `xesp pcap` drives it over a capture; the gateway's XDP program
-// does the classification in the kernel and hands the result over in the frame's metadata.
+// blocked, or not ours (pass). `xesp pcap` drives it over a capture (process()); the gateway's
+// XDP program does the classification in the kernel and hands the result over in the frame's
+// metadata (classified_from_meta(), then process_classified()), so that no packet is looked up
+// twice.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -31,32 +35,47 @@ struct SaKeyHash {
 
 // SAs by (destination, SPI) for inbound ESP and by (source, destination, reqid) for templates:
 // both O(1) whatever the number of tunnels.
+//
+// Every SA also has an id: its index in all(), given by add() and never reused. The XDP
+// classifier's SA map carries these ids, so a redirected packet names its SA directly.
 class SaTable {
 public:
-    void add(std::unique_ptr<Sa> sa);
+    static constexpr uint32_t kNoId = UINT32_MAX;
+
+    uint32_t add(std::unique_ptr<Sa> sa);     // returns the SA's id
     Sa *find_in(const IpAddr &dst, uint32_t spi) const;
     Sa *find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const;
+    Sa *by_id(uint32_t id) const { return id < sas_.size() ? sas_[id].get() : nullptr; }
+    uint32_t id_of(const Sa &sa) const;       // kNoId if the SA is not in this table
     const std::vector<std::unique_ptr<Sa>> &all() const { return sas_; }
 
 private:
     std::vector<std::unique_ptr<Sa>> sas_;
+    std::unordered_map<const Sa *, uint32_t> ids_;
     std::unordered_map<SaKey, Sa *, SaKeyHash> by_spi_;
     std::unordered_map<FlowSaKey, Sa *, SaKeyHash> by_flow_;
 };
 
 // Policies per direction in priority order (lower first, then the order they were added).
 // Linear: the gateway classifies with LPM tries in XDP; this serves `xesp pcap` and the check
-// after decryption.
+// after decryption. A policy's id is the order it was added in (0, 1, ...), whatever its
+// direction; pointers to policies stay valid until the next add().
 class Spd {
 public:
-    void add(const PolicyConfig &p);
+    uint32_t add(const PolicyConfig &p);      // returns the policy's id
     // The first policy that matches. A fragment carries no ports, so policies with port
     // selectors cannot match it; if one of those that protects or blocks would have come
     // first, *unsure is set (RFC 4301 7: such a fragment cannot be classified safely).
     const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure = nullptr) const;
+    const PolicyConfig *by_id(uint32_t id) const
+    {
+        return id < all_.size() ? &all_[id] : nullptr;
+    }
+    size_t size() const { return all_.size(); }
 
 private:
-    std::vector<PolicyConfig> by_dir_[4];
+    std::vector<PolicyConfig> all_;           // by id
+    std::vector<uint32_t> by_dir_[4];         // ids, in lookup order
 };
 
 bool tmpl_matches(const PolicyTmpl &tmpl, const SaConfig &sa);
@@ -66,6 +85,25 @@ struct EngineOptions {
     uint32_t link_mtu = 0;      // MTU of the side encrypted packets leave on; 0 = no check
     IpAddr icmp_src4, icmp_src6;   // source of the ICMP errors we send; else the SA's own address
 };
+
+// What the XDP classifier found for a packet: the gateway translates struct xesp_meta
+// (bpf/xesp_xdp_abi.h) into this with classified_from_meta().
+struct Classified {
+    enum Kind : uint8_t { Decap, Encap } kind = Decap;
+    uint32_t id = 0;        // Decap: SA id (Engine::sa_id); Encap: out-policy id (policy_by_id)
+    uint16_t l4 = 0;        // Decap: ESP header, bytes from the IP header (behind UDP for NAT-T);
+                            // Encap: the transport header (not needed by the engine)
+    bool natt = false;      // Decap: the ESP header follows a UDP header (RFC 3948)
+};
+
+// Reads the metadata the XDP program put in front of a frame: `meta` points at the `len`
+// bytes before the frame start (xsk_port.h's meta()), `p` is the frame as XskPort::rx_burst
+// hands it out. Checks the magic, the kind and the offsets; then moves p.l3 to the IP header,
+// sets p.l2_len to the link-layer bytes before it (Ethernet, VLAN tags), p.len to the rest of
+// the frame, and fills *c. Leaves p alone and returns false for a frame without valid
+// metadata: classify that one with Engine::process(). The caller clears the magic afterwards,
+// as frames are reused.
+bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c);
 
 struct EngineStats {
     uint64_t encrypted = 0, decrypted = 0, passed = 0, dropped = 0, too_big = 0;
@@ -81,6 +119,28 @@ public:
     // Classifies and processes a burst of IP packets in place; each gets its verdict.
     void process(Pkt *const *pkts, size_t n);
 
+    // The same for packets the XDP classifier has already looked up: cls[i] says what pkts[i]
+    // is, and no table is searched again. Trusted only as far as it is cheap to check: a
+    // decap id must name an SA with the packet's (destination, SPI) and encapsulation, else
+    // the packet is dropped as in-no-state (a stale id, as after a reload); an encap id must
+    // name an out policy, else out-no-state. Then as process(): out-no-state when the policy's
+    // template has no SA (fail closed), out-policy-block for a block policy, path MTU, the
+    // inbound policy check after decryption, the same counters. A rewritten packet (Encrypted,
+    // Decrypted, TooBig) gets l2_len = 0: its link-layer header is the caller's to write.
+    void process_classified(Pkt *const *pkts, const Classified *cls, size_t n);
+
+    // Ids for the XDP classifier's maps (XdpProgram::add_sa, add_policy), fixed at create()
+    // and stable for the Engine's life:
+    //   SA id      the SA's index in Config::sas (= its index in sas().all());
+    //   policy id  the policy's index in Config::policies, whatever its direction (in and
+    //              fwd policies go into the classifier's maps too; only out policies come
+    //              back as Encap ids).
+    static constexpr uint32_t kNoId = SaTable::kNoId;
+    uint32_t sa_id(const Sa &sa) const { return sas_.id_of(sa); }     // kNoId if not ours
+    Sa *sa_by_id(uint32_t id) const { return sas_.by_id(id); }        // nullptr if none
+    const PolicyConfig *policy_by_id(uint32_t id) const { return spd_.by_id(id); }
+    size_t policy_count() const { return spd_.size(); }
+
     const SaTable &sas() const { return sas_; }
     const EngineStats &stats() const { return stats_; }
     // Expire notifications (soft and hard lifetimes) as they happen.
@@ -90,6 +150,9 @@ public:
 
 private:
     Dirn classify(Pkt &p, Sa **sa);
+    Dirn resolve_decap(Pkt &p, const Classified &c, Sa **sa);
+    Dirn resolve_encap(Pkt &p, const Classified &c, Sa **sa);
+    void dispatch(Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size_t n);
     Dirn classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp, const IpAddr &dst,
                       Sa **sa);
     Dirn check_unprotected(Pkt &p, const FlowKey &flow);
@@ -100,6 +163,10 @@ private:
     EngineOptions options_;
     SaTable sas_;
     Spd spd_;
+    // By policy id: the SA of an out policy whose template names both addresses, found at
+    // create() (the tables do not change afterwards). Transport templates that take the
+    // addresses from the packet are looked up per packet.
+    std::vector<Sa *> policy_sa_;
     EngineStats stats_;
 };
 

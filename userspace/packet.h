@@ -32,6 +32,8 @@ struct Pkt {
     uint32_t l3 = 0;            // offset of the IP header in the frame
     uint32_t len = 0;           // bytes of the IP packet
     uint16_t l4 = 0;            // ESP packets: offset of the ESP header from the IP header
+    uint16_t l2_len = 0;        // bytes of link-layer header (Ethernet, VLAN tags) right before
+                                // l3; 0 once the engine has rewritten the packet
     Verdict verdict = Verdict::Pass;
     Drop drop = Drop::Count;
 
