@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <openssl/crypto.h>
 
+#include "userspace/sys_util.h"
+
 namespace xesp {
 
 namespace {
@@ -237,19 +239,6 @@ std::string answer(ControlHandler &h, std::string_view line, bool *ok)
 }
 
 // ---- Sockets ------------------------------------------------------------------------------
-
-std::string sys_error(const std::string &what, const std::string &path)
-{
-    return what + " " + path + ": " + std::strerror(errno);
-}
-
-std::string parent_dir(const std::string &path)
-{
-    auto slash = path.rfind('/');
-    if (slash == std::string::npos)
-        return ".";
-    return slash == 0 ? "/" : path.substr(0, slash);
-}
 
 Result<sockaddr_un> unix_address(const std::string &path)
 {

@@ -321,17 +321,25 @@ void esp_encap_finish(Sa &sa, EspBurst &b)
     }
 }
 
-void esp_encap_burst(Sa &sa, Pkt *const *pkts, size_t n)
+// The three steps on this thread, kMaxBurst packets at a time.
+template <class Prepare, class Crypt, class Finish>
+static void run_bursts(Sa &sa, Pkt *const *pkts, size_t n, Prepare prepare, Crypt crypt,
+                       Finish finish)
 {
     EspBurst b;
     while (n) {
         size_t k = n < kMaxBurst ? n : kMaxBurst;
-        esp_encap_prepare(sa, pkts, k, b);
-        sa.cipher().encrypt(b.ops, b.n);
-        esp_encap_finish(sa, b);
+        prepare(sa, pkts, k, b);
+        (sa.cipher().*crypt)(b.ops, b.n);
+        finish(sa, b);
         pkts += k;
         n -= k;
     }
+}
+
+void esp_encap_burst(Sa &sa, Pkt *const *pkts, size_t n)
+{
+    run_bursts(sa, pkts, n, esp_encap_prepare, &SaCipher::encrypt, esp_encap_finish);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -522,15 +530,7 @@ void esp_decap_finish(Sa &sa, EspBurst &b)
 
 void esp_decap_burst(Sa &sa, Pkt *const *pkts, size_t n)
 {
-    EspBurst b;
-    while (n) {
-        size_t k = n < kMaxBurst ? n : kMaxBurst;
-        esp_decap_prepare(sa, pkts, k, b);
-        sa.cipher().decrypt(b.ops, b.n);
-        esp_decap_finish(sa, b);
-        pkts += k;
-        n -= k;
-    }
+    run_bursts(sa, pkts, n, esp_decap_prepare, &SaCipher::decrypt, esp_decap_finish);
 }
 
 } // namespace xesp

@@ -22,6 +22,7 @@
 #include "tools/xesp/commands.h"
 #include "userspace/config.h"
 #include "userspace/control.h"
+#include "userspace/sys_util.h"
 
 namespace xesp::cli {
 
@@ -39,19 +40,6 @@ std::string default_socket()
 {
     const char *env = std::getenv("XESP_SOCKET");
     return env && *env ? env : kDefaultControlSocket;
-}
-
-std::string sys_error(const std::string &what, const std::string &path)
-{
-    return what + " " + path + ": " + std::strerror(errno);
-}
-
-std::string parent_dir(const std::string &path)
-{
-    auto slash = path.rfind('/');
-    if (slash == std::string::npos)
-        return ".";
-    return slash == 0 ? "/" : path.substr(0, slash);
 }
 
 // Holds an flock on DB.lock for one read-modify-write cycle, so that two xesp commands on the
