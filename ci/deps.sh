@@ -2,7 +2,7 @@
 # tools/xesp-demo; idempotent, and quiet when nothing is missing.
 xesp_install_deps() {
     local pkgs=(build-essential cmake pkg-config clang llvm libssl-dev libipsec-mb-dev
-                libcli11-dev catch2 libpcap-dev nlohmann-json3-dev python3-scapy python3-cryptography tshark
+                libcli11-dev catch2 libpcap-dev libmnl-dev nlohmann-json3-dev python3-scapy python3-cryptography tshark
                 libbpf-dev libxdp-dev bpftool iproute2 iperf3 ethtool)
     local missing=() p
     for p in "${pkgs[@]}"; do
