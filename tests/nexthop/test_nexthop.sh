@@ -1,0 +1,241 @@
+#!/bin/bash
+# NextHops (userspace/nexthop.h) against the kernel's routes and neighbours.
+#
+#   netns gw: nexthop_probe           netns r1 (router)                    netns far
+#   gw0 10.0.0.1   fd00::1  ------- r1a 10.0.0.2  fd00::2
+#       02:..:00:10                      02:..:01:0a
+#                                    r1b 10.9.0.1  fd09::1  ------------ far0 10.9.0.2  fd09::2
+#                                                                          UDP listener
+#   gw1 10.0.1.1   fd01::1  ------- r2a 10.0.1.2  fd01::2                 (netns r2)
+#       02:..:00:11, mtu 1480            02:..:02:0a, mtu 1480
+#
+#   gw routes: 10.9.0.0/24 via 10.0.0.2 mtu 1400, fd09::/64 via fd00::2
+#
+# Asserts: an on-link neighbour is resolved with NTF_USE, without a data packet (r1 receives
+# no IP packet); lookups return the device and next-hop MACs and the route or device MTU, for
+# IPv4 and IPv6, on-link and through a gateway; local, broadcast and unreachable destinations
+# report their state; a route change, a neighbour replaced by hand, a peer that changes its
+# MAC (gratuitous ARP), a deleted neighbour and a device MTU/MAC change are picked up from
+# events; the refresh leaves a permanent neighbour permanent; send_via_kernel delivers a
+# hand-made UDP packet over IPv4 and IPv6 while the neighbour is being resolved, and reports
+# EMSGSIZE for a packet over the MTU.
+#
+# Usage: test_nexthop.sh PROBE_BINARY
+# Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns or veth).
+set -u
+bin=$1
+PY=/usr/bin/python3
+
+if [ "$(id -u)" != 0 ]; then
+    echo "SKIP: needs root (network namespaces, NTF_USE, raw sockets)"
+    exit 77
+fi
+if ! command -v ip >/dev/null 2>&1; then
+    echo "SKIP: no ip (iproute2)"
+    exit 77
+fi
+
+P=xnh-$$-
+GW=${P}gw R1=${P}r1 R2=${P}r2 FAR=${P}far
+TMP=$(mktemp -d)
+cleanup() {
+    [ -n "${PROBE_PID:-}" ] && kill "$PROBE_PID" 2>/dev/null
+    [ -n "${listener:-}" ] && kill "$listener" 2>/dev/null
+    for ns in "$GW" "$R1" "$R2" "$FAR"; do
+        ip netns del "$ns" 2>/dev/null
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for ns in "$GW" "$R1" "$R2" "$FAR"; do
+    if ! ip netns add "$ns" 2>/dev/null; then
+        echo "SKIP: cannot create network namespaces"
+        exit 77
+    fi
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.accept_dad=0 \
+        net.ipv6.conf.default.accept_dad=0 net.ipv4.conf.all.rp_filter=0 \
+        net.ipv4.conf.default.rp_filter=0
+    ip -n "$ns" link set lo up
+done
+if ! ip link add gw0 netns "$GW" type veth peer name r1a netns "$R1" 2>/dev/null; then
+    echo "SKIP: cannot create veth pairs"
+    exit 77
+fi
+ip link add gw1 netns "$GW" type veth peer name r2a netns "$R2" || exit 1
+ip link add r1b netns "$R1" type veth peer name far0 netns "$FAR" || exit 1
+ip netns exec "$R1" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
+    net.ipv4.conf.all.arp_notify=1 net.ipv4.conf.r1a.arp_notify=1
+
+# setup NS DEV MAC MTU ADDRESS...
+setup() {
+    local ns=$1 dev=$2 mac=$3 mtu=$4 a
+    shift 4
+    ip -n "$ns" link set "$dev" address "$mac" mtu "$mtu" up || exit 1
+    for a in "$@"; do
+        case $a in
+        *:*) ip -n "$ns" addr add "$a" dev "$dev" nodad || exit 1 ;;
+        *) ip -n "$ns" addr add "$a" dev "$dev" || exit 1 ;;
+        esac
+    done
+}
+GW0=02:00:00:00:00:10 GW1=02:00:00:00:00:11 R1A=02:00:00:00:01:0a R1B=02:00:00:00:01:0b
+R2A=02:00:00:00:02:0a FAR0=02:00:00:00:09:02
+setup "$GW" gw0 $GW0 1500 10.0.0.1/24 fd00::1/64
+setup "$GW" gw1 $GW1 1480 10.0.1.1/24 fd01::1/64
+setup "$R1" r1a $R1A 1500 10.0.0.2/24 fd00::2/64
+setup "$R1" r1b $R1B 1500 10.9.0.1/24 fd09::1/64
+setup "$R2" r2a $R2A 1480 10.0.1.2/24 fd01::2/64
+setup "$FAR" far0 $FAR0 1500 10.9.0.2/24 fd09::2/64
+ip -n "$GW" route add 10.9.0.0/24 via 10.0.0.2 mtu 1400 || exit 1
+ip -n "$GW" route add fd09::/64 via fd00::2 || exit 1
+ip -n "$FAR" route add default via 10.9.0.1 || exit 1
+ip -n "$FAR" -6 route add default via fd09::1 || exit 1
+
+passed=0
+failed=0
+pass() {
+    echo "ok   $1"
+    passed=$((passed + 1))
+}
+fail() {
+    echo "FAIL $1${2:+: $2}"
+    failed=$((failed + 1))
+}
+# same NAME WANT GOT
+same() {
+    if [ "$3" = "$2" ]; then pass "$1"; else fail "$1" "got '$3', want '$2'"; fi
+}
+
+# The probe runs in gw for the whole test, so that it sees every change as an event.
+coproc PROBE { exec ip netns exec "$GW" "$bin" --refresh-ms 500; }
+# ask COMMAND...: one answer in REPLY.
+ask() {
+    echo "$*" >&"${PROBE[1]}"
+    IFS= read -r -t 10 REPLY <&"${PROBE[0]}" || REPLY="(no answer)"
+}
+# await NAME WANT COMMAND...: asks (every 0.1 s, up to 5 s) until the answer is WANT.
+await() {
+    local name=$1 want=$2 i
+    shift 2
+    for i in $(seq 50); do
+        ask "$@"
+        [ "$REPLY" = "$want" ] && break
+        sleep 0.1
+    done
+    same "$name" "$want" "$REPLY"
+}
+# IP packets r1 has received (ARP is not IP).
+ip_in() { ip netns exec "$R1" awk '/^Ip: [0-9]/ { print $4 }' /proc/net/snmp; }
+neigh() { ip -n "$GW" neigh show "$1" dev "$2"; }
+
+# ---- Resolution ---------------------------------------------------------------------------
+same "no neighbour entry for 10.0.0.2 yet" "" "$(neigh 10.0.0.2 gw0)"
+before=$(ip_in)
+await "on-link IPv4: device MAC, MTU, peer MAC" "hop gw0 1500 $GW0 $R1A" lookup 10.0.0.2
+same "resolved without a data packet (r1 received no IP packet)" "$before" "$(ip_in)"
+case $(neigh 10.0.0.2 gw0) in
+*"lladdr $R1A"*) pass "the kernel's neighbour entry was made by NTF_USE" ;;
+*) fail "the kernel's neighbour entry was made by NTF_USE" "$(neigh 10.0.0.2 gw0)" ;;
+esac
+await "on-link IPv6" "hop gw0 1500 $GW0 $R1A" lookup fd00::2
+await "IPv4 via a gateway, route MTU" "hop gw0 1400 $GW0 $R1A" lookup 10.9.0.2
+await "IPv6 via a gateway" "hop gw0 1500 $GW0 $R1A" lookup fd09::2
+await "second device" "hop gw1 1480 $GW1 $R2A" lookup 10.0.1.2
+
+# ---- States -------------------------------------------------------------------------------
+await "local IPv4 address" "state local" lookup 10.0.0.1
+await "local IPv6 address" "state local" lookup fd00::1
+await "loopback" "state local" lookup 127.0.0.1
+await "broadcast" "state via-kernel" lookup 10.0.0.255
+await "no route (IPv4)" "state unreachable" lookup 192.0.2.1
+await "no route (IPv6)" "state unreachable" lookup 2001:db8::1
+ip -n "$GW" route add unreachable 10.66.0.0/16
+await "unreachable route" "state unreachable" lookup 10.66.0.1
+
+# ---- Changes, from events -----------------------------------------------------------------
+ip -n "$GW" route replace 10.9.0.0/24 via 10.0.1.2 dev gw1
+ip -n "$GW" route replace fd09::/64 via fd01::2 dev gw1
+await "route change (IPv4)" "hop gw1 1480 $GW1 $R2A" lookup 10.9.0.2
+await "route change (IPv6)" "hop gw1 1480 $GW1 $R2A" lookup fd09::2
+
+ip -n "$GW" neigh replace 10.0.1.2 dev gw1 lladdr 02:00:00:00:02:99 nud permanent
+await "neighbour replaced by hand" "hop gw1 1480 $GW1 02:00:00:00:02:99" lookup 10.9.0.2
+for i in $(seq 15); do ask lookup 10.9.0.2; sleep 0.1; done     # three refresh rounds
+case $(neigh 10.0.1.2 gw1) in
+*PERMANENT*) pass "refresh rounds leave a permanent neighbour permanent" ;;
+*) fail "refresh rounds leave a permanent neighbour permanent" "$(neigh 10.0.1.2 gw1)" ;;
+esac
+
+ip -n "$R1" link set r1a address 02:00:00:00:01:99     # arp_notify: a gratuitous ARP
+await "peer MAC change (gratuitous ARP)" "hop gw0 1500 $GW0 02:00:00:00:01:99" lookup 10.0.0.2
+
+before=$(ip_in)
+ip -n "$GW" neigh del 10.0.0.2 dev gw0
+await "deleted neighbour resolved again" "hop gw0 1500 $GW0 02:00:00:00:01:99" lookup 10.0.0.2
+same "... without a data packet" "$before" "$(ip_in)"
+
+ask stats
+flushes=${REPLY##*flushes=}
+ip -n "$GW" link set gw0 mtu 1300
+await "device MTU change" "hop gw0 1300 $GW0 02:00:00:00:01:99" lookup 10.0.0.2
+ip -n "$GW" link set gw0 address 02:00:00:00:00:20
+await "device MAC change" "hop gw0 1300 02:00:00:00:00:20 02:00:00:00:01:99" lookup 10.0.0.2
+ask stats
+same "device changes patch the entries (no flush)" "$flushes" "${REPLY##*flushes=}"
+
+# ---- send_via_kernel ----------------------------------------------------------------------
+ip -n "$GW" route replace 10.9.0.0/24 via 10.0.0.2 dev gw0
+ip -n "$GW" route replace fd09::/64 via fd00::2 dev gw0
+ip netns exec "$FAR" "$PY" -u -c '
+import select, socket, sys, time
+socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
+         socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)]
+socks[0].bind(("10.9.0.2", 5555))
+socks[1].bind(("fd09::2", 5555))
+print("ready")
+end = time.time() + 20
+while time.time() < end:
+    for s in select.select(socks, [], [], 0.2)[0]:
+        print(s.recv(4096).decode())
+' >"$TMP/rx" 2>&1 &
+listener=$!
+for i in $(seq 50); do
+    grep -q ready "$TMP/rx" && break
+    sleep 0.1
+done
+ip -n "$GW" neigh flush dev gw0      # the kernel queues the packets while it resolves
+ask send 10.0.0.77 10.9.0.2 5555 hello-v4
+same "send_via_kernel IPv4 (foreign source)" "sent" "$REPLY"
+ask send fd00::77 fd09::2 5555 hello-v6
+same "send_via_kernel IPv6 (foreign source)" "sent" "$REPLY"
+for i in $(seq 50); do
+    grep -q hello-v4 "$TMP/rx" && grep -q hello-v6 "$TMP/rx" && break
+    sleep 0.1
+done
+grep -q '^hello-v4$' "$TMP/rx" && pass "IPv4 packet arrived at far" ||
+    fail "IPv4 packet arrived at far" "$(tr '\n' ' ' <"$TMP/rx")"
+grep -q '^hello-v6$' "$TMP/rx" && pass "IPv6 packet arrived at far" ||
+    fail "IPv6 packet arrived at far" "$(tr '\n' ' ' <"$TMP/rx")"
+ask send 10.0.0.77 10.9.0.2 5555 big df pad 1400
+case $REPLY in
+"error "*"Message too long") pass "IPv4 over the MTU with DF: EMSGSIZE" ;;
+*) fail "IPv4 over the MTU with DF: EMSGSIZE" "$REPLY" ;;
+esac
+ask send fd00::77 fd09::2 5555 big pad 1400
+case $REPLY in
+"error "*"Message too long") pass "IPv6 over the MTU: EMSGSIZE" ;;
+*) fail "IPv6 over the MTU: EMSGSIZE" "$REPLY" ;;
+esac
+
+ask stats
+echo "     $REPLY"
+case $REPLY in
+*" sent=2 send_errors=2 "*) pass "send counters" ;;
+*) fail "send counters" "$REPLY" ;;
+esac
+ask quit
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
