@@ -22,8 +22,10 @@ Error bpf_error(const std::string &what, int err)
 {
     err = err < 0 ? -err : err;
     std::string hint;
-    if (err == EPERM || err == EACCES)
+    if (err == EPERM)
         hint = " (needs CAP_BPF and CAP_NET_ADMIN: run as root)";
+    else if (err == EACCES)
+        hint = " (the verifier refused the program, or this is not root: see the log above)";
     else if (err == E2BIG || err == ENOSPC)
         hint = " (map full: raise XdpOptions' limits)";
     return make_error(what + ": " + std::strerror(err) + hint, err);
@@ -154,6 +156,43 @@ Result<void> XdpProgram::remove_policy(uint32_t policy_id)
     return apply(*ch, false);
 }
 
+Result<void> XdpProgram::replace_policy(uint32_t old_id, const PolicyConfig &old, uint32_t new_id,
+                                       const PolicyConfig &p)
+{
+    auto rm = tuples_.remove(old_id);
+    if (!rm)
+        return rm.error();
+    auto add = tuples_.add(new_id, p);
+    if (!add) {
+        (void)tuples_.add(old_id, old);     // it was there a moment ago: cannot fail
+        return add.error();
+    }
+    // Entries first (under the live tuple table they overwrite the old ones, or sit unseen in
+    // a tuple not yet published), then the table, then what is left of the old policy.
+    for (const auto &[k, v] : add->put)
+        if (auto r = update(policies_fd(), &k, &v, BPF_ANY, "xdp: write a policy"); !r)
+            return r;
+    if (rm->table_changed || add->table_changed)
+        if (auto r = publish_tuples(); !r)
+            return r;
+    for (const auto &k : rm->erase) {
+        bool rewritten = false;
+        for (const auto &put : add->put)
+            rewritten |= std::memcmp(&put.first, &k, sizeof(k)) == 0;
+        if (!rewritten && bpf_map_delete_elem(policies_fd(), &k) != 0 && errno != ENOENT)
+            return bpf_error("xdp: delete a policy", errno);
+    }
+    for (const auto &[k, v] : rm->put) {    // shadow ranks the old policy no longer holds
+        bool rewritten = false;
+        for (const auto &put : add->put)
+            rewritten |= std::memcmp(&put.first, &k, sizeof(k)) == 0;
+        if (!rewritten)
+            if (auto r = update(policies_fd(), &k, &v, BPF_ANY, "xdp: write a policy"); !r)
+                return r;
+    }
+    return {};
+}
+
 Result<void> XdpProgram::add_local_address(const IpAddr &a)
 {
     xesp_addr_key k = addr_key(a);
@@ -170,23 +209,48 @@ Result<void> XdpProgram::remove_local_address(const IpAddr &a)
     return {};
 }
 
-Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role)
+Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot)
 {
-    xesp_iface v{uint32_t(role)};
+    if (slot >= kMaxIfaceSlots)
+        return make_error("xdp: interface slot " + std::to_string(slot) + " out of range (" +
+                          std::to_string(kMaxIfaceSlots) + " interfaces at most)");
+    xesp_iface v{uint32_t(role), slot * kMaxQueues};
     return update(bpf_map__fd(skel_->maps.ifaces), &ifindex, &v, BPF_ANY,
                   ("xdp: set the role of " + ifname(int(ifindex))).c_str());
 }
 
-Result<void> XdpProgram::set_xsk(uint32_t queue, int xsk_fd)
+Result<void> XdpProgram::remove_iface(uint32_t ifindex)
 {
+    if (bpf_map_delete_elem(bpf_map__fd(skel_->maps.ifaces), &ifindex) != 0 && errno != ENOENT)
+        return bpf_error("xdp: forget interface " + ifname(int(ifindex)), errno);
+    return {};
+}
+
+static Result<uint32_t> xsk_key(uint32_t queue, uint32_t slot)
+{
+    if (queue >= XdpProgram::kMaxQueues || slot >= XdpProgram::kMaxIfaceSlots)
+        return make_error("xdp: queue " + std::to_string(queue) + " of interface slot " +
+                          std::to_string(slot) + " out of range (" +
+                          std::to_string(XdpProgram::kMaxQueues) + " queues at most)");
+    return slot * XdpProgram::kMaxQueues + queue;
+}
+
+Result<void> XdpProgram::set_xsk(uint32_t queue, int xsk_fd, uint32_t slot)
+{
+    auto key = xsk_key(queue, slot);
+    if (!key)
+        return key.error();
     uint32_t fd = uint32_t(xsk_fd);
-    return update(xsks_fd(), &queue, &fd, BPF_ANY,
+    return update(xsks_fd(), &*key, &fd, BPF_ANY,
                   ("xdp: bind queue " + std::to_string(queue) + " to its AF_XDP socket").c_str());
 }
 
-Result<void> XdpProgram::clear_xsk(uint32_t queue)
+Result<void> XdpProgram::clear_xsk(uint32_t queue, uint32_t slot)
 {
-    if (bpf_map_delete_elem(xsks_fd(), &queue) != 0 && errno != ENOENT)
+    auto key = xsk_key(queue, slot);
+    if (!key)
+        return key.error();
+    if (bpf_map_delete_elem(xsks_fd(), &*key) != 0 && errno != ENOENT)
         return bpf_error("xdp: unbind queue " + std::to_string(queue), errno);
     return {};
 }

@@ -24,7 +24,7 @@ static_assert(sizeof(xesp_tuple) == 48);
 static_assert(sizeof(xesp_tuple_table) == 8 + 48 * XESP_MAX_TUPLES);
 static_assert(sizeof(xesp_policy_key) == 40);
 static_assert(sizeof(xesp_policy_val) == 16);
-static_assert(sizeof(xesp_iface) == 4);
+static_assert(sizeof(xesp_iface) == 8);
 static_assert(sizeof(xesp_addr_key) == 20);
 static_assert(sizeof(xesp_meta) == 32 && sizeof(xesp_meta) % 4 == 0);
 
@@ -81,15 +81,25 @@ public:
     // a template are used; the template's contents are userspace's business.
     Result<void> add_policy(uint32_t policy_id, const PolicyConfig &p);
     Result<void> remove_policy(uint32_t policy_id);
+    // Policy `old_id` (configured as `old`) becomes `new_id` (configured as `p`, same selector
+    // and direction) with no moment in between where neither applies: the new entries are
+    // written over the old ones before anything is deleted. On error nothing changed.
+    Result<void> replace_policy(uint32_t old_id, const PolicyConfig &old, uint32_t new_id,
+                                const PolicyConfig &p);
     size_t tuple_count() const { return tuples_.tuples(); }
 
     Result<void> add_local_address(const IpAddr &a);
     Result<void> remove_local_address(const IpAddr &a);
-    Result<void> set_iface_role(uint32_t ifindex, IfaceRole role);
+    // An interface's role, and its slot: the range of XSKMAP entries its queues' sockets take
+    // (slot < kMaxIfaceSlots). Interfaces without an entry take the default role and slot 0.
+    static constexpr uint32_t kMaxIfaceSlots = XESP_MAX_XSKS / XESP_MAX_QUEUES;
+    static constexpr uint32_t kMaxQueues = XESP_MAX_QUEUES;
+    Result<void> set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot = 0);
+    Result<void> remove_iface(uint32_t ifindex);
 
-    // The AF_XDP socket of RX queue `queue` (fd of a bound XDP socket).
-    Result<void> set_xsk(uint32_t queue, int xsk_fd);
-    Result<void> clear_xsk(uint32_t queue);
+    // The AF_XDP socket of RX queue `queue` of the interface in `slot` (fd of a bound socket).
+    Result<void> set_xsk(uint32_t queue, int xsk_fd, uint32_t slot = 0);
+    Result<void> clear_xsk(uint32_t queue, uint32_t slot = 0);
 
     Result<XdpCounters> counters() const;
 

@@ -36,7 +36,7 @@ const volatile __u32 fib_lookup_enabled = 1;               /* next hop for ENCAP
 
 struct {
     __uint(type, BPF_MAP_TYPE_XSKMAP);
-    __uint(max_entries, 64);
+    __uint(max_entries, XESP_MAX_XSKS);
     __type(key, __u32);
     __type(value, __u32);
 } xsks SEC(".maps");
@@ -346,7 +346,12 @@ static __always_inline int redirect(struct xdp_md *ctx, struct xesp_meta *m, __u
     } else {
         count(XESP_CTR_META_FAILED);
     }
-    int rc = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_DROP);
+    __u32 ifindex = ctx->ingress_ifindex, queue = ctx->rx_queue_index;
+    struct xesp_iface *ifc = bpf_map_lookup_elem(&ifaces, &ifindex);
+    __u32 slot = (ifc ? ifc->xsk_base : 0) + queue;
+    if (queue >= XESP_MAX_QUEUES)
+        slot = XESP_MAX_XSKS;               /* no such slot: dropped below */
+    int rc = bpf_redirect_map(&xsks, slot, XDP_DROP);
     if (rc != XDP_REDIRECT)
         count(XESP_CTR_XSK_MISSING);
     return rc;

@@ -115,8 +115,16 @@ struct xesp_policy_val {
 #define XESP_ROLE_PROTECTED 0
 #define XESP_ROLE_PUBLIC 1
 
+/* The AF_XDP socket of a redirected frame is xsks[xsk_base + rx_queue_index]: a socket is bound
+ * to one (interface, queue), so every interface has its own range of XESP_MAX_QUEUES slots.
+ * A queue past the range, or an interface without an entry (xsk_base 0), still fails closed:
+ * the redirect finds no socket and the frame is dropped. */
+#define XESP_MAX_QUEUES 64
+#define XESP_MAX_XSKS 1024          /* 16 interfaces of XESP_MAX_QUEUES queues */
+
 struct xesp_iface {
     __u32 role;                     /* XESP_ROLE_* */
+    __u32 xsk_base;                 /* first xsks slot: slot number * XESP_MAX_QUEUES */
 };
 
 /* The gateway's own addresses: plaintext to them is never encapsulated. */
