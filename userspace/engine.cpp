@@ -48,6 +48,19 @@ uint32_t SaTable::id_of(const Sa &sa) const
     return it == ids_.end() ? kNoId : it->second;
 }
 
+std::unique_ptr<Sa> SaTable::take(const SaConfig &cfg)
+{
+    Sa *sa = find_in(cfg.dst, cfg.spi);
+    if (!sa || !same_sa(sa->config(), cfg))
+        return nullptr;
+    auto id = ids_.find(sa);
+    std::unique_ptr<Sa> owned = std::move(sas_[id->second]);
+    ids_.erase(id);
+    by_spi_.erase(SaKey{cfg.dst, cfg.spi});
+    std::erase_if(by_flow_, [sa](const auto &kv) { return kv.second == sa; });
+    return owned;
+}
+
 Sa *SaTable::find_in(const IpAddr &dst, uint32_t spi) const
 {
     auto it = by_spi_.find(SaKey{dst, spi});
@@ -112,16 +125,29 @@ bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend backend,
-                                               const EngineOptions &options)
+                                               const EngineOptions &options, Engine *prev)
 {
     std::unique_ptr<Engine> e(new Engine());
     e->options_ = options;
-    for (const SaConfig &c : config.sas) {
+    // SAs that stay as they were keep running; the others start afresh. Creating the new
+    // ones first means a failure leaves prev whole.
+    std::vector<std::unique_ptr<Sa>> fresh(config.sas.size());
+    for (size_t i = 0; i < config.sas.size(); i++) {
+        const SaConfig &c = config.sas[i];
+        Sa *kept = prev ? prev->sas_.find_in(c.dst, c.spi) : nullptr;
+        if (kept && same_sa(kept->config(), c))
+            continue;
         auto sa = Sa::create(c, backend);
         if (!sa)
             return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) + ": " +
                               sa.error().message);
-        e->sas_.add(std::move(*sa));
+        fresh[i] = std::move(*sa);
+    }
+    if (prev)
+        prev->policy_sa_.assign(prev->policy_sa_.size(), nullptr);
+    for (size_t i = 0; i < config.sas.size(); i++) {
+        std::unique_ptr<Sa> sa = fresh[i] ? std::move(fresh[i]) : prev->sas_.take(config.sas[i]);
+        e->sas_.add(std::move(sa));
     }
     for (const PolicyConfig &p : config.policies)
         e->spd_.add(p);

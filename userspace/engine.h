@@ -47,6 +47,9 @@ public:
     Sa *find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const;
     Sa *by_id(uint32_t id) const { return id < sas_.size() ? sas_[id].get() : nullptr; }
     uint32_t id_of(const Sa &sa) const;       // kNoId if the SA is not in this table
+    // Hands over the SA configured exactly as `cfg` (same_sa), runtime state and all, and
+    // forgets it here; nullptr if there is none. Its id is not reused.
+    std::unique_ptr<Sa> take(const SaConfig &cfg);
     const std::vector<std::unique_ptr<Sa>> &all() const { return sas_; }
 
 private:
@@ -113,8 +116,14 @@ struct EngineStats {
 
 class Engine {
 public:
+    // With `prev`, every SA of `config` configured exactly as one of prev's is taken over from
+    // it, runtime state and all (sequence numbers, replay window, lifetimes, counters): a change
+    // to the configuration must not restart the tunnels it leaves alone. prev must then only be
+    // destroyed. On error prev is left as it was only if it gave nothing up yet: callers build
+    // the new engine before they retire the old one and treat an error as fatal for prev.
     static Result<std::unique_ptr<Engine>> create(const Config &config, Backend backend,
-                                                  const EngineOptions &options = {});
+                                                  const EngineOptions &options = {},
+                                                  Engine *prev = nullptr);
 
     // Classifies and processes a burst of IP packets in place; each gets its verdict.
     void process(Pkt *const *pkts, size_t n);

@@ -21,9 +21,12 @@ nlohmann::json counters_json(const Counters &c, bool all_drops)
     return {{"packets", c.packets}, {"bytes", c.bytes}, {"drops", drops}};
 }
 
-nlohmann::json engine_json(const Engine &e)
+nlohmann::json engine_json(const Engine &e) { return engine_json(e, e.stats(), 0); }
+
+nlohmann::json engine_json(const Engine &e, const EngineStats &s, uint32_t link_mtu)
 {
-    const EngineStats &s = e.stats();
+    if (!link_mtu)
+        link_mtu = 1500;
     nlohmann::json j = {{"encrypted", s.encrypted}, {"decrypted", s.decrypted},
                         {"passed", s.passed},       {"dropped", s.dropped},
                         {"too_big", s.too_big},
@@ -38,6 +41,8 @@ nlohmann::json engine_json(const Engine &e)
     j["xfrm_stat"] = xfrm;
     nlohmann::json sas = nlohmann::json::array();
     for (const auto &sa : e.sas().all()) {
+        if (!sa)
+            continue;
         const SaConfig &c = sa->config();
         nlohmann::json js = counters_json(sa->counters(), false);
         js["spi"] = c.spi;
@@ -50,7 +55,8 @@ nlohmann::json engine_json(const Engine &e)
         js["replay_top"] = sa->replay().highest();
         js["soft_expired"] = sa->soft_expired();
         js["hard_expired"] = sa->hard_expired();
-        js["tunnel_mtu_1500"] = sa->inner_mtu(1500);
+        js["link_mtu"] = link_mtu;
+        js["tunnel_mtu"] = sa->inner_mtu(link_mtu);
         sas.push_back(js);
     }
     j["sas"] = sas;
