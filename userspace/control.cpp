@@ -158,17 +158,28 @@ Result<bool> flag_field(const json &req, const char *name)
     return it->get<bool>();
 }
 
-Result<std::string> serve_command(ControlHandler &h, json &req)
+// The "words" of a request: a non-empty array of strings.
+Result<std::vector<std::string>> words_field(const json &req, const char *cmd)
 {
     auto it = req.find("words");
     if (it == req.end() || !it->is_array() || it->empty())
-        return make_error("invalid request: \"command\" needs \"words\", an array of strings");
+        return make_error(std::string("invalid request: \"") + cmd +
+                          "\" needs \"words\", an array of strings");
     std::vector<std::string> words;
     for (auto &w : *it) {
         if (!w.is_string())
             return make_error("invalid request: \"words\" must be an array of strings");
         words.push_back(w.get<std::string>());
     }
+    return words;
+}
+
+Result<std::string> serve_command(ControlHandler &h, json &req)
+{
+    auto got = words_field(req, "command");
+    if (!got)
+        return got.error();
+    std::vector<std::string> &words = *got;
     auto show_keys = flag_field(req, "show_keys");
     Result<std::string> out = make_error("");
     if (!show_keys) {
@@ -181,6 +192,14 @@ Result<std::string> serve_command(ControlHandler &h, json &req)
     for (auto &w : words)
         wipe(w);
     return out;
+}
+
+Result<std::string> serve_iface(ControlHandler &h, json &req)
+{
+    auto words = words_field(req, "iface");
+    if (!words)
+        return words.error();
+    return h.iface(*words);
 }
 
 Result<std::string> serve_batch(ControlHandler &h, json &req)
@@ -219,8 +238,10 @@ Result<std::string> serve(ControlHandler &h, json &req)
         return serve_batch(h, req);
     if (name == "stats")
         return h.stats_json();
+    if (name == "iface")
+        return serve_iface(h, req);
     return make_error("invalid request: unknown cmd '" + name.substr(0, 32) +
-                      "'; expected ping, command, batch or stats");
+                      "'; expected ping, command, batch, iface or stats");
 }
 
 // The answer line for one request line; *ok tells which kind it is.
@@ -667,6 +688,12 @@ Result<ControlResponse> ControlClient::ping()
 Result<ControlResponse> ControlClient::stats()
 {
     return exchange(R"({"cmd":"stats"})");
+}
+
+Result<ControlResponse> ControlClient::iface(const std::vector<std::string> &words)
+{
+    json req = {{"cmd", "iface"}, {"words", words}};
+    return exchange(req.dump());
 }
 
 Result<ControlResponse> ControlClient::command(const std::vector<std::string> &words,

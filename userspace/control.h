@@ -14,6 +14,8 @@
 //       "FILE:LINE: message" as from load_batch
 //   {"cmd": "stats"}
 //       "output" is the handler's statistics, itself a JSON object
+//   {"cmd": "iface", "words": ["add", "eth0", "role", "public"]}
+//       the words after `xesp iface` (add, del, list); "output" is what the command prints
 //
 //   answer: {"ok": true, "output": "..."}  or  {"ok": false, "error": "one-line message"}
 //
@@ -56,6 +58,12 @@ public:
     virtual Result<void> batch(std::string_view text, std::string_view name, bool check_only) = 0;
     // A JSON object.
     virtual std::string stats_json() = 0;
+    // `xesp iface ...` (the words after "iface"); only a gateway has interfaces.
+    virtual Result<std::string> iface(const std::vector<std::string> &words)
+    {
+        (void)words;
+        return make_error("iface: this server runs no data path");
+    }
 };
 
 // A ControlHandler over a Config. Each change is made on a copy, which commit() then installs:
@@ -142,6 +150,7 @@ public:
     Result<ControlResponse> command(const std::vector<std::string> &words, bool show_keys);
     Result<ControlResponse> batch(std::string_view text, std::string_view name, bool check_only);
     Result<ControlResponse> stats();
+    Result<ControlResponse> iface(const std::vector<std::string> &words);
 
     // Sends one request line as it is ('\n' is added) and reads the answer line.
     Result<ControlResponse> exchange(std::string_view line);
