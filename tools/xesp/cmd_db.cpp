@@ -36,12 +36,6 @@ std::string default_db()
     return env && *env ? env : kDefaultDb;
 }
 
-std::string default_socket()
-{
-    const char *env = std::getenv("XESP_SOCKET");
-    return env && *env ? env : kDefaultControlSocket;
-}
-
 // Holds an flock on DB.lock for one read-modify-write cycle, so that two xesp commands on the
 // same database do not lose each other's change. (The db itself cannot carry the lock: it is
 // replaced by rename. Readers need none: they see the old file or the new one.)
@@ -350,6 +344,12 @@ void register_db_commands(CLI::App &app)
         if (!top_opts->file.empty())
             run_batch(*top_opts);
     });
+}
+
+std::string default_socket()
+{
+    const char *env = std::getenv("XESP_SOCKET");
+    return env && *env ? env : kDefaultControlSocket;
 }
 
 } // namespace xesp::cli

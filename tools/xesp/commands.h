@@ -1,6 +1,8 @@
 // Each `xesp` subcommand registers itself on the CLI11 app; main.cpp only wires them up.
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace xesp::cli {
@@ -8,6 +10,11 @@ namespace xesp::cli {
 void register_db_commands(CLI::App &app);       // xesp sa ..., xesp policy ...
 void register_pcap_command(CLI::App &app);      // xesp pcap
 void register_bench_command(CLI::App &app);     // xesp bench
+void register_daemon_command(CLI::App &app);    // xesp daemon
+void register_gateway_commands(CLI::App &app);  // xesp iface ..., xesp stats
+
+// The daemon's control socket: $XESP_SOCKET, else the default path.
+std::string default_socket();
 
 // A command that failed in a way the user must see: printed as "xesp: <message>", exit code 1.
 struct Failure : std::runtime_error {

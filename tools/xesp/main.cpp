@@ -10,6 +10,8 @@ int main(int argc, char **argv)
     xesp::cli::register_db_commands(app);
     xesp::cli::register_pcap_command(app);
     xesp::cli::register_bench_command(app);
+    xesp::cli::register_daemon_command(app);
+    xesp::cli::register_gateway_commands(app);
     try {
         app.parse(argc, argv);
         if (app.get_subcommands().empty() && app.count("--batch") == 0) {

@@ -1,0 +1,80 @@
+// Keeps the XDP classifier's maps in step with the configuration.
+//
+// The classifier hands every redirected frame to userspace with an id in its metadata. The
+// engine's ids are indexes into the configuration, which shift when an entry is deleted, so
+// the maps carry ids of their own instead: slots, given once per SA (by destination and SPI)
+// and per policy (by selector, direction and everything else it says), never reused. A frame
+// classified a moment before a change then names a slot that no longer exists, and is dropped
+// as having no state, rather than being taken for another SA or policy.
+//
+// A change is made in three steps, so that no packet ever finds neither the old nor the new
+// entry of something that stays:
+//   stage(next)    writes what `next` adds or changes (an updated policy overwrites the old
+//                  one in place); on error undoes it and the maps are as before;
+//   (the caller makes the engine built from `next` live)
+//   commit(next)   deletes what `next` no longer has, and translates slots into the new
+//                  engine's ids from now on.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bpf/xdp_program.h"
+#include "userspace/config.h"
+#include "userspace/engine.h"
+
+namespace xesp {
+
+class ClassifierSync {
+public:
+    explicit ClassifierSync(XdpProgram &prog) : prog_(prog) {}
+
+    Result<void> stage(const Config &next);
+    void commit(const Config &next);
+
+    // From a metadata id to the engine id; Engine::kNoId for a slot that is gone.
+    uint32_t sa_id(uint32_t slot) const
+    {
+        return slot < sa_ids_.size() ? sa_ids_[slot] : Engine::kNoId;
+    }
+    uint32_t policy_id(uint32_t slot) const
+    {
+        return slot < policy_ids_.size() ? policy_ids_[slot] : Engine::kNoId;
+    }
+
+    size_t sas() const { return sas_.size(); }
+    size_t policies() const { return policies_.size(); }
+
+private:
+    struct SaEntry {
+        uint32_t slot;
+        bool natt;
+        IpAddr dst;
+        uint32_t spi;
+    };
+    struct PolicyEntry {
+        uint32_t slot;
+        PolicyConfig config;
+    };
+    // One undoable step of stage().
+    struct Undo {
+        enum Kind { AddedSa, FlippedSa, AddedPolicy, ReplacedPolicy } kind;
+        std::string key;
+        SaEntry sa{};
+        PolicyEntry policy{};
+    };
+
+    Result<void> stage_sa(const SaConfig &c, std::vector<Undo> &undo);
+    Result<void> stage_policy(const PolicyConfig &p, std::vector<Undo> &undo);
+    void rollback(std::vector<Undo> &undo);
+
+    XdpProgram &prog_;
+    std::map<std::string, SaEntry> sas_;            // by describe_sa
+    std::map<std::string, PolicyEntry> policies_;   // by describe_policy
+    uint32_t next_slot_ = 0;                        // shared by SAs and policies
+    std::vector<uint32_t> sa_ids_, policy_ids_;     // by slot
+};
+
+} // namespace xesp

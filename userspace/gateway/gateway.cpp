@@ -1,0 +1,547 @@
+#include "userspace/gateway/gateway.h"
+
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <net/if.h>
+#include <poll.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "bpf/xesp_xdp_abi.h"
+#include "userspace/fragment.h"
+#include "userspace/log.h"
+#include "userspace/report.h"
+
+namespace xesp {
+
+namespace {
+
+constexpr size_t kBurst = 64;
+// Frames a port may hold on the way out: a burst, each packet possibly in a few fragments.
+constexpr size_t kTxQueue = kBurst * 8;
+constexpr uint64_t kRefreshNs = 2'000'000'000;     // local addresses
+
+constexpr std::array<std::string_view, size_t(GwCounter::Count)> kCounterNames = {
+#define XESP_GW_NAME(e, name, drop) name,
+    XESP_GW_FOREACH_COUNTER(XESP_GW_NAME)
+#undef XESP_GW_NAME
+};
+
+uint64_t now_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+}
+
+uint32_t read_uint(const std::string &path)
+{
+    std::ifstream f(path);
+    uint32_t v = 0;
+    f >> v;
+    return v;
+}
+
+// RX queues of a device, as its sysfs directory lists them (veth: as created).
+uint32_t rx_queues(const std::string &name)
+{
+    std::error_code ec;
+    uint32_t n = 0;
+    for (const auto &e : std::filesystem::directory_iterator("/sys/class/net/" + name + "/queues", ec))
+        n += e.path().filename().string().rfind("rx-", 0) == 0;
+    return n ? n : 1;
+}
+
+void add_stats(EngineStats &to, const EngineStats &from)
+{
+    to.encrypted += from.encrypted;
+    to.decrypted += from.decrypted;
+    to.passed += from.passed;
+    to.dropped += from.dropped;
+    to.too_big += from.too_big;
+    to.esp_unknown_spi += from.esp_unknown_spi;
+    to.ike += from.ike;
+    to.keepalive += from.keepalive;
+    to.drops.packets += from.drops.packets;
+    to.drops.bytes += from.drops.bytes;
+    for (size_t i = 0; i < kDropCount; i++)
+        to.drops.drops[i] += from.drops.drops[i];
+}
+
+// Every address of every interface in this network namespace (IPv6 link-local ones too).
+std::vector<std::pair<std::string, IpAddr>> interface_addresses()
+{
+    std::vector<std::pair<std::string, IpAddr>> out;
+    ifaddrs *list = nullptr;
+    if (getifaddrs(&list) != 0)
+        return out;
+    for (ifaddrs *a = list; a; a = a->ifa_next) {
+        if (!a->ifa_addr)
+            continue;
+        if (a->ifa_addr->sa_family == AF_INET) {
+            auto *s4 = reinterpret_cast<const sockaddr_in *>(a->ifa_addr);
+            out.emplace_back(a->ifa_name,
+                             IpAddr::v4(reinterpret_cast<const uint8_t *>(&s4->sin_addr)));
+        } else if (a->ifa_addr->sa_family == AF_INET6) {
+            auto *s6 = reinterpret_cast<const sockaddr_in6 *>(a->ifa_addr);
+            out.emplace_back(a->ifa_name, IpAddr::v6(s6->sin6_addr.s6_addr));
+        }
+    }
+    freeifaddrs(list);
+    return out;
+}
+
+bool link_local(const IpAddr &a) { return a.family == 6 && a.b[0] == 0xfe && (a.b[1] & 0xc0) == 0x80; }
+
+IpAddr ip_dst(const Pkt &p)
+{
+    const uint8_t *ip = p.ip();
+    return (ip[0] >> 4) == 6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16);
+}
+
+} // namespace
+
+struct Gateway::Port {
+    XskPort x;
+    uint32_t ifindex;
+    uint32_t slot;
+    std::vector<Pkt> txq;           // packets for this port, sent at the end of each burst
+};
+
+Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
+                                                 const GatewayOptions &options)
+{
+    std::unique_ptr<Gateway> g(new Gateway());
+    g->options_ = options;
+    auto prog = XdpProgram::load(options.xdp);
+    if (!prog)
+        return prog.error();
+    g->prog_ = std::move(*prog);
+    g->sync_ = std::make_unique<ClassifierSync>(*g->prog_);
+    auto hops = NextHops::open();
+    if (!hops)
+        return hops.error();
+    g->hops_ = std::move(*hops);
+    if (auto r = g->apply(config); !r)
+        return r.error();
+    return g;
+}
+
+Gateway::~Gateway()
+{
+    close_ports();
+}
+
+EngineOptions Gateway::engine_options() const
+{
+    EngineOptions o;
+    for (const auto &i : ifaces_)
+        if (i.role == IfaceRole::Public && i.mtu && (!o.link_mtu || i.mtu < o.link_mtu))
+            o.link_mtu = i.mtu;
+    // ICMP errors go back to the protected side: answer from an address there.
+    auto addrs = interface_addresses();
+    for (const auto &i : ifaces_) {
+        if (i.role != IfaceRole::Protected)
+            continue;
+        for (const auto &[name, a] : addrs) {
+            if (name != i.name || link_local(a))
+                continue;
+            IpAddr &slot = a.family == 4 ? o.icmp_src4 : o.icmp_src6;
+            if (!slot.family)
+                slot = a;
+        }
+    }
+    return o;
+}
+
+Result<void> Gateway::rebuild_engine(const Config &next)
+{
+    auto e = Engine::create(next, options_.backend, engine_options(), engine_.get());
+    if (!e)
+        return e.error();
+    if (engine_)
+        add_stats(retired_, engine_->stats());
+    engine_ = std::move(*e);
+    engine_->on_expire([](const Sa &sa, bool hard) {
+        log(hard ? LogLevel::Warning : LogLevel::Notice, "%s: %s lifetime reached%s",
+            sa_label(sa.config()).c_str(), hard ? "hard" : "soft",
+            hard ? "; the SA no longer carries traffic: replace it (xesp sa update/add)" : "");
+    });
+    return {};
+}
+
+Result<void> Gateway::apply(const Config &next)
+{
+    if (auto r = sync_->stage(next); !r)
+        return r;
+    if (auto r = rebuild_engine(next); !r) {
+        (void)sync_->stage(config_);    // put back what stage(next) changed
+        sync_->commit(config_);
+        return r;
+    }
+    sync_->commit(next);
+    config_ = next;
+    return {};
+}
+
+// ---- Interfaces and their sockets -----------------------------------------------------------
+
+void Gateway::close_ports()
+{
+    for (auto &p : ports_)
+        (void)prog_->clear_xsk(p->x.queue(), p->slot);
+    ports_.clear();
+    pool_.reset();
+    umem_.reset();
+}
+
+// Every socket shares one Umem, and a Umem cannot take sockets again once its first is gone
+// (umem.h): any change to the interfaces reopens them all. Between the two, the queues have
+// no socket and the classifier drops what it would redirect.
+Result<void> Gateway::rebuild_ports()
+{
+    close_ports();
+    uint32_t sockets = 0;
+    for (const auto &i : ifaces_)
+        sockets += i.queues;
+    if (!sockets)
+        return {};
+    UmemOptions uo;
+    uo.fill_size = options_.ring_size;
+    uo.comp_size = options_.ring_size;
+    uo.frame_count = sockets * options_.ring_size * 2 + uint32_t(kTxQueue) * 2;
+    auto umem = Umem::create(uo);
+    if (!umem)
+        return umem.error();
+    umem_ = std::make_unique<Umem>(std::move(*umem));
+    pool_ = std::make_unique<FramePool>(*umem_);
+    for (const auto &i : ifaces_) {
+        for (uint32_t q = 0; q < i.queues; q++) {
+            XskPortOptions po;
+            po.queue = q;
+            po.rx_size = options_.ring_size;
+            po.tx_size = options_.ring_size;
+            po.busy_poll = options_.busy_poll;
+            auto x = XskPort::open(*umem_, *pool_, i.name, po);
+            if (!x) {
+                close_ports();
+                return x.error();
+            }
+            auto port = std::make_unique<Port>(Port{std::move(*x), i.ifindex, i.slot, {}});
+            port->txq.reserve(kTxQueue);
+            if (auto r = prog_->set_xsk(q, port->x.fd(), i.slot); !r) {
+                ports_.push_back(std::move(port));
+                close_ports();
+                return r;
+            }
+            ports_.push_back(std::move(port));
+        }
+    }
+    return {};
+}
+
+void Gateway::refresh_local_addresses()
+{
+    std::vector<IpAddr> now;
+    for (const auto &[name, a] : interface_addresses())
+        now.push_back(a);
+    for (const auto &a : local_)
+        if (std::find(now.begin(), now.end(), a) == now.end())
+            (void)prog_->remove_local_address(a);
+    for (const auto &a : now)
+        if (std::find(local_.begin(), local_.end(), a) == local_.end())
+            if (auto r = prog_->add_local_address(a); !r)
+                log(LogLevel::Warning, "%s", r.error().message.c_str());
+    local_ = std::move(now);
+}
+
+Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
+{
+    for (const auto &i : ifaces_)
+        if (i.name == name)
+            return make_error("iface add " + name + ": already added as " +
+                              (i.role == IfaceRole::Public ? "public" : "protected") +
+                              "; `xesp iface del " + name + "` first to change its role");
+    GatewayIface i;
+    i.name = name;
+    i.role = role;
+    i.ifindex = if_nametoindex(name.c_str());
+    if (!i.ifindex)
+        return make_error("iface add " + name + ": no such interface in this network namespace");
+    i.queues = std::min(rx_queues(name), XdpProgram::kMaxQueues);
+    i.mtu = read_uint("/sys/class/net/" + name + "/mtu");
+    std::vector<bool> taken(XdpProgram::kMaxIfaceSlots);
+    for (const auto &o : ifaces_)
+        taken[o.slot] = true;
+    auto free = std::find(taken.begin(), taken.end(), false);
+    if (free == taken.end())
+        return make_error("iface add " + name + ": " +
+                          std::to_string(XdpProgram::kMaxIfaceSlots) + " interfaces at most");
+    i.slot = uint32_t(free - taken.begin());
+
+    refresh_local_addresses();
+    if (auto r = prog_->set_iface_role(i.ifindex, role, i.slot); !r)
+        return make_error("iface add " + name + ": " + r.error().message);
+    if (auto r = prog_->attach(int(i.ifindex)); !r) {
+        (void)prog_->remove_iface(i.ifindex);
+        return make_error("iface add " + name + ": " + r.error().message);
+    }
+    ifaces_.push_back(i);
+    auto r = rebuild_ports();
+    if (r)
+        r = rebuild_engine(config_);    // the tunnel MTU follows the public side
+    if (!r) {
+        ifaces_.pop_back();
+        (void)XdpProgram::detach(int(i.ifindex));
+        (void)prog_->remove_iface(i.ifindex);
+        (void)rebuild_ports();
+        return make_error("iface add " + name + ": " + r.error().message);
+    }
+    log(LogLevel::Info,
+        "%s: attached as %s, %u queue(s), MTU %u; XDP in driver mode, one program (no "
+        "libxdp dispatcher); AF_XDP %s mode",
+        name.c_str(), role == IfaceRole::Public ? "public" : "protected", i.queues, i.mtu,
+        ports_.empty() ? "-" : xsk_mode_name(ports_.back()->x.mode()));
+    return {};
+}
+
+Result<void> Gateway::del_iface(const std::string &name)
+{
+    auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
+                           [&](const GatewayIface &i) { return i.name == name; });
+    if (it == ifaces_.end())
+        return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+    GatewayIface gone = *it;
+    ifaces_.erase(it);
+    if (auto r = XdpProgram::detach(int(gone.ifindex)); !r)
+        log(LogLevel::Warning, "%s", r.error().message.c_str());
+    (void)prog_->remove_iface(gone.ifindex);
+    auto r = rebuild_ports();
+    if (r)
+        r = rebuild_engine(config_);
+    if (!r)
+        return make_error("iface del " + name + ": " + r.error().message);
+    log(LogLevel::Info, "%s: detached", name.c_str());
+    return {};
+}
+
+void Gateway::shutdown()
+{
+    close_ports();
+    for (const auto &i : ifaces_)
+        if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
+            log(LogLevel::Warning, "%s", r.error().message.c_str());
+}
+
+// ---- The data path ---------------------------------------------------------------------------
+
+size_t Gateway::poll_data()
+{
+    size_t before = counters_[size_t(GwCounter::Rx)];
+    for (auto &p : ports_)
+        rx_one(*p);
+    return counters_[size_t(GwCounter::Rx)] - before;
+}
+
+void Gateway::rx_one(Port &port)
+{
+    Pkt pkts[kBurst];
+    Pkt *ready[kBurst];
+    Classified cls[kBurst];
+    size_t n = port.x.rx_burst(pkts, kBurst);
+    if (!n)
+        return;
+    count(GwCounter::Rx, n);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        auto *m = static_cast<xesp_meta *>(meta(pkts[i], sizeof(xesp_meta)));
+        if (!m || !classified_from_meta(m, sizeof(*m), pkts[i], &cls[k])) {
+            count(GwCounter::RxNoMeta);
+            port.x.recycle(pkts[i]);
+            continue;
+        }
+        m->magic = 0;                   // frames are reused
+        Classified &c = cls[k];
+        c.id = c.kind == Classified::Decap ? sync_->sa_id(c.id) : sync_->policy_id(c.id);
+        ready[k++] = &pkts[i];
+    }
+    engine_->process_classified(ready, cls, k);
+    transmit(port, ready, k);
+}
+
+Gateway::Port *Gateway::tx_port(uint32_t ifindex, uint32_t queue)
+{
+    Port *any = nullptr;
+    for (auto &p : ports_) {
+        if (p->ifindex != ifindex)
+            continue;
+        if (p->x.queue() == queue)
+            return p.get();
+        if (!any)
+            any = p.get();
+    }
+    return any;
+}
+
+void Gateway::to_kernel(Port &rx, Pkt &p)
+{
+    if (hops_->send_via_kernel(p.ip(), p.len))
+        count(GwCounter::TxKernel);
+    else
+        count(GwCounter::TxKernelError);
+    rx.x.recycle(p);
+}
+
+// Writes the Ethernet header in front of each rewritten packet and queues it on the port of
+// its next hop; fragments what is too big for that link and may be fragmented.
+void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        Pkt &p = *pkts[i];
+        if (p.verdict == Verdict::Drop) {
+            rx.x.recycle(p);
+            continue;
+        }
+        if (p.verdict == Verdict::Pass) {   // a bypass policy: the kernel forwards it
+            to_kernel(rx, p);
+            continue;
+        }
+        const L2Hop *hop = hops_->lookup(ip_dst(p));
+        Port *out = hop ? tx_port(hop->ifindex, rx.x.queue()) : nullptr;
+        if (!out) {                         // unresolved, local, or not one of ours
+            to_kernel(rx, p);
+            continue;
+        }
+        Pkt parts[8];
+        uint32_t nparts = 1;
+        parts[0] = p;
+        if (p.len > hop->mtu) {
+            uint32_t need = fragments_needed(p.ip(), p.len, hop->mtu);
+            uint64_t addrs[7];
+            if (need < 2 || need > 8) {
+                count(GwCounter::TxTooBig);
+                rx.x.recycle(p);
+                continue;
+            }
+            if (pool_->alloc(addrs, need - 1) != need - 1) {
+                count(GwCounter::NoFrames);
+                rx.x.recycle(p);
+                continue;
+            }
+            for (uint32_t f = 1; f < need; f++)
+                parts[f] = Pkt{umem_->frame(addrs[f - 1]), kFrameSize, 0, 0};
+            nparts = fragment(parts[0], hop->mtu, ++frag_ident_, parts + 1, need - 1);
+            if (nparts != need) {
+                pool_->free(addrs, need - 1);
+                count(GwCounter::TxTooBig);
+                rx.x.recycle(p);
+                continue;
+            }
+            count(GwCounter::Fragmented);
+        }
+        for (uint32_t f = 0; f < nparts; f++) {
+            Pkt &q = parts[f];
+            if (out->txq.size() == kTxQueue) {
+                count(GwCounter::TxRingFull);
+                rx.x.recycle(q);
+                continue;
+            }
+            uint8_t *eth = q.ip() - 14;
+            std::memcpy(eth, hop->dst.data(), 6);
+            std::memcpy(eth + 6, hop->src.data(), 6);
+            eth[12] = (q.ip()[0] >> 4) == 6 ? 0x86 : 0x08;
+            eth[13] = (q.ip()[0] >> 4) == 6 ? 0xdd : 0x00;
+            q.l2_len = 14;
+            out->txq.push_back(q);
+        }
+    }
+    for (auto &port : ports_) {
+        auto &q = port->txq;
+        if (q.empty())
+            continue;
+        size_t sent = port->x.tx_burst(q.data(), q.size());
+        count(GwCounter::Tx, sent);
+        if (sent < q.size()) {
+            count(GwCounter::TxRingFull, q.size() - sent);
+            port->x.recycle(q.data() + sent, q.size() - sent);
+        }
+        q.clear();
+    }
+}
+
+void Gateway::housekeeping()
+{
+    for (auto &p : ports_)
+        p->x.complete();
+    hops_->poll();
+    uint64_t now = now_ns();
+    if (now - last_refresh_ns_ > kRefreshNs) {
+        last_refresh_ns_ = now;
+        refresh_local_addresses();
+    }
+}
+
+std::vector<int> Gateway::wait_fds() const
+{
+    std::vector<int> fds;
+    for (const auto &p : ports_)
+        fds.push_back(p->x.fd());
+    fds.push_back(hops_->event_fd());
+    return fds;
+}
+
+// ---- Statistics ------------------------------------------------------------------------------
+
+Config Gateway::running_config(uint64_t oseq_margin) const
+{
+    Config c = config_;
+    for (auto &sc : c.sas) {
+        Sa *sa = engine_->sas().find_in(sc.dst, sc.spi);
+        if (!sa)
+            continue;
+        uint64_t limit = sc.esn ? UINT64_MAX : UINT32_MAX;
+        uint64_t o = sa->oseq() > limit - oseq_margin ? limit : sa->oseq() + oseq_margin;
+        if (!sa->oseq())
+            o = 0;                      // never used: nothing to skip
+        sc.oseq = uint32_t(o);
+        sc.oseq_hi = uint32_t(o >> 32);
+        uint64_t top = sa->replay().highest();
+        sc.seq = uint32_t(top);
+        sc.seq_hi = uint32_t(top >> 32);
+    }
+    return c;
+}
+
+nlohmann::json Gateway::stats_json() const
+{
+    using nlohmann::json;
+    EngineStats total = retired_;
+    add_stats(total, engine_->stats());
+    EngineOptions eo = engine_options();
+    json j = engine_json(*engine_, total, eo.link_mtu);
+    json gw = json::object();
+    for (size_t i = 0; i < kCounterNames.size(); i++)
+        gw[std::string(kCounterNames[i])] = counters_[i];
+    j["gateway"] = gw;
+    json xdp = json::object();
+    if (auto c = prog_->counters())
+        for (size_t i = 0; i < kXdpCounterCount; i++)
+            xdp[std::string(kXdpCounterNames[i])] = c->v[i];
+    j["xdp"] = xdp;
+    json ifs = json::array();
+    for (const auto &i : ifaces_)
+        ifs.push_back({{"name", i.name},
+                       {"role", i.role == IfaceRole::Public ? "public" : "protected"},
+                       {"ifindex", i.ifindex},
+                       {"queues", i.queues},
+                       {"mtu", i.mtu}});
+    j["ifaces"] = ifs;
+    j["link_mtu"] = eo.link_mtu;
+    return j;
+}
+
+} // namespace xesp

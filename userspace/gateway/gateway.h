@@ -1,0 +1,138 @@
+// The gateway's data path: the XDP classifier on every interface the operator added, an
+// AF_XDP socket on each of their RX queues (one UMEM for all of them), the ESP engine, and
+// the transmit side that writes the link-layer header and sends each packet out of the
+// interface its next hop is on.
+//
+//   RX burst -> metadata -> Engine::process_classified -> next hop -> TX burst on its port
+//                                                      '-> the kernel (unresolved next hop,
+//                                                          packets for the gateway itself)
+//
+// One thread runs it all (poll_data, then housekeeping when idle); the configuration changes
+// between two bursts (apply), so a packet sees either the old tables or the new ones.
+//
+// Fail closed. The classifier is attached with a netlink attach, which outlives this process:
+// after a crash it keeps dropping what it would redirect (the sockets are gone, so the
+// redirect fails to XDP_DROP) until the next daemon replaces it. Only shutdown() detaches.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "af_xdp/umem.h"
+#include "af_xdp/xsk_port.h"
+#include "bpf/xdp_program.h"
+#include "userspace/config.h"
+#include "userspace/engine.h"
+#include "userspace/gateway/classifier_sync.h"
+#include "userspace/nexthop.h"
+
+namespace xesp {
+
+// What the transmit side counts. Drops are named; the rest say where packets went.
+//   X(enumerator, name shown to the operator, is a drop)
+#define XESP_GW_FOREACH_COUNTER(X)                                                          \
+    X(Rx, "rx", false)                                                                      \
+    X(Tx, "tx", false)                                                                      \
+    X(TxKernel, "tx-via-kernel", false)         /* next hop unresolved, or the gateway */  \
+    X(Fragmented, "fragmented", false)          /* outer packets split, RFC 4303 3.3.4 */  \
+    X(RxNoMeta, "drop-rx-no-metadata", true)    /* redirected without classification */     \
+    X(TxRingFull, "drop-tx-ring-full", true)                                                \
+    X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */  \
+    X(TxTooBig, "drop-tx-too-big", true)        /* over the egress MTU, not fragmentable */ \
+    X(NoFrames, "drop-no-frames", true)         /* no free frame for a fragment */
+
+enum class GwCounter : uint32_t {
+#define XESP_GW_ENUM(e, name, drop) e,
+    XESP_GW_FOREACH_COUNTER(XESP_GW_ENUM)
+#undef XESP_GW_ENUM
+    Count
+};
+
+struct GatewayOptions {
+    Backend backend = Backend::Auto;
+    XdpOptions xdp;
+    uint32_t ring_size = 1024;      // each RX, TX, fill and completion ring
+    bool busy_poll = false;
+};
+
+struct GatewayIface {
+    std::string name;
+    uint32_t ifindex = 0;
+    IfaceRole role = IfaceRole::Protected;
+    uint32_t slot = 0;              // its range in the XSKMAP
+    uint32_t queues = 0;
+    uint32_t mtu = 0;
+};
+
+class Gateway {
+public:
+    static Result<std::unique_ptr<Gateway>> create(const Config &config,
+                                                   const GatewayOptions &options);
+    ~Gateway();
+
+    // The SAs and policies of `next` into the engine and the classifier, all or nothing.
+    Result<void> apply(const Config &next);
+
+    // Attaches the classifier to an interface and opens a socket on each of its RX queues.
+    Result<void> add_iface(const std::string &name, IfaceRole role);
+    Result<void> del_iface(const std::string &name);
+    const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
+
+    // Moves a burst on every socket; returns how many packets came in.
+    size_t poll_data();
+    // Reaps completions, reads routing events, refreshes local addresses and logs expiries.
+    // Call when idle and at least every few milliseconds.
+    void housekeeping();
+    // What to wait on when idle: the sockets and the routing events.
+    std::vector<int> wait_fds() const;
+
+    // Detaches from every interface: protected traffic then goes to the kernel. For a clean
+    // stop only; a crash leaves the classifier attached and dropping.
+    void shutdown();
+
+    nlohmann::json stats_json() const;
+    std::string stats_text() const;
+
+    // The config with each SA's sequence numbers as they are now, for the state file.
+    Config running_config(uint64_t oseq_margin) const;
+
+private:
+    struct Port;
+    Gateway() = default;
+    Result<void> rebuild_ports();
+    void close_ports();
+    Result<void> rebuild_engine(const Config &next);
+    void refresh_local_addresses();
+    EngineOptions engine_options() const;
+    void rx_one(Port &port);
+    void transmit(Port &rx, Pkt *const *pkts, size_t n);
+    void to_kernel(Port &rx, Pkt &p);
+    Port *tx_port(uint32_t ifindex, uint32_t queue);
+    void count(GwCounter c, uint64_t n = 1) { counters_[size_t(c)] += n; }
+
+    GatewayOptions options_;
+    Config config_;
+    std::unique_ptr<XdpProgram> prog_;
+    std::unique_ptr<ClassifierSync> sync_;
+    std::unique_ptr<Engine> engine_;
+    EngineStats retired_;           // what engines replaced by apply() had counted
+    std::unique_ptr<NextHops> hops_;
+    std::vector<GatewayIface> ifaces_;
+    std::vector<IpAddr> local_;
+
+    // Sockets: one Umem for all of them, and its pool.
+    std::unique_ptr<Umem> umem_;
+    std::unique_ptr<FramePool> pool_;
+    std::vector<std::unique_ptr<Port>> ports_;
+    std::array<uint64_t, size_t(GwCounter::Count)> counters_{};
+    uint32_t frag_ident_ = 0;
+    uint64_t last_refresh_ns_ = 0;
+};
+
+} // namespace xesp
