@@ -93,16 +93,7 @@ ip -n "$GW" route add fd09::/64 via fd00::2 || exit 1
 ip -n "$FAR" route add default via 10.9.0.1 || exit 1
 ip -n "$FAR" -6 route add default via fd09::1 || exit 1
 
-passed=0
-failed=0
-pass() {
-    echo "ok   $1"
-    passed=$((passed + 1))
-}
-fail() {
-    echo "FAIL $1${2:+: $2}"
-    failed=$((failed + 1))
-}
+source "$(dirname "$0")/../checks.sh"
 # same NAME WANT GOT
 same() {
     if [ "$3" = "$2" ]; then pass "$1"; else fail "$1" "got '$3', want '$2'"; fi

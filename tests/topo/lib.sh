@@ -1,0 +1,94 @@
+# Shared by the topology tests: the checks every test script makes before it starts, the
+# pass/fail bookkeeping, and helpers that run traffic between the hosts and count what crosses
+# the wire. Source it after setting HERE (this directory), TOPO, PY and XESP_TOPO_PREFIX; it
+# reads the topology's names (xesp-topo names) and makes WORK, a scratch directory.
+
+# Skips (exit 77) unless this is root with network namespaces and veth pairs.
+if [ "$(id -u)" != 0 ]; then
+    echo "SKIP: needs root (network namespaces)"
+    exit 77
+fi
+if ! command -v ip >/dev/null 2>&1; then
+    echo "SKIP: no ip (iproute2): cannot make network namespaces"
+    exit 77
+fi
+probe=${XESP_TOPO_PREFIX}probe
+if ! ip netns add "$probe" 2>/dev/null; then
+    echo "SKIP: cannot create network namespaces"
+    exit 77
+fi
+if ! ip -n "$probe" link add p0 type veth peer name p1 2>/dev/null; then
+    ip netns del "$probe"
+    echo "SKIP: cannot create veth pairs"
+    exit 77
+fi
+ip netns del "$probe"
+
+source "$HERE/../checks.sh"
+
+# ping_cmd NODE ADDRESS [ping.py options]: sets PING to the command line (for wire_capture.py).
+ping_cmd() {
+    PING=("$TOPO" exec "$1" "$PY" "$HERE/ping.py" -W 2 "${@:3}" "$2")
+}
+ping_from() {
+    ping_cmd "$@"
+    "${PING[@]}"
+}
+
+wait_listen() { # NODE PORT
+    for _ in $(seq 50); do
+        "$TOPO" exec "$1" ss -Hltn "sport = :$2" | grep -q . && return 0
+        sleep 0.1
+    done
+    echo "nothing listens on port $2 in $1"
+    return 1
+}
+
+# 4 MiB of random bytes over TCP from one host to the other, compared by SHA-256. Direction
+# "a2b" sends from hostA to hostB, "b2a" the reverse; FAMILY 4 (default) or 6.
+tcp_python() {
+    local dir=$1 fam=${2:-4} src=hostA dst=hostB dst_ip=$HOSTB_IP4 sum_sent sum_got
+    [ "$fam" = 6 ] && dst_ip=$HOSTB_IP6
+    if [ "$dir" = b2a ]; then
+        src=hostB dst=hostA dst_ip=$HOSTA_IP4
+        [ "$fam" = 6 ] && dst_ip=$HOSTA_IP6
+    fi
+    local sink="import hashlib,socket
+s=socket.create_server(('$dst_ip',5201),family=socket.AF_INET$([ "$fam" = 6 ] && echo 6)); c,_=s.accept(); h=hashlib.sha256()
+while (b:=c.recv(65536)): h.update(b)
+print(h.hexdigest())"
+    local source="import hashlib,os,socket
+d=os.urandom(4<<20); c=socket.create_connection(('$dst_ip',5201)); c.sendall(d); c.close()
+print(hashlib.sha256(d).hexdigest())"
+    "$TOPO" exec "$dst" "$PY" -c "$sink" >"$WORK/got" 2>&1 &
+    server_pid=$!
+    wait_listen "$dst" 5201 || return 1
+    sum_sent=$("$TOPO" exec "$src" "$PY" -c "$source") || return 1
+    wait "$server_pid"
+    server_pid=
+    sum_got=$(cat "$WORK/got")
+    [ "$sum_sent" = "$sum_got" ] || { echo "sent $sum_sent, received $sum_got"; return 1; }
+}
+
+# wire_counts CMD...: prints one count per filter in $FILTERS for frames on the wire during CMD.
+wire_counts() {
+    local args=() f
+    for f in "${FILTERS[@]}"; do args+=(--filter "$f"); done
+    "$PY" "$HERE/wire_capture.py" --netns "$NS_WIRE" --dev "$WIRE_IF" "${args[@]}" -- "$@" \
+        2>"$WORK/capture.err" | tr '\n' ' '
+}
+
+expect_counts() { # NAME WANT CMD...: the counts must read WANT ("6 0 " style)
+    local name=$1 want=$2 got
+    shift 2
+    got=$(wire_counts "$@")
+    if [ "$got" = "$want" ]; then
+        pass "$name"
+    else
+        fail "$name" "counts '$got', want '$want'; $(tail -n 2 "$WORK/capture.err" | tr '\n' ' ')"
+    fi
+}
+
+
+WORK=$(mktemp -d /tmp/xesp-topo-test.XXXXXX)
+eval "$("$TOPO" names)"

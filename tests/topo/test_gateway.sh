@@ -1,0 +1,400 @@
+#!/bin/bash
+# xesp daemon on both gateways of the standard topology: real traffic through the tunnel.
+#
+#   hostA ---- gwA ===== wire ===== gwB ---- hostB
+#   10.1.0.2   xesp      192.0.2.x   xesp      10.2.0.2
+#   fd01::2    daemon    2001:db8::x daemon    fd02::2
+#              gwa-prot (protected)  gwa-pub / gwb-pub (public)  gwb-prot (protected)
+#                                    ^ capture on wire-a: every frame between the gateways
+#
+# Asserts, in tunnel mode (IPv4 in IPv4, IPv6 in IPv6, AES-128-GCM, config from
+# `xesp-topo config`): ping, TCP and UDP between the hosts over IPv4 and IPv6; the wire carries
+# ESP and no plaintext of the hosts' flows; tshark decrypts the wire's ESP with the configured
+# keys and finds the pings inside; per-SA and per-reason counters move (`xesp stats -j`);
+# forged ESP and a wrong key are dropped and counted (in-icv-fail); a DF packet too big for
+# the tunnel gets "fragmentation needed" with the SA's tunnel MTU; SAs and policies added and
+# removed under traffic lose no packet of the running flow; kill -9 of a daemon under traffic
+# lets no plaintext onto the wire, and the restarted daemon resumes the flow from its state
+# file (sequence numbers above what the peer has seen); SIGTERM detaches XDP. Then transport
+# mode (hostA <-> hostB SAs, the gateways as bumps in the wire) and NAT-T (ESP in UDP/4500).
+#
+# Usage: bash test_gateway.sh XESP
+# Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns/veth/XDP).
+set -u
+
+XESP=${1:?usage: test_gateway.sh XESP}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOPO=$HERE/../../tools/xesp-topo
+PY=/usr/bin/python3
+export XESP_TOPO_PREFIX=xesp-g$$-
+
+source "$HERE/lib.sh"
+
+declare -A DPID=()
+cleanup() {
+    local gw
+    for gw in "${!DPID[@]}"; do kill -9 "${DPID[$gw]}" 2>/dev/null; done
+    [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null
+    "$TOPO" down >/dev/null 2>&1
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# step NAME CMD...: as check, but CMD runs in this shell (it may start daemons and keep their
+# pids), its output kept in a file.
+step() {
+    local name=$1
+    shift
+    if "$@" >"$WORK/step.out" 2>&1; then
+        pass "$name"
+    else
+        fail "$name" "$(tail -n 3 "$WORK/step.out" | tr '\n' ' ')"
+    fi
+}
+
+# ---- Gateways --------------------------------------------------------------------------------
+
+cli() { # GW ARGS...: the xesp command against GW's daemon
+    local gw=$1
+    shift
+    XESP_SOCKET=$WORK/$gw.sock "$XESP" "$@"
+}
+
+# start_gw GW [daemon options...]: starts the daemon in GW's namespace and waits for its socket.
+start_gw() {
+    local gw=$1
+    shift
+    "$TOPO" exec "$gw" "$XESP" daemon --socket "$WORK/$gw.sock" --state "$WORK/$gw.state" "$@" \
+        >>"$WORK/$gw.log" 2>&1 &
+    DPID[$gw]=$!
+    for _ in $(seq 100); do
+        cli "$gw" iface list >/dev/null 2>&1 && return 0
+        kill -0 "${DPID[$gw]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "$gw: the daemon did not come up: $(tail -n 3 "$WORK/$gw.log")"
+    return 1
+}
+
+stop_gw() { # GW [SIGNAL]
+    local gw=$1 sig=${2:-TERM} rc
+    [ -n "${DPID[$gw]:-}" ] || return 1
+    kill -"$sig" "${DPID[$gw]}" 2>/dev/null
+    wait "${DPID[$gw]}" 2>/dev/null
+    rc=$?
+    unset "DPID[$gw]"
+    return $rc
+}
+
+# up_pair MODE-OPTIONS...: fresh daemons on both gateways with `xesp-topo config` for them.
+up_pair() {
+    local gw
+    rm -f "$WORK"/gw?.state
+    for gw in gwA gwB; do
+        "$TOPO" config "$gw" "$@" >"$WORK/$gw.conf" || return 1
+        start_gw "$gw" -b "$WORK/$gw.conf" || return 1
+    done
+    cli gwA iface add "$GWA_PROT_IF" role protected &&
+        cli gwA iface add "$GWA_PUB_IF" role public &&
+        cli gwB iface add "$GWB_PUB_IF" role public &&
+        cli gwB iface add "$GWB_PROT_IF" role protected
+}
+
+down_pair() {
+    stop_gw gwA
+    stop_gw gwB
+    return 0
+}
+
+# stat GW JQ-LIKE-PATH: one number from `xesp stats -j`, e.g. stat gwB 'drops.in-icv-fail'
+# or stat gwA 'sas[spi=0x1001].packets'.
+stat() {
+    cli "$1" stats -j | "$PY" -c '
+import json, re, sys
+j = json.load(sys.stdin)
+for part in sys.argv[1].split("."):
+    m = re.fullmatch(r"(\w+)\[spi=(\w+)\]", part)
+    if m:
+        j = next(s for s in j[m.group(1)] if s["spi"] == int(m.group(2), 0))
+    else:
+        j = j[part]
+print(j)' "$2"
+}
+
+# counts_are NAME "CMP CMP ..." CMD...: one comparison per filter in FILTERS, e.g. "=0 >=5".
+counts_are() {
+    local name=$1 want=($2) got i ok=1
+    shift 2
+    got=($(wire_counts "$@"))
+    for i in "${!want[@]}"; do
+        local w=${want[$i]} g=${got[$i]:-x} op val
+        op=${w%%[0-9]*} val=${w#"$op"}
+        case $op in
+        "=") [ "$g" = "$val" ] || ok=0 ;;
+        ">=") [ "$g" -ge "$val" ] 2>/dev/null || ok=0 ;;
+        esac
+    done
+    if [ "$ok" = 1 ]; then
+        pass "$name (${got[*]})"
+    else
+        fail "$name" "counts '${got[*]}', want '${want[*]}'; $(tail -n 2 "$WORK/capture.err" | tr '\n' ' ')"
+    fi
+}
+
+# udp_cmd NODE DST COUNT MARKER [INTERVAL]: sets UDP to the command that sends COUNT datagrams
+# carrying MARKER to DST port 5300 (for wire_capture.py).
+udp_cmd() {
+    UDP=("$TOPO" exec "$1" "$PY" -c "
+import socket, time
+fam = socket.AF_INET6 if ':' in '$2' else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM)
+for i in range($3):
+    s.sendto(b'$4 %d' % i, ('$2', 5300))
+    time.sleep(${5:-0.002})")
+}
+
+# udp_sink NODE ADDR SECONDS: counts the datagrams that reach ADDR port 5300 for SECONDS.
+udp_sink() {
+    "$TOPO" exec "$1" "$PY" -c "
+import socket, time
+fam = socket.AF_INET6 if ':' in '$2' else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM); s.bind(('$2', 5300)); s.settimeout(0.2)
+n, end = 0, time.time() + $3
+while time.time() < end:
+    try:
+        s.recv(2048); n += 1
+    except socket.timeout:
+        pass
+print(n)"
+}
+
+xdp_attached() { # GW DEV
+    "$TOPO" exec "$1" ip -d link show dev "$2" | grep -q 'prog/xdp'
+}
+
+# ---- Tunnel mode -----------------------------------------------------------------------------
+
+start=$SECONDS
+check "topology up" "$TOPO" up
+step "daemons up with the tunnel config, interfaces added" up_pair
+if [ "$failed" != 0 ]; then
+    for gw in gwA gwB; do echo "--- $gw log"; tail -n 20 "$WORK/$gw.log"; done
+    exit 1
+fi
+check "iface list shows both interfaces" bash -c "[ \$(XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | wc -l) = 2 ]"
+check "XDP attached to all four gateway interfaces" bash -c "
+    '$TOPO' exec gwA ip -d link show dev $GWA_PROT_IF | grep -q prog/xdp &&
+    '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp &&
+    '$TOPO' exec gwB ip -d link show dev $GWB_PUB_IF | grep -q prog/xdp &&
+    '$TOPO' exec gwB ip -d link show dev $GWB_PROT_IF | grep -q prog/xdp"
+
+check "hostA pings hostB over IPv4 through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
+check "hostA pings hostB over IPv6 through the tunnel" ping_from hostA "$HOSTB_IP6" -c 3
+
+FILTERS=("icmp host $HOSTA_IP4 host $HOSTB_IP4" "esp spi 0x1001" "esp spi 0x2001")
+ping_cmd hostA "$HOSTB_IP4" -c 5 -i 0.05
+counts_are "IPv4 pings cross the wire as ESP only" "=0 >=5 >=5" "${PING[@]}"
+FILTERS=("icmp6 host $HOSTA_IP6 host $HOSTB_IP6" "esp spi 0x1002" "esp spi 0x2002")
+ping_cmd hostB "$HOSTA_IP6" -c 5 -i 0.05
+counts_are "IPv6 pings cross the wire as ESP only" "=0 >=5 >=5" "${PING[@]}"
+
+check "TCP hostA -> hostB, IPv4 (4 MiB, SHA-256)" tcp_python a2b 4
+check "TCP hostB -> hostA, IPv6 (4 MiB, SHA-256)" tcp_python b2a 6
+
+marker=xesp-secret-marker-$$
+for fam in 4 6; do
+    dst=$HOSTB_IP4 && [ $fam = 6 ] && dst=$HOSTB_IP6
+    udp_sink hostB "$dst" 3 >"$WORK/udp.count" &
+    sink=$!
+    sleep 0.3
+    FILTERS=("contains $marker" "esp")
+    udp_cmd hostA "$dst" 200 "$marker"
+    counts_are "UDP over IPv$fam: the wire carries ESP, never the payload" "=0 >=200" "${UDP[@]}"
+    wait $sink
+    got=$(cat "$WORK/udp.count")
+    check "UDP over IPv$fam: hostB receives the datagrams ($got of 200)" test "${got:-0}" -ge 190
+done
+
+# tshark decrypts the wire with the configured keys and finds the pings.
+tshark_decrypts() {
+    local pcap=$WORK/wire.pcap key_ab key_ba
+    key_ab=$(awk '/spi 0x1001/ {print $(NF-1)}' "$WORK/gwA.conf")
+    key_ba=$(awk '/spi 0x2001/ {print $(NF-1)}' "$WORK/gwA.conf")
+    "$TOPO" exec wire dumpcap -q -i "$WIRE_IF" -w "$pcap" -f esp >/dev/null 2>&1 &
+    local cap=$!
+    sleep 1
+    ping_from hostA "$HOSTB_IP4" -c 3 -i 0.1 >/dev/null || { kill $cap; return 1; }
+    sleep 0.3
+    kill -INT $cap
+    wait $cap
+    local gcm="AES-GCM with 16 octet ICV [RFC4106]"
+    local out
+    out=$(tshark -n -r "$pcap" -o esp.enable_encryption_decode:TRUE \
+        -o esp.enable_authentication_check:TRUE \
+        -o "uat:esp_sa:\"IPv4\",\"$GWA_PUB_IP4\",\"$GWB_PUB_IP4\",\"0x00001001\",\"$gcm\",\"$key_ab\",\"NULL\",\"\"" \
+        -o "uat:esp_sa:\"IPv4\",\"$GWB_PUB_IP4\",\"$GWA_PUB_IP4\",\"0x00002001\",\"$gcm\",\"$key_ba\",\"NULL\",\"\"" \
+        -T fields -e esp.icv_good -e icmp.type -e ip.src -Y icmp 2>&1)
+    echo "$out"
+    [ "$(echo "$out" | grep -c "^1	8	.*$HOSTA_IP4")" -ge 3 ] &&
+        [ "$(echo "$out" | grep -c "^1	0	.*$HOSTB_IP4")" -ge 3 ]
+}
+if command -v tshark >/dev/null && command -v dumpcap >/dev/null; then
+    check "tshark decrypts the wire's ESP (ICV good) and finds the echo requests and replies" tshark_decrypts
+else
+    echo "skip tshark decryption: tshark/dumpcap not installed"
+fi
+
+check "stats: SA 0x1001 on gwA counted packets" test "$(stat gwA 'sas[spi=0x1001].packets')" -gt 0
+check "stats: XDP redirected to encrypt on gwA" test "$(stat gwA 'xdp.redirect-encap')" -gt 0
+check "stats: XDP redirected to decrypt on gwB" test "$(stat gwB 'xdp.redirect-decap')" -gt 0
+tunnel_mtu=$(stat gwA 'sas[spi=0x1001].tunnel_mtu')
+check "stats: tunnel MTU per SA ($tunnel_mtu for a 1500-byte link)" test "$tunnel_mtu" -gt 1400 -a "$tunnel_mtu" -lt 1500
+check "stats text names the SAs" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' stats | grep -q 'esp spi 0x00001001'"
+
+# A DF packet that no longer fits once encrypted: hostA learns the tunnel MTU from gwA.
+pmtu_learnt() {
+    "$TOPO" exec hostA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)          # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+s.connect(('$HOSTB_IP4', 5300))
+for _ in range(2):      # EMSGSIZE: hostA knows the path MTU already (TCP found it earlier)
+    try:
+        s.send(b'x' * 1460)
+    except OSError as e:
+        if e.errno != 90:
+            raise
+    time.sleep(0.5)
+print(s.getsockopt(socket.IPPROTO_IP, 14))      # IP_MTU"
+}
+got=$(pmtu_learnt 2>&1)
+check "DF too big: ICMP frag-needed gives hostA the tunnel MTU ($got)" test "$got" = "$tunnel_mtu"
+
+# Forged ESP for an SA gwB owns: dropped, counted as ICV failures.
+forge() {
+    local mac before after
+    mac=$("$TOPO" exec gwB cat /sys/class/net/$GWB_PUB_IF/address)
+    before=$(stat gwB 'drops.in-icv-fail')
+    "$TOPO" exec wire "$PY" -c "
+from scapy.all import Ether, IP, ESP, Raw, sendp
+p = Ether(dst='$mac')/IP(src='$GWA_PUB_IP4', dst='$GWB_PUB_IP4')/ESP(spi=0x1001, seq=10**6)/Raw(b'\x00' * 64)
+sendp(p, iface='$WIRE_B_IF', count=5, verbose=False)" || return 1
+    sleep 0.3
+    after=$(stat gwB 'drops.in-icv-fail')
+    echo "in-icv-fail $before -> $after"
+    [ $((after - before)) -ge 5 ]
+}
+check "forged ESP is dropped and counted (in-icv-fail)" forge
+
+# A wrong key on gwA's outbound SA: gwB drops every packet and counts it; the right key back
+# (sequence numbers above what gwB has seen) and the tunnel works again.
+sa_line() { # SPI VERB KEY OSEQ
+    local line
+    line=$(grep "spi $1 " "$WORK/gwA.conf")
+    line=${line/sa add/sa $2}
+    [ -n "$3" ] && line=$(echo "$line" | sed -E "s/0x[0-9a-f]{40}/$3/")
+    echo "$line replay-oseq $4"
+}
+wrong_key() {
+    local before after
+    before=$(stat gwB 'drops.in-icv-fail')
+    eval "cli gwA $(sa_line 0x1001 update 0x000102030405060708090a0b0c0d0e0f10111213 100000)" || return 1
+    ping_from hostA "$HOSTB_IP4" -c 3 -W 1 && { echo "pings got through with a wrong key"; return 1; }
+    after=$(stat gwB 'drops.in-icv-fail')
+    echo "in-icv-fail $before -> $after"
+    [ $((after - before)) -ge 3 ] || return 1
+    eval "cli gwA $(sa_line 0x1001 update "" 200000)" || return 1
+    ping_from hostA "$HOSTB_IP4" -c 3
+}
+check "a wrong key is dropped and counted; the right key restores the tunnel" wrong_key
+
+# SAs and policies come and go on both gateways while a flow runs: it loses nothing.
+churn() {
+    local gw i n
+    for gw in gwA gwB; do
+        : >"$WORK/$gw.extra"
+        for i in $(seq 20); do
+            n=$(printf '%02x' "$i")
+            echo "sa add src 198.51.100.$i dst 203.0.113.$i proto esp spi 0x77$n reqid 9$i mode tunnel aead 'rfc4106(gcm(aes))' 0x$(printf '%040x' "$i") 128" >>"$WORK/$gw.extra"
+            echo "policy add src 10.9.$i.0/24 dst 10.8.$i.0/24 dir out tmpl src 198.51.100.$i dst 203.0.113.$i proto esp reqid 9$i mode tunnel" >>"$WORK/$gw.extra"
+        done
+    done
+    ping_cmd hostA "$HOSTB_IP4" -c 60 -i 0.05
+    "${PING[@]}" >"$WORK/churn.ping" 2>&1 &
+    local p=$!
+    for gw in gwA gwB; do
+        cli "$gw" batch "$WORK/$gw.extra" || return 1
+    done
+    sleep 0.5
+    for gw in gwA gwB; do
+        for i in $(seq 20); do
+            cli "$gw" sa del src 198.51.100.$i dst 203.0.113.$i proto esp spi 0x77$(printf '%02x' "$i") || return 1
+            cli "$gw" policy del src 10.9.$i.0/24 dst 10.8.$i.0/24 dir out || return 1
+        done
+    done
+    wait $p || { cat "$WORK/churn.ping"; return 1; }
+}
+check "SAs and policies added and removed under traffic: no ping lost" churn
+
+# kill -9 under traffic: not one plaintext packet of the flow reaches the wire; after a restart
+# from the state file the flow resumes.
+crash() {
+    local before_pid=${DPID[gwA]}
+    FILTERS=("contains $marker" "icmp host $HOSTA_IP4 host $HOSTB_IP4")
+    (sleep 1; kill -9 "$before_pid") &
+    local killer=$!
+    ping_cmd hostA "$HOSTB_IP4" -c 30 -i 0.1 -W 1
+    "${PING[@]}" >/dev/null 2>&1 &
+    local pinger=$!
+    udp_cmd hostA "$HOSTB_IP4" 1500 "$marker" 0.002
+    got=$(wire_counts "${UDP[@]}")
+    wait "$killer" "$pinger"
+    wait "$before_pid" 2>/dev/null
+    unset "DPID[gwA]"
+    local n_marker n_icmp
+    read -r n_marker n_icmp <<<"$got"
+    echo "plaintext on the wire: marker '$n_marker', icmp '$n_icmp'"
+    [ "$n_marker" = 0 ] && [ "$n_icmp" = 0 ]
+}
+step "kill -9 under traffic: zero plaintext packets of protected flows on the wire" crash
+check "after kill -9: XDP stays attached on gwA" xdp_attached gwA "$GWA_PUB_IF"
+check "after kill -9: protected traffic is dropped, not forwarded" bash -c "! '$TOPO' exec hostA '$PY' '$HERE/ping.py' -c 2 -W 1 $HOSTB_IP4"
+step "restart from the state file (no config given)" start_gw gwA
+resume() {
+    for _ in $(seq 20); do
+        ping_from hostA "$HOSTB_IP4" -c 1 -W 1 >/dev/null 2>&1 && break
+    done
+    ping_from hostA "$HOSTB_IP4" -c 3
+}
+check "after the restart the flow resumes (gwB accepts the sequence numbers)" resume
+check "the restarted daemon has its interfaces back" bash -c "[ \$(XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | wc -l) = 2 ]"
+
+step "SIGTERM: the daemon exits 0" stop_gw gwA TERM
+check "SIGTERM: XDP detached from gwA's interfaces" bash -c "! '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp"
+stop_gw gwB
+
+# ---- Transport mode and NAT-T ----------------------------------------------------------------
+
+step "transport mode: daemons up" up_pair transport
+FILTERS=("icmp host $HOSTA_IP4 host $HOSTB_IP4" "esp host $HOSTA_IP4 host $HOSTB_IP4")
+ping_cmd hostA "$HOSTB_IP4" -c 5 -i 0.05
+counts_are "transport mode IPv4: ESP between the hosts' addresses, no plaintext" "=0 >=10" "${PING[@]}"
+FILTERS=("icmp6 host $HOSTA_IP6 host $HOSTB_IP6" "esp host $HOSTA_IP6 host $HOSTB_IP6")
+ping_cmd hostA "$HOSTB_IP6" -c 5 -i 0.05
+counts_are "transport mode IPv6: ESP between the hosts' addresses, no plaintext" "=0 >=10" "${PING[@]}"
+check "transport mode: TCP hostA -> hostB (4 MiB)" tcp_python a2b 4
+down_pair
+
+step "NAT-T: daemons up" up_pair natt
+FILTERS=("icmp host $HOSTA_IP4 host $HOSTB_IP4" "udp port 4500" "esp")
+ping_cmd hostA "$HOSTB_IP4" -c 5 -i 0.05
+counts_are "NAT-T: ESP in UDP/4500 on the wire, no plaintext" "=0 >=10 >=10" "${PING[@]}"
+check "NAT-T: TCP hostB -> hostA over IPv6 (4 MiB)" tcp_python b2a 6
+down_pair
+
+echo "$passed passed, $failed failed ($((SECONDS - start)) s)"
+if [ "$failed" != 0 ]; then
+    for gw in gwA gwB; do echo "--- $gw log"; tail -n 20 "$WORK/$gw.log"; done
+fi
+[ "$failed" = 0 ]
