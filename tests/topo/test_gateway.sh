@@ -271,6 +271,33 @@ print(s.getsockopt(socket.IPPROTO_IP, 14))      # IP_MTU"
 got=$(pmtu_learnt 2>&1)
 check "DF too big: ICMP frag-needed gives hostA the tunnel MTU ($got)" test "$got" = "$tunnel_mtu"
 
+# Without DF the packet goes on: gwA fragments the outer packet, gwB's kernel reassembles it
+# and gwB decrypts it.
+fragmented() {
+    local f_before r_before f_after r_after got
+    f_before=$(stat gwA 'gateway.fragmented')
+    r_before=$(stat gwB 'gateway.rx-reassembled')
+    # hostA would fragment to the path MTU it learnt above: forget it.
+    "$TOPO" exec hostA ip route flush cache
+    udp_sink hostB "$HOSTB_IP4" 3 >"$WORK/frag.count" &
+    local sink=$!
+    sleep 0.3
+    "$TOPO" exec hostA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
+for i in range(20):
+    s.sendto(b'%04d' % i + b'y' * 1456, ('$HOSTB_IP4', 5300))
+    time.sleep(0.01)" || return 1
+    wait $sink
+    got=$(cat "$WORK/frag.count")
+    f_after=$(stat gwA 'gateway.fragmented')
+    r_after=$(stat gwB 'gateway.rx-reassembled')
+    echo "hostB got $got of 20; gwA fragmented $((f_after - f_before)), gwB reassembled $((r_after - r_before))"
+    [ "$got" = 20 ] && [ $((f_after - f_before)) -ge 20 ] && [ $((r_after - r_before)) -ge 20 ]
+}
+check "no DF, too big: the outer packet is fragmented, reassembled and decrypted" fragmented
+
 # Forged ESP for an SA gwB owns: dropped, counted as ICV failures.
 forge() {
     local mac before after
@@ -286,6 +313,26 @@ sendp(p, iface='$WIRE_B_IF', count=5, verbose=False)" || return 1
     [ $((after - before)) -ge 5 ]
 }
 check "forged ESP is dropped and counted (in-icv-fail)" forge
+
+# Plaintext from the public side that a policy says must come protected: dropped and counted,
+# never delivered to hostA.
+unprotected() {
+    local mac before after
+    mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
+    before=$(stat gwA 'xdp.drop-in-unprotected')
+    udp_sink hostA "$HOSTA_IP4" 2 >"$WORK/unprot.count" &
+    local sink=$!
+    sleep 0.3
+    "$TOPO" exec wire "$PY" -c "
+from scapy.all import Ether, IP, UDP, Raw, sendp
+p = Ether(dst='$mac')/IP(src='$HOSTB_IP4', dst='$HOSTA_IP4')/UDP(sport=5300, dport=5300)/Raw(b'spoofed')
+sendp(p, iface='$WIRE_A_IF', count=5, verbose=False)" 2>/dev/null || return 1
+    wait $sink
+    after=$(stat gwA 'xdp.drop-in-unprotected')
+    echo "drop-in-unprotected $before -> $after, hostA received $(cat "$WORK/unprot.count")"
+    [ $((after - before)) -ge 5 ] && [ "$(cat "$WORK/unprot.count")" = 0 ]
+}
+check "plaintext on the public side for a protected flow: dropped by XDP, counted" unprotected
 
 # A wrong key on gwA's outbound SA: gwB drops every packet and counts it; the right key back
 # (sequence numbers above what gwB has seen) and the tunnel works again.

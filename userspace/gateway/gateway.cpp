@@ -126,6 +126,10 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
     if (!hops)
         return hops.error();
     g->hops_ = std::move(*hops);
+    if (auto r = g->kernel_esp_.open(); r)
+        g->kernel_esp_ok_ = true;
+    else
+        log(LogLevel::Warning, "%s: fragmented ESP will not be decrypted", r.error().message.c_str());
     if (auto r = g->apply(config); !r)
         return r.error();
     return g;
@@ -344,7 +348,45 @@ size_t Gateway::poll_data()
     size_t before = counters_[size_t(GwCounter::Rx)];
     for (auto &p : ports_)
         rx_one(*p);
+    if (kernel_esp_ok_ && !ports_.empty())
+        rx_kernel();
     return counters_[size_t(GwCounter::Rx)] - before;
+}
+
+// Reassembled ESP from the kernel's raw sockets: copied into frames of our pool, classified
+// and decrypted by the engine itself, then sent like the rest.
+void Gateway::rx_kernel()
+{
+    Pkt pkts[kBurst];
+    Pkt *ready[kBurst];
+    uint64_t addrs[kBurst];
+    uint32_t got = pool_->alloc(addrs, 16);
+    size_t n = 0;
+    while (n < got) {
+        Pkt &p = pkts[n];
+        p = Pkt{umem_->frame(addrs[n]), kFrameSize, 0, 0};
+        if (!kernel_esp_.receive(p))
+            break;
+        ready[n] = &p;
+        n++;
+    }
+    if (n < got)
+        pool_->free(addrs + n, got - uint32_t(n));
+    if (!n)
+        return;
+    count(GwCounter::Rx, n);
+    count(GwCounter::RxKernel, n);
+    engine_->process(ready, n);
+    // ESP for an SA we do not have: the kernel holds its own copy of it (a raw socket gets a
+    // clone), so ours is simply let go; handing it back would loop.
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ready[i]->verdict == Verdict::Pass)
+            ports_[0]->x.recycle(*ready[i]);
+        else
+            ready[k++] = ready[i];
+    }
+    transmit(*ports_[0], ready, k);
 }
 
 void Gateway::rx_one(Port &port)
@@ -491,6 +533,10 @@ std::vector<int> Gateway::wait_fds() const
     for (const auto &p : ports_)
         fds.push_back(p->x.fd());
     fds.push_back(hops_->event_fd());
+    if (kernel_esp_ok_) {
+        fds.push_back(kernel_esp_.fd4());
+        fds.push_back(kernel_esp_.fd6());
+    }
     return fds;
 }
 

@@ -30,6 +30,7 @@
 #include "userspace/config.h"
 #include "userspace/engine.h"
 #include "userspace/gateway/classifier_sync.h"
+#include "userspace/gateway/kernel_esp.h"
 #include "userspace/nexthop.h"
 
 namespace xesp {
@@ -41,6 +42,7 @@ namespace xesp {
     X(Tx, "tx", false)                                                                      \
     X(TxKernel, "tx-via-kernel", false)         /* next hop unresolved, or the gateway */  \
     X(Fragmented, "fragmented", false)          /* outer packets split, RFC 4303 3.3.4 */  \
+    X(RxKernel, "rx-reassembled", false)        /* ESP the kernel reassembled */            \
     X(RxNoMeta, "drop-rx-no-metadata", true)    /* redirected without classification */     \
     X(TxRingFull, "drop-tx-ring-full", true)                                                \
     X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */  \
@@ -111,6 +113,7 @@ private:
     void refresh_local_addresses();
     EngineOptions engine_options() const;
     void rx_one(Port &port);
+    void rx_kernel();
     void transmit(Port &rx, Pkt *const *pkts, size_t n);
     void to_kernel(Port &rx, Pkt &p);
     Port *tx_port(uint32_t ifindex, uint32_t queue);
@@ -123,6 +126,8 @@ private:
     std::unique_ptr<Engine> engine_;
     EngineStats retired_;           // what engines replaced by apply() had counted
     std::unique_ptr<NextHops> hops_;
+    KernelEspInput kernel_esp_;
+    bool kernel_esp_ok_ = false;
     std::vector<GatewayIface> ifaces_;
     std::vector<IpAddr> local_;
 
