@@ -143,6 +143,7 @@ struct DaemonOptions {
     std::string crypto = "auto";
     uint32_t ring_size = 1024;
     bool busy_poll = false;
+    uint32_t spin = 0;
 };
 
 // What to start with: the state file (a restart) and/or the config file.
@@ -203,22 +204,31 @@ void run_daemon(const DaemonOptions &o)
     log(LogLevel::Info, "running: control socket %s, state %s, crypto %s", o.socket.c_str(),
         state_path.empty() ? "(none)" : state_path.c_str(), o.crypto.c_str());
 
+    // Packets first; the control socket, routing events and completions once a millisecond;
+    // when nothing came in for `spin` rounds, sleep until a socket has something.
     Gateway &g = **gw;
-    uint64_t last_save = now_ms(), bursts = 0;
+    uint64_t last_save = now_ms(), last_house = 0;
+    uint32_t idle = 0;
     std::vector<pollfd> pfds;
     while (!g_stop) {
         size_t moved = g.poll_data();
-        if (moved && (++bursts & 63))
-            continue;
-        g.housekeeping();
-        if (auto r = server->poll_once(0); !r)
-            log(LogLevel::Warning, "control socket: %s", r.error().message.c_str());
-        if (now_ms() - last_save >= 1000) {
-            last_save = now_ms();
-            handler.save_if_due();
+        uint64_t now = now_ms();
+        if (now != last_house) {
+            last_house = now;
+            g.housekeeping();
+            if (auto r = server->poll_once(0); !r)
+                log(LogLevel::Warning, "control socket: %s", r.error().message.c_str());
+            if (now - last_save >= 1000) {
+                last_save = now;
+                handler.save_if_due();
+            }
         }
-        if (moved)
+        if (moved || ++idle <= o.spin) {
+            idle = moved ? 0 : idle;
             continue;
+        }
+        idle = 0;
+        g.housekeeping();           // completions before sleeping: frames back to the pool
         pfds.clear();
         for (int fd : g.wait_fds())
             pfds.push_back({fd, POLLIN, 0});
@@ -246,6 +256,8 @@ void register_daemon_command(CLI::App &app)
     sub->add_option("--crypto", o->crypto, "auto, openssl or ipsecmb");
     sub->add_option("--ring-size", o->ring_size, "entries in each AF_XDP ring (a power of two)");
     sub->add_flag("--busy-poll", o->busy_poll, "busy-poll the sockets instead of waiting");
+    sub->add_option("--spin", o->spin,
+                    "empty polling rounds before sleeping (0: sleep as soon as idle)");
     sub->callback([o] { run_daemon(*o); });
 }
 

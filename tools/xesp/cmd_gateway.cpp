@@ -110,6 +110,8 @@ void print_stats(const json &s, const json *prev, double secs)
                    prev ? &(*prev)["drops"] : nullptr, secs, true);
     print_counters("gateway:", s["gateway"], prev ? &(*prev)["gateway"] : nullptr, secs, true);
     print_counters("xdp:", s["xdp"], prev ? &(*prev)["xdp"] : nullptr, secs, true);
+    if (s.contains("xsk"))
+        print_counters("af_xdp sockets:", s["xsk"], prev ? &(*prev)["xsk"] : nullptr, secs, true);
 }
 
 struct StatsOptions {

@@ -587,6 +587,33 @@ nlohmann::json Gateway::stats_json() const
                        {"mtu", i.mtu}});
     j["ifaces"] = ifs;
     j["link_mtu"] = eo.link_mtu;
+    // The sockets, summed: what the kernel could not hand us counts as lost here.
+    XskStats sum;
+    for (const auto &p : ports_) {
+        auto st = p->x.stats();
+        if (!st)
+            continue;
+        sum.rx += st->rx;
+        sum.tx += st->tx;
+        sum.tx_ring_full += st->tx_ring_full;
+        sum.tx_bad += st->tx_bad;
+        sum.fill_short += st->fill_short;
+        sum.rx_dropped += st->rx_dropped;
+        sum.rx_ring_full += st->rx_ring_full;
+        sum.rx_fill_ring_empty += st->rx_fill_ring_empty;
+        sum.rx_invalid_descs += st->rx_invalid_descs;
+        sum.tx_invalid_descs += st->tx_invalid_descs;
+    }
+    j["xsk"] = {{"rx", sum.rx},
+                {"tx", sum.tx},
+                {"drop-rx-ring-full", sum.rx_ring_full},
+                {"drop-rx-other", sum.rx_dropped},
+                {"rx-fill-ring-empty", sum.rx_fill_ring_empty},
+                {"tx-ring-full", sum.tx_ring_full},
+                {"drop-tx-bad", sum.tx_bad},
+                {"fill-short", sum.fill_short},
+                {"rx-invalid-descs", sum.rx_invalid_descs},
+                {"tx-invalid-descs", sum.tx_invalid_descs}};
     return j;
 }
 
