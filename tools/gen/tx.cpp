@@ -1,0 +1,177 @@
+#include "tools/gen/tx.h"
+
+#include <dirent.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "af_xdp/umem.h"
+#include "af_xdp/xsk_port.h"
+
+namespace xesp::gen {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kBurst = 64;
+
+double since(Clock::time_point t0)
+{
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// TX queues of dev in this namespace (/sys shows the namespace's devices under ip netns exec).
+uint32_t tx_queues(const std::string &dev)
+{
+    std::string path = "/sys/class/net/" + dev + "/queues";
+    DIR *d = opendir(path.c_str());
+    if (!d)
+        return 1;
+    uint32_t n = 0;
+    while (dirent *e = readdir(d))
+        n += std::strncmp(e->d_name, "tx-", 3) == 0;
+    closedir(d);
+    return std::max<uint32_t>(n, 1);
+}
+
+// AF_XDP: every UMEM frame holds a finished frame of some flow from the start, and a sent frame
+// comes back through the completion ring unchanged, so the loop only moves descriptors. One
+// socket per TX queue (a copy-mode socket sends on the queue it is bound to; veth delivers to
+// the peer's RX queue of the same number), used in turn.
+Result<TxResult> tx_xsk(const TxOptions &o, const std::atomic<bool> &stop)
+{
+    auto umem = Umem::create({.frame_count = 4096, .fill_size = 64, .comp_size = 2048});
+    if (!umem)
+        return umem.error();
+    FramePool pool(*umem);
+    std::vector<uint64_t> all(pool.count());
+    pool.alloc(all.data(), uint32_t(all.size()));
+    std::vector<std::vector<uint8_t>> frames;
+    for (uint32_t k = 0; k < o.flows; ++k)
+        frames.push_back(build_frame(o.ep, o.size, k));
+    for (size_t i = 0; i < all.size(); ++i) {
+        const auto &f = frames[i % frames.size()];
+        std::memcpy(umem->frame(all[i]) + kFrameHeadroom - kEthBytes, f.data(), f.size());
+    }
+    pool.free(all.data(), uint32_t(all.size()));
+
+    TxResult r;
+    r.queues = std::min(tx_queues(o.ep.dev), o.flows);
+    std::vector<XskPort> ports;
+    for (uint32_t q = 0; q < r.queues; ++q) {
+        auto p = XskPort::open(*umem, pool, o.ep.dev,
+                               {.queue = q, .mode = XskMode::Copy, .rx_size = 64});
+        if (!p)
+            return p.error();
+        ports.push_back(std::move(*p));
+    }
+    const uint32_t ip_len = ip_len_of(o.size);
+    Pkt burst[kBurst];
+    uint64_t addrs[kBurst];
+    auto t0 = Clock::now();
+    auto end = t0 + std::chrono::duration<double>(o.seconds);
+    while (!stop.load(std::memory_order_relaxed) && Clock::now() < end) {
+        for (auto &port : ports) {
+            uint32_t n = pool.alloc(addrs, kBurst);
+            for (uint32_t i = 0; i < n; ++i) {
+                burst[i] = Pkt{umem->frame(addrs[i]), kFrameSize, kFrameHeadroom, ip_len};
+                burst[i].l2_len = kEthBytes;
+            }
+            size_t placed = port.tx_burst(burst, n);
+            port.recycle(burst + placed, n - placed);
+            r.sent += placed;
+            if (placed < n)
+                port.complete();
+        }
+    }
+    r.seconds = since(t0);
+    // What is still on a TX ring was never sent: wait a little for it, then take it back out.
+    auto drain_end = Clock::now() + std::chrono::milliseconds(500);
+    for (auto &port : ports) {
+        while (port.tx_outstanding() && Clock::now() < drain_end)
+            port.complete();
+        r.sent -= std::min<uint64_t>(r.sent, port.tx_outstanding());
+    }
+    return r;
+}
+
+// AF_PACKET: sendmmsg of kBurst messages over the flows' frames in turn, the qdisc bypassed.
+Result<TxResult> tx_packet(const TxOptions &o, const std::atomic<bool> &stop)
+{
+    // Protocol 0: this socket receives nothing.
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return make_error(std::string("socket(AF_PACKET): ") + std::strerror(errno) +
+                              "; needs CAP_NET_RAW",
+                          errno);
+    int one = 1;
+    setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+    sockaddr_ll ll{};
+    ll.sll_family = AF_PACKET;
+    ll.sll_ifindex = int(o.ep.ifindex);
+    ll.sll_protocol = 0;
+    if (bind(fd, reinterpret_cast<sockaddr *>(&ll), sizeof ll)) {
+        int err = errno;
+        close(fd);
+        return make_error(o.ep.dev + ": bind(AF_PACKET): " + std::strerror(err), err);
+    }
+
+    std::vector<std::vector<uint8_t>> frames;
+    for (uint32_t k = 0; k < o.flows; ++k)
+        frames.push_back(build_frame(o.ep, o.size, k));
+    // Messages cycle through the flows, each call going on where the last one stopped.
+    iovec iov[kBurst];
+    mmsghdr msgs[kBurst]{};
+    TxResult r;
+    r.queues = tx_queues(o.ep.dev);     // chosen per flow by the kernel's hash
+    uint32_t next = 0;
+    auto t0 = Clock::now();
+    auto end = t0 + std::chrono::duration<double>(o.seconds);
+    while (!stop.load(std::memory_order_relaxed) && Clock::now() < end) {
+        for (uint32_t i = 0; i < kBurst; ++i) {
+            auto &f = frames[(next + i) % o.flows];
+            iov[i] = {f.data(), f.size()};
+            msgs[i].msg_hdr.msg_iov = &iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        int n = sendmmsg(fd, msgs, kBurst, 0);
+        if (n < 0) {
+            // ENOBUFS: the device queue was full and the first frame was dropped.
+            if (errno != ENOBUFS && errno != EAGAIN && errno != EINTR) {
+                int err = errno;
+                close(fd);
+                return make_error(o.ep.dev + ": sendmmsg: " + std::strerror(err), err);
+            }
+            ++r.refused;
+            next = (next + 1) % o.flows;
+            continue;
+        }
+        r.sent += uint64_t(n);
+        next = (next + uint32_t(n)) % o.flows;
+    }
+    r.seconds = since(t0);
+    close(fd);
+    return r;
+}
+
+} // namespace
+
+const char *tx_method_name(TxMethod m)
+{
+    return m == TxMethod::Xsk ? "xsk" : "packet";
+}
+
+Result<TxResult> run_tx(const TxOptions &o, const std::atomic<bool> &stop)
+{
+    return o.method == TxMethod::Packet ? tx_packet(o, stop) : tx_xsk(o, stop);
+}
+
+} // namespace xesp::gen
