@@ -26,8 +26,25 @@ using namespace xesp::gen;
 namespace {
 
 std::atomic<bool> g_stop{false};
+volatile sig_atomic_t g_signal = 0;
 
-void on_signal(int) { g_stop = true; }
+void on_signal(int sig)
+{
+    g_signal = sig;
+    g_stop = true;
+}
+
+// A run cut short by SIGINT or SIGTERM still reports, then dies of that signal, so that a
+// calling shell sees the interruption (bash ignores a Ctrl-C its child seemed to handle).
+int finish(int rc)
+{
+    if (int sig = g_signal) {
+        std::fflush(stdout);
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    return rc;
+}
 
 void catch_signals()
 {
@@ -169,7 +186,5 @@ int main(int argc, char **argv)
 
     CLI11_PARSE(app, argc, argv);
     catch_signals();
-    if (t->parsed())
-        return tx_main(tx);
-    return rx_main(rx);
+    return finish(t->parsed() ? tx_main(tx) : rx_main(rx));
 }
