@@ -10,8 +10,8 @@
 # Asserts, for each sender and for 64 and 1400-byte frames: rx counts more than 0 and no more
 # than tx sent, every counted frame has the size asked for (size - 4 bytes without FCS), and
 # tx found gb0's MAC by ARP while rx's program was attached (non-bench traffic passes). Also:
-# a destination without a route and a size below 64 are refused with a message. No rates are
-# checked: this is a functional test.
+# a paced sender stays under its rate, and a destination without a route and a size below 64
+# are refused with a message. No rate is asserted from below: this is a functional test.
 #
 # Usage: test_gen.sh XESP_GEN
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns, veth or XDP).
@@ -111,6 +111,16 @@ for method in xsk packet; do
         run "$method" "$size"
     done
 done
+
+# Pacing only ever holds a sender back, so an upper bound holds however slow the machine:
+# 1000 frames/s over the time it reports, plus one burst.
+ip netns exec "$NS_A" "$gen" tx --dev ga0 --src 10.9.0.1 --dst 10.9.0.2 --seconds 0.5 --mpps 0.001 \
+    --json >"$work/paced" 2>"$work/paced.err"
+rc=$?
+sent=$(json_num "$work/paced" sent)
+bound=$(awk -v s="$(json_num "$work/paced" seconds)" 'BEGIN { printf "%d", 1000 * s + 64 }')
+check "--mpps 0.001: sent some, and no more than the rate allows ($sent <= $bound)" \
+    "[ $rc = 0 ] && [ '${sent:-0}' -gt 0 ] && [ '${sent:-0}' -le '$bound' ]" "$(cat "$work/paced.err")"
 
 out=$(ip netns exec "$NS_A" "$gen" tx --dev ga0 --src 10.9.0.1 --dst 192.0.2.99 --seconds 0.1 2>&1)
 rc=$?

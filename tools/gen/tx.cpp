@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "af_xdp/umem.h"
@@ -27,6 +28,34 @@ double since(Clock::time_point t0)
 {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+// Holds a sender to a rate by sleeping until a burst is due, so that a paced sender leaves the
+// CPU it does not need to the path under test (a spinning one would take it all).
+class Pacer {
+public:
+    Pacer(double rate, Clock::time_point t0) : rate_(rate), t0_(t0) {}
+
+    // How many frames may go now, at most `max`, `sent` having gone since t0.
+    uint32_t allow(uint64_t sent, uint32_t max) const
+    {
+        if (rate_ <= 0)
+            return max;
+        for (;;) {
+            double due = rate_ * since(t0_) - double(sent);
+            if (due >= max)
+                return max;
+            if (due >= 1 && due >= max / 2)
+                return uint32_t(due);
+            // Sleep until a full burst is due; short naps keep the caller's deadline.
+            double wait = std::min((max - due) / rate_, 0.01);
+            std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+        }
+    }
+
+private:
+    double rate_;
+    Clock::time_point t0_;
+};
 
 // TX queues of dev in this namespace (/sys shows the namespace's devices under ip netns exec).
 uint32_t tx_queues(const std::string &dev)
@@ -78,9 +107,10 @@ Result<TxResult> tx_xsk(const TxOptions &o, const std::atomic<bool> &stop)
     uint64_t addrs[kBurst];
     auto t0 = Clock::now();
     auto end = t0 + std::chrono::duration<double>(o.seconds);
+    Pacer pacer(o.rate, t0);
     while (!stop.load(std::memory_order_relaxed) && Clock::now() < end) {
         for (auto &port : ports) {
-            uint32_t n = pool.alloc(addrs, kBurst);
+            uint32_t n = pool.alloc(addrs, pacer.allow(r.sent, kBurst));
             for (uint32_t i = 0; i < n; ++i) {
                 burst[i] = Pkt{umem->frame(addrs[i]), kFrameSize, kFrameHeadroom, ip_len};
                 burst[i].l2_len = kEthBytes;
@@ -135,14 +165,16 @@ Result<TxResult> tx_packet(const TxOptions &o, const std::atomic<bool> &stop)
     uint32_t next = 0;
     auto t0 = Clock::now();
     auto end = t0 + std::chrono::duration<double>(o.seconds);
+    Pacer pacer(o.rate, t0);
     while (!stop.load(std::memory_order_relaxed) && Clock::now() < end) {
-        for (uint32_t i = 0; i < kBurst; ++i) {
+        uint32_t burst = pacer.allow(r.sent + r.refused, kBurst);
+        for (uint32_t i = 0; i < burst; ++i) {
             auto &f = frames[(next + i) % o.flows];
             iov[i] = {f.data(), f.size()};
             msgs[i].msg_hdr.msg_iov = &iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
         }
-        int n = sendmmsg(fd, msgs, kBurst, 0);
+        int n = sendmmsg(fd, msgs, burst, 0);
         if (n < 0) {
             // ENOBUFS: the device queue was full and the first frame was dropped.
             if (errno != ENOBUFS && errno != EAGAIN && errno != EINTR) {

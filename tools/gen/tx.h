@@ -26,6 +26,7 @@ struct TxOptions {
     uint32_t size = kMinFrame;  // frame bytes with FCS
     uint32_t flows = 1;
     double seconds = 1;
+    double rate = 0;            // frames per second; 0: as fast as possible
     TxMethod method = TxMethod::Xsk;
 };
 

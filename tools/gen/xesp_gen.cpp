@@ -68,7 +68,7 @@ struct TxArgs {
     std::string dev, src, dst, method = "auto";
     std::optional<std::string> dst_mac;
     uint32_t size = 64, flows = 8;
-    double seconds = 5;
+    double seconds = 5, mpps = 0;
     bool json = false;
 };
 
@@ -82,6 +82,7 @@ int tx_main(const TxArgs &a)
     o.size = a.size;
     o.flows = a.flows;
     o.seconds = a.seconds;
+    o.rate = a.mpps * 1e6;
     o.method = a.method == "packet" ? TxMethod::Packet : TxMethod::Xsk;
     auto r = run_tx(o, g_stop);
     if (!r)
@@ -163,6 +164,11 @@ int main(int argc, char **argv)
                   "Source ports " + std::to_string(GEN_SRC_PORT_BASE) +
                       ".. +K-1, so that receive queues and gateway threads spread")
         ->check(CLI::Range(1, 4096))
+        ->capture_default_str();
+    t->add_option("--mpps", tx.mpps,
+                  "Offered rate in million frames per second, paced by sleeping (0: as fast as "
+                  "possible, the sender spinning on its CPU)")
+        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     t->add_option("--method", tx.method,
                   "xsk: AF_XDP copy mode, one socket per TX queue (auto: the faster on veth); "
