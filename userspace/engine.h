@@ -112,6 +112,23 @@ struct EngineStats {
     uint64_t encrypted = 0, decrypted = 0, passed = 0, dropped = 0, too_big = 0;
     uint64_t esp_unknown_spi = 0, ike = 0, keepalive = 0;
     Counters drops;     // every drop, whatever SA it belongs to
+
+    EngineStats &operator+=(const EngineStats &o)
+    {
+        encrypted += o.encrypted;
+        decrypted += o.decrypted;
+        passed += o.passed;
+        dropped += o.dropped;
+        too_big += o.too_big;
+        esp_unknown_spi += o.esp_unknown_spi;
+        ike += o.ike;
+        keepalive += o.keepalive;
+        drops.packets += o.drops.packets;
+        drops.bytes += o.drops.bytes;
+        for (size_t i = 0; i < kDropCount; i++)
+            drops.drops[i] += o.drops.drops[i];
+        return *this;
+    }
 };
 
 class Engine {

@@ -298,6 +298,37 @@ for i in range(20):
 }
 check "no DF, too big: the outer packet is fragmented, reassembled and decrypted" fragmented
 
+# Each gateway is a hop: hostB sees TTL 64 - 2; TTL 1 goes no further than gwA, counted.
+ttl_hops() {
+    local before after got
+    before=$(stat gwA 'gateway.drop-ttl-exceeded')
+    "$TOPO" exec hostB "$PY" -c "
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 12, 1)        # IP_RECVTTL
+s.bind(('$HOSTB_IP4', 5301)); s.settimeout(3)
+while True:
+    data, anc, _, _ = s.recvmsg(2048, 64)
+    print(data.decode(), anc[0][2][0])
+    if data == b'last':
+        break" >"$WORK/ttl.out" 2>&1 &
+    local sink=$!
+    sleep 0.3
+    "$TOPO" exec hostA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for ttl, what in ((1, b'ttl1'), (64, b'last')):
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+    s.sendto(what, ('$HOSTB_IP4', 5301))
+    time.sleep(0.2)"
+    wait $sink
+    after=$(stat gwA 'gateway.drop-ttl-exceeded')
+    got=$(tr '\n' ' ' <"$WORK/ttl.out")
+    echo "hostB got: $got; drop-ttl-exceeded $before -> $after"
+    [ "$got" = "last 62 " ] && [ $((after - before)) = 1 ]
+}
+check "each gateway decrements the TTL; TTL 1 is dropped and counted" ttl_hops
+
 # Forged ESP for an SA gwB owns: dropped, counted as ICV failures.
 forge() {
     local mac before after

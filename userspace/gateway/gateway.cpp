@@ -25,12 +25,6 @@ constexpr size_t kBurst = 64;
 constexpr size_t kTxQueue = kBurst * 8;
 constexpr uint64_t kRefreshNs = 2'000'000'000;     // local addresses
 
-constexpr std::array<std::string_view, size_t(GwCounter::Count)> kCounterNames = {
-#define XESP_GW_NAME(e, name, drop) name,
-    XESP_GW_FOREACH_COUNTER(XESP_GW_NAME)
-#undef XESP_GW_NAME
-};
-
 uint64_t now_ns()
 {
     timespec ts;
@@ -54,22 +48,6 @@ uint32_t rx_queues(const std::string &name)
     for (const auto &e : std::filesystem::directory_iterator("/sys/class/net/" + name + "/queues", ec))
         n += e.path().filename().string().rfind("rx-", 0) == 0;
     return n ? n : 1;
-}
-
-void add_stats(EngineStats &to, const EngineStats &from)
-{
-    to.encrypted += from.encrypted;
-    to.decrypted += from.decrypted;
-    to.passed += from.passed;
-    to.dropped += from.dropped;
-    to.too_big += from.too_big;
-    to.esp_unknown_spi += from.esp_unknown_spi;
-    to.ike += from.ike;
-    to.keepalive += from.keepalive;
-    to.drops.packets += from.drops.packets;
-    to.drops.bytes += from.drops.bytes;
-    for (size_t i = 0; i < kDropCount; i++)
-        to.drops.drops[i] += from.drops.drops[i];
 }
 
 // Every address of every interface in this network namespace (IPv6 link-local ones too).
@@ -97,6 +75,30 @@ std::vector<std::pair<std::string, IpAddr>> interface_addresses()
 
 bool link_local(const IpAddr &a) { return a.family == 6 && a.b[0] == 0xfe && (a.b[1] & 0xc0) == 0x80; }
 
+// A router's hop on a packet it forwards (RFC 1812 5.3.1, RFC 8200 3): the TTL or hop limit
+// goes down by one, the IPv4 checksum follows incrementally (RFC 1624); false when it would
+// reach zero and the packet must not go on. Plaintext is counted before it is encrypted and
+// after it is decrypted, as the kernel's forward path does around xfrm.
+bool forward_hop(Pkt &p)
+{
+    uint8_t *ip = p.ip();
+    if ((ip[0] >> 4) == 6) {
+        if (ip[7] <= 1)
+            return false;
+        ip[7]--;
+        return true;
+    }
+    if (ip[8] <= 1)
+        return false;
+    ip[8]--;
+    uint32_t sum = uint32_t(ip[10]) << 8 | ip[11];
+    sum += 0x0100;                  // ~(TTL << 8) went up by 0x0100
+    sum = (sum & 0xffff) + (sum >> 16);
+    ip[10] = uint8_t(sum >> 8);
+    ip[11] = uint8_t(sum);
+    return true;
+}
+
 IpAddr ip_dst(const Pkt &p)
 {
     const uint8_t *ip = p.ip();
@@ -104,13 +106,6 @@ IpAddr ip_dst(const Pkt &p)
 }
 
 } // namespace
-
-struct Gateway::Port {
-    XskPort x;
-    uint32_t ifindex;
-    uint32_t slot;
-    std::vector<Pkt> txq;           // packets for this port, sent at the end of each burst
-};
 
 Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
                                                  const GatewayOptions &options)
@@ -168,7 +163,7 @@ Result<void> Gateway::rebuild_engine(const Config &next)
     if (!e)
         return e.error();
     if (engine_)
-        add_stats(retired_, engine_->stats());
+        retired_ += engine_->stats();
     engine_ = std::move(*e);
     engine_->on_expire([](const Sa &sa, bool hard) {
         log(hard ? LogLevel::Warning : LogLevel::Notice, "%s: %s lifetime reached%s",
@@ -408,6 +403,11 @@ void Gateway::rx_one(Port &port)
         }
         m->magic = 0;                   // frames are reused
         Classified &c = cls[k];
+        if (c.kind == Classified::Encap && !forward_hop(pkts[i])) {
+            count(GwCounter::TtlExceeded);
+            port.x.recycle(pkts[i]);
+            continue;
+        }
         c.id = c.kind == Classified::Decap ? sync_->sa_id(c.id) : sync_->policy_id(c.id);
         ready[k++] = &pkts[i];
     }
@@ -445,6 +445,11 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
     for (size_t i = 0; i < n; i++) {
         Pkt &p = *pkts[i];
         if (p.verdict == Verdict::Drop) {
+            rx.x.recycle(p);
+            continue;
+        }
+        if (p.verdict == Verdict::Decrypted && !forward_hop(p)) {
+            count(GwCounter::TtlExceeded);
             rx.x.recycle(p);
             continue;
         }
@@ -538,83 +543,6 @@ std::vector<int> Gateway::wait_fds() const
         fds.push_back(kernel_esp_.fd6());
     }
     return fds;
-}
-
-// ---- Statistics ------------------------------------------------------------------------------
-
-Config Gateway::running_config(uint64_t oseq_margin) const
-{
-    Config c = config_;
-    for (auto &sc : c.sas) {
-        Sa *sa = engine_->sas().find_in(sc.dst, sc.spi);
-        if (!sa)
-            continue;
-        uint64_t limit = sc.esn ? UINT64_MAX : UINT32_MAX;
-        uint64_t o = sa->oseq() > limit - oseq_margin ? limit : sa->oseq() + oseq_margin;
-        if (!sa->oseq())
-            o = 0;                      // never used: nothing to skip
-        sc.oseq = uint32_t(o);
-        sc.oseq_hi = uint32_t(o >> 32);
-        uint64_t top = sa->replay().highest();
-        sc.seq = uint32_t(top);
-        sc.seq_hi = uint32_t(top >> 32);
-    }
-    return c;
-}
-
-nlohmann::json Gateway::stats_json() const
-{
-    using nlohmann::json;
-    EngineStats total = retired_;
-    add_stats(total, engine_->stats());
-    EngineOptions eo = engine_options();
-    json j = engine_json(*engine_, total, eo.link_mtu);
-    json gw = json::object();
-    for (size_t i = 0; i < kCounterNames.size(); i++)
-        gw[std::string(kCounterNames[i])] = counters_[i];
-    j["gateway"] = gw;
-    json xdp = json::object();
-    if (auto c = prog_->counters())
-        for (size_t i = 0; i < kXdpCounterCount; i++)
-            xdp[std::string(kXdpCounterNames[i])] = c->v[i];
-    j["xdp"] = xdp;
-    json ifs = json::array();
-    for (const auto &i : ifaces_)
-        ifs.push_back({{"name", i.name},
-                       {"role", i.role == IfaceRole::Public ? "public" : "protected"},
-                       {"ifindex", i.ifindex},
-                       {"queues", i.queues},
-                       {"mtu", i.mtu}});
-    j["ifaces"] = ifs;
-    j["link_mtu"] = eo.link_mtu;
-    // The sockets, summed: what the kernel could not hand us counts as lost here.
-    XskStats sum;
-    for (const auto &p : ports_) {
-        auto st = p->x.stats();
-        if (!st)
-            continue;
-        sum.rx += st->rx;
-        sum.tx += st->tx;
-        sum.tx_ring_full += st->tx_ring_full;
-        sum.tx_bad += st->tx_bad;
-        sum.fill_short += st->fill_short;
-        sum.rx_dropped += st->rx_dropped;
-        sum.rx_ring_full += st->rx_ring_full;
-        sum.rx_fill_ring_empty += st->rx_fill_ring_empty;
-        sum.rx_invalid_descs += st->rx_invalid_descs;
-        sum.tx_invalid_descs += st->tx_invalid_descs;
-    }
-    j["xsk"] = {{"rx", sum.rx},
-                {"tx", sum.tx},
-                {"drop-rx-ring-full", sum.rx_ring_full},
-                {"drop-rx-other", sum.rx_dropped},
-                {"rx-fill-ring-empty", sum.rx_fill_ring_empty},
-                {"tx-ring-full", sum.tx_ring_full},
-                {"drop-tx-bad", sum.tx_bad},
-                {"fill-short", sum.fill_short},
-                {"rx-invalid-descs", sum.rx_invalid_descs},
-                {"tx-invalid-descs", sum.tx_invalid_descs}};
-    return j;
 }
 
 } // namespace xesp

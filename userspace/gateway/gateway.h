@@ -47,13 +47,20 @@ namespace xesp {
     X(TxRingFull, "drop-tx-ring-full", true)                                                \
     X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */  \
     X(TxTooBig, "drop-tx-too-big", true)        /* over the egress MTU, not fragmentable */ \
-    X(NoFrames, "drop-no-frames", true)         /* no free frame for a fragment */
+    X(NoFrames, "drop-no-frames", true)         /* no free frame for a fragment */         \
+    X(TtlExceeded, "drop-ttl-exceeded", true)   /* TTL / hop limit would reach 0 */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
     XESP_GW_FOREACH_COUNTER(XESP_GW_ENUM)
 #undef XESP_GW_ENUM
     Count
+};
+
+constexpr std::array<std::string_view, size_t(GwCounter::Count)> kGwCounterNames = {
+#define XESP_GW_NAME(e, name, drop) name,
+    XESP_GW_FOREACH_COUNTER(XESP_GW_NAME)
+#undef XESP_GW_NAME
 };
 
 struct GatewayOptions {
@@ -99,13 +106,17 @@ public:
     void shutdown();
 
     nlohmann::json stats_json() const;
-    std::string stats_text() const;
 
     // The config with each SA's sequence numbers as they are now, for the state file.
     Config running_config(uint64_t oseq_margin) const;
 
 private:
-    struct Port;
+    struct Port {
+        XskPort x;
+        uint32_t ifindex;
+        uint32_t slot;
+        std::vector<Pkt> txq;       // packets for this port, sent at the end of each burst
+    };
     Gateway() = default;
     Result<void> rebuild_ports();
     void close_ports();

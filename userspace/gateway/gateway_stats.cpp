@@ -1,0 +1,83 @@
+// What the gateway reports: `xesp stats` (engine, per SA, gateway, XDP and socket counters)
+// and the running configuration for the state file.
+#include "userspace/gateway/gateway.h"
+#include "userspace/report.h"
+
+namespace xesp {
+
+Config Gateway::running_config(uint64_t oseq_margin) const
+{
+    Config c = config_;
+    for (auto &sc : c.sas) {
+        Sa *sa = engine_->sas().find_in(sc.dst, sc.spi);
+        if (!sa)
+            continue;
+        uint64_t limit = sc.esn ? UINT64_MAX : UINT32_MAX;
+        uint64_t o = sa->oseq() > limit - oseq_margin ? limit : sa->oseq() + oseq_margin;
+        if (!sa->oseq())
+            o = 0;                      // never used: nothing to skip
+        sc.oseq = uint32_t(o);
+        sc.oseq_hi = uint32_t(o >> 32);
+        uint64_t top = sa->replay().highest();
+        sc.seq = uint32_t(top);
+        sc.seq_hi = uint32_t(top >> 32);
+    }
+    return c;
+}
+
+nlohmann::json Gateway::stats_json() const
+{
+    using nlohmann::json;
+    EngineStats total = retired_;
+    total += engine_->stats();
+    EngineOptions eo = engine_options();
+    json j = engine_json(*engine_, total, eo.link_mtu);
+    json gw = json::object();
+    for (size_t i = 0; i < kGwCounterNames.size(); i++)
+        gw[std::string(kGwCounterNames[i])] = counters_[i];
+    j["gateway"] = gw;
+    json xdp = json::object();
+    if (auto c = prog_->counters())
+        for (size_t i = 0; i < kXdpCounterCount; i++)
+            xdp[std::string(kXdpCounterNames[i])] = c->v[i];
+    j["xdp"] = xdp;
+    json ifs = json::array();
+    for (const auto &i : ifaces_)
+        ifs.push_back({{"name", i.name},
+                       {"role", i.role == IfaceRole::Public ? "public" : "protected"},
+                       {"ifindex", i.ifindex},
+                       {"queues", i.queues},
+                       {"mtu", i.mtu}});
+    j["ifaces"] = ifs;
+    j["link_mtu"] = eo.link_mtu;
+    // The sockets, summed: what the kernel could not hand us counts as lost here.
+    XskStats sum;
+    for (const auto &p : ports_) {
+        auto st = p->x.stats();
+        if (!st)
+            continue;
+        sum.rx += st->rx;
+        sum.tx += st->tx;
+        sum.tx_ring_full += st->tx_ring_full;
+        sum.tx_bad += st->tx_bad;
+        sum.fill_short += st->fill_short;
+        sum.rx_dropped += st->rx_dropped;
+        sum.rx_ring_full += st->rx_ring_full;
+        sum.rx_fill_ring_empty += st->rx_fill_ring_empty;
+        sum.rx_invalid_descs += st->rx_invalid_descs;
+        sum.tx_invalid_descs += st->tx_invalid_descs;
+    }
+    j["xsk"] = {{"rx", sum.rx},
+                {"tx", sum.tx},
+                {"drop-rx-ring-full", sum.rx_ring_full},
+                {"drop-rx-other", sum.rx_dropped},
+                {"rx-fill-ring-empty", sum.rx_fill_ring_empty},
+                {"tx-ring-full", sum.tx_ring_full},
+                {"drop-tx-bad", sum.tx_bad},
+                {"fill-short", sum.fill_short},
+                {"rx-invalid-descs", sum.rx_invalid_descs},
+                {"tx-invalid-descs", sum.tx_invalid_descs}};
+    return j;
+}
+
+} // namespace xesp
