@@ -287,4 +287,27 @@ Result<void> XdpProgram::detach(int ifindex)
     return {};
 }
 
+Result<void> XdpProgram::attach_egress(int ifindex)
+{
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+    int err = bpf_tc_hook_create(&hook);
+    if (err && err != -EEXIST)
+        return bpf_error("tc: create the clsact qdisc on " + ifname(ifindex), err);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = bpf_program__fd(skel_->progs.xesp_tc_egress),
+                .flags = BPF_TC_F_REPLACE, .handle = 1, .priority = 1);
+    if (int e = bpf_tc_attach(&hook, &opts))
+        return bpf_error("tc: attach the egress program to " + ifname(ifindex), e);
+    return {};
+}
+
+Result<void> XdpProgram::detach_egress(int ifindex)
+{
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
+    int err = bpf_tc_detach(&hook, &opts);
+    if (err && err != -ENOENT)
+        return bpf_error("tc: detach the egress program from " + ifname(ifindex), err);
+    return {};
+}
+
 } // namespace xesp

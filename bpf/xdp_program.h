@@ -109,6 +109,11 @@ public:
     Result<void> attach(int ifindex);
     static Result<void> detach(int ifindex);
 
+    // The tc egress program (xesp_tc_egress) on a public interface: the kernel's own plaintext
+    // that an out policy protects or blocks is dropped there. Stays after this process exits.
+    Result<void> attach_egress(int ifindex);
+    static Result<void> detach_egress(int ifindex);
+
 private:
     XdpProgram() = default;
     Result<void> publish_tuples();

@@ -20,6 +20,7 @@
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
 #include <linux/udp.h>
 
 #include <bpf/bpf_endian.h>
@@ -675,3 +676,53 @@ int xesp_xdp(struct xdp_md *ctx)
 }
 
 char LICENSE[] SEC("license") = "GPL";
+
+/* ---- Egress: plaintext the gateway's own kernel sends ------------------------------------
+ *
+ * The XDP program sees what arrives. What the kernel itself sends out of a public interface (a
+ * process on the gateway, a route from an interface xesp is not attached to) leaves through
+ * the qdisc layer, where this program runs; AF_XDP transmissions bypass it. Plaintext that an
+ * out policy protects or blocks is dropped: it cannot be encrypted from here, and it must not
+ * leave in the clear. Like the XDP program, it stays attached after a crash. */
+SEC("tc")
+int xesp_tc_egress(struct __sk_buff *skb)
+{
+    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256);    /* headers in the linear part */
+    void *data = (void *)(long)skb->data;
+    struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
+    struct flow f;
+    __builtin_memset(&f, 0, sizeof(f));
+
+    int proto = parse_eth(&c);
+    if (proto < 0)
+        return TC_ACT_OK;
+    f.l3_off = c.pos - data;
+    int rc;
+    if (proto == ETH_P_IP)
+        rc = parse_ipv4(&c, data, &f);
+    else if (proto == ETH_P_IPV6)
+        rc = parse_ipv6(&c, data, &f);
+    else
+        return TC_ACT_OK;
+    if (rc == -2) {
+        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);      /* cannot tell: fail closed */
+        return TC_ACT_SHOT;
+    }
+    if (rc < 0 || f.proto == IPPROTO_ESP)
+        return TC_ACT_OK;
+    parse_ports(&c, &f);
+    if (f.proto == IPPROTO_UDP && !f.fragment &&
+        (f.sport == bpf_htons(NATT_PORT) || f.dport == bpf_htons(NATT_PORT) ||
+         f.sport == bpf_htons(IKE_PORT) || f.dport == bpf_htons(IKE_PORT)))
+        return TC_ACT_OK;                           /* IKE, NAT-T keepalives, ESP in UDP */
+
+    struct spd_match r;
+    spd_init(&r);
+    spd_lookup(&f, XESP_DIR_OUT, &r);
+    if (r.shadow_rank < r.rank ||
+        (r.found && (r.action == XESP_ACTION_BLOCK || (r.flags & XESP_POL_F_TMPL)))) {
+        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
+        return TC_ACT_SHOT;
+    }
+    return TC_ACT_OK;
+}

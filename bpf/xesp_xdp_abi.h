@@ -168,7 +168,8 @@ struct xesp_meta {
 
 /* ---- Counters: one per-CPU array slot each ---------------------------------------------
  * Every packet counts `rx` and exactly one verdict counter (redirect-*, pass-*, drop-*);
- * xsk-missing and meta-failed count alongside a redirect verdict.
+ * xsk-missing and meta-failed count alongside a redirect verdict. drop-egress-plaintext is
+ * counted by the tc egress program, outside `rx`.
  *
  *   X(enumerator suffix, name shown to the operator) */
 #define XESP_XDP_FOREACH_COUNTER(X)                                                         \
@@ -195,7 +196,8 @@ struct xesp_meta {
     X(DROP_ESP_BAD_LENGTH, "drop-esp-bad-length")                                           \
     X(DROP_ENCAP_MISMATCH, "drop-encap-mismatch") /* raw ESP for a NAT-T SA, or reverse */ \
     X(DROP_VLAN_DEPTH, "drop-vlan-depth")       /* more than two VLAN tags */              \
-    X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth") /* too many extension headers to see */
+    X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth") /* too many extension headers to see */ \
+    X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,

@@ -329,6 +329,24 @@ for ttl, what in ((1, b'ttl1'), (64, b'last')):
 }
 check "each gateway decrements the TTL; TTL 1 is dropped and counted" ttl_hops
 
+# Plaintext the gateway's own kernel would send for a protected flow (a process on gwA with a
+# source in the protected site): the tc egress guard drops it; none of it reaches the wire.
+own_plaintext() {
+    local before after got
+    before=$(stat gwA 'xdp.drop-egress-plaintext')
+    FILTERS=("contains own-$marker")
+    got=$(wire_counts "$TOPO" exec gwA "$PY" -c "
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('$GWA_PROT_IP4', 0))
+for i in range(5):
+    s.sendto(b'own-$marker', ('$HOSTB_IP4', 5300))")
+    after=$(stat gwA 'xdp.drop-egress-plaintext')
+    echo "on the wire: $got; drop-egress-plaintext $before -> $after"
+    [ "$got" = "0 " ] && [ $((after - before)) -ge 5 ]
+}
+check "the gateway's own plaintext for a protected flow is dropped at egress, counted" own_plaintext
+
 # Forged ESP for an SA gwB owns: dropped, counted as ICV failures.
 forge() {
     local mac before after
@@ -437,6 +455,7 @@ crash() {
 }
 step "kill -9 under traffic: zero plaintext packets of protected flows on the wire" crash
 check "after kill -9: XDP stays attached on gwA" xdp_attached gwA "$GWA_PUB_IF"
+check "after kill -9: the tc egress guard stays attached on gwA" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 check "after kill -9: protected traffic is dropped, not forwarded" bash -c "! '$TOPO' exec hostA '$PY' '$HERE/ping.py' -c 2 -W 1 $HOSTB_IP4"
 step "restart from the state file (no config given)" start_gw gwA
 resume() {
@@ -450,6 +469,7 @@ check "the restarted daemon has its interfaces back" bash -c "[ \$(XESP_SOCKET=$
 
 step "SIGTERM: the daemon exits 0" stop_gw gwA TERM
 check "SIGTERM: XDP detached from gwA's interfaces" bash -c "! '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp"
+check "SIGTERM: the tc egress guard detached too" bash -c "! '$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 stop_gw gwB
 
 # ---- Transport mode and NAT-T ----------------------------------------------------------------

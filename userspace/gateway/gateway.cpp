@@ -289,6 +289,12 @@ Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
         (void)prog_->remove_iface(i.ifindex);
         return make_error("iface add " + name + ": " + r.error().message);
     }
+    if (role == IfaceRole::Public)
+        if (auto r = prog_->attach_egress(int(i.ifindex)); !r) {
+            (void)XdpProgram::detach(int(i.ifindex));
+            (void)prog_->remove_iface(i.ifindex);
+            return make_error("iface add " + name + ": " + r.error().message);
+        }
     ifaces_.push_back(i);
     auto r = rebuild_ports();
     if (r)
@@ -296,14 +302,16 @@ Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
     if (!r) {
         ifaces_.pop_back();
         (void)XdpProgram::detach(int(i.ifindex));
+        (void)XdpProgram::detach_egress(int(i.ifindex));
         (void)prog_->remove_iface(i.ifindex);
         (void)rebuild_ports();
         return make_error("iface add " + name + ": " + r.error().message);
     }
     log(LogLevel::Info,
         "%s: attached as %s, %u queue(s), MTU %u; XDP in driver mode, one program (no "
-        "libxdp dispatcher); AF_XDP %s mode",
+        "libxdp dispatcher)%s; AF_XDP %s mode",
         name.c_str(), role == IfaceRole::Public ? "public" : "protected", i.queues, i.mtu,
+        role == IfaceRole::Public ? "; tc egress guard for the kernel's own plaintext" : "",
         ports_.empty() ? "-" : xsk_mode_name(ports_.back()->x.mode()));
     return {};
 }
@@ -318,6 +326,9 @@ Result<void> Gateway::del_iface(const std::string &name)
     ifaces_.erase(it);
     if (auto r = XdpProgram::detach(int(gone.ifindex)); !r)
         log(LogLevel::Warning, "%s", r.error().message.c_str());
+    if (gone.role == IfaceRole::Public)
+        if (auto r = XdpProgram::detach_egress(int(gone.ifindex)); !r)
+            log(LogLevel::Warning, "%s", r.error().message.c_str());
     (void)prog_->remove_iface(gone.ifindex);
     auto r = rebuild_ports();
     if (r)
@@ -331,9 +342,13 @@ Result<void> Gateway::del_iface(const std::string &name)
 void Gateway::shutdown()
 {
     close_ports();
-    for (const auto &i : ifaces_)
+    for (const auto &i : ifaces_) {
         if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
+        if (i.role == IfaceRole::Public)
+            if (auto r = XdpProgram::detach_egress(int(i.ifindex)); !r)
+                log(LogLevel::Warning, "%s", r.error().message.c_str());
+    }
 }
 
 // ---- The data path ---------------------------------------------------------------------------
