@@ -284,6 +284,36 @@ static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow 
 
 /* Source and destination ports of the protocols that have them; a transport header too short
  * to hold them makes the packet portless, as a fragment. */
+enum parse_result {
+    PARSE_OK = 0,
+    PARSE_MALFORMED = -1,
+    PARSE_VLAN_DEPTH = -2,          /* more VLAN tags than we look through */
+    PARSE_NON_IP = -3,
+    PARSE_EXT_DEPTH = -4,           /* more IPv6 extension headers than we follow */
+};
+
+/* Ethernet, VLAN tags and the IP header (with IPv4 options / IPv6 extension headers), into f;
+ * c ends at the transport header. */
+static __always_inline int parse_ip(struct cursor *c, void *data, struct flow *f)
+{
+    int proto = parse_eth(c);
+    if (proto == -2)
+        return PARSE_VLAN_DEPTH;
+    if (proto < 0)
+        return PARSE_MALFORMED;
+    f->l3_off = c->pos - data;
+    int rc;
+    if (proto == ETH_P_IP)
+        rc = parse_ipv4(c, data, f);
+    else if (proto == ETH_P_IPV6)
+        rc = parse_ipv6(c, data, f);
+    else
+        return PARSE_NON_IP;
+    if (rc == -2)
+        return PARSE_EXT_DEPTH;
+    return rc < 0 ? PARSE_MALFORMED : PARSE_OK;
+}
+
 static __always_inline void parse_ports(struct cursor *c, struct flow *f)
 {
     if (f->fragment)
@@ -631,21 +661,12 @@ int xesp_xdp(struct xdp_md *ctx)
     f.ingress_ifindex = ctx->ingress_ifindex;
 
     count(XESP_CTR_RX);
-    int proto = parse_eth(&c);
-    if (proto == -2)
+    int rc = parse_ip(&c, data, &f);
+    if (rc == PARSE_VLAN_DEPTH)
         return drop(XESP_CTR_DROP_VLAN_DEPTH);
-    if (proto < 0)
-        return pass(XESP_CTR_PASS_MALFORMED);
-    f.l3_off = c.pos - data;
-
-    int rc;
-    if (proto == ETH_P_IP)
-        rc = parse_ipv4(&c, data, &f);
-    else if (proto == ETH_P_IPV6)
-        rc = parse_ipv6(&c, data, &f);
-    else
+    if (rc == PARSE_NON_IP)
         return pass(XESP_CTR_PASS_NON_IP);
-    if (rc == -2)
+    if (rc == PARSE_EXT_DEPTH)
         return drop(XESP_CTR_DROP_IPV6_EXT_DEPTH);
     if (rc < 0)
         return pass(XESP_CTR_PASS_MALFORMED);
@@ -693,18 +714,8 @@ int xesp_tc_egress(struct __sk_buff *skb)
     struct flow f;
     __builtin_memset(&f, 0, sizeof(f));
 
-    int proto = parse_eth(&c);
-    if (proto < 0)
-        return TC_ACT_OK;
-    f.l3_off = c.pos - data;
-    int rc;
-    if (proto == ETH_P_IP)
-        rc = parse_ipv4(&c, data, &f);
-    else if (proto == ETH_P_IPV6)
-        rc = parse_ipv6(&c, data, &f);
-    else
-        return TC_ACT_OK;
-    if (rc == -2) {
+    int rc = parse_ip(&c, data, &f);
+    if (rc == PARSE_VLAN_DEPTH || rc == PARSE_EXT_DEPTH) {
         count(XESP_CTR_DROP_EGRESS_PLAINTEXT);      /* cannot tell: fail closed */
         return TC_ACT_SHOT;
     }
