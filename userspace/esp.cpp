@@ -239,7 +239,7 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
         uint8_t tos = ip_tos(ip);
         if (outer[0] >> 4 == 4) {
             uint16_t id = uint16_t(seq);        // unique enough per SA and SA lifetime
-            uint16_t frag = (ip[0] >> 4) == 4 ? (ip[6] & 0x40) << 8 : 0x4000;
+            uint16_t frag = (ip[0] >> 4) == 4 ? get16(ip + 6) & kIpv4Df : kIpv4Df;
             outer[1] = tos;
             put16(outer + 2, uint16_t(total));
             put16(outer + 4, id);

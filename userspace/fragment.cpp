@@ -12,9 +12,6 @@ using namespace wire;
 
 namespace {
 
-constexpr uint16_t kIpv4Df = 0x4000;
-constexpr uint16_t kIpv4Mf = 0x2000;
-constexpr uint16_t kIpv4OffsetMask = 0x1fff;
 constexpr uint8_t kIpv4OptEol = 0;
 constexpr uint8_t kIpv4OptNop = 1;
 constexpr uint8_t kIpv4OptCopied = 0x80;

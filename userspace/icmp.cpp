@@ -10,7 +10,6 @@ using namespace wire;
 
 namespace {
 
-constexpr uint8_t kProtoIcmp = 1;
 constexpr uint32_t kIcmpHdrLen = 8;
 constexpr uint32_t kIpv4ErrorMax = 576;
 constexpr uint32_t kIpv6ErrorMax = 1280;
@@ -33,7 +32,7 @@ bool is_icmp_error(const uint8_t *ip, uint32_t len)
 bool may_fragment(const Pkt &p)
 {
     const uint8_t *ip = p.ip();
-    return (ip[0] >> 4) == 4 && !(get16(ip + 6) & 0x4000);
+    return (ip[0] >> 4) == 4 && !(get16(ip + 6) & kIpv4Df);
 }
 
 bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu)

@@ -9,6 +9,7 @@
 
 namespace xesp::wire {
 
+constexpr uint8_t kProtoIcmp = 1;
 constexpr uint8_t kProtoIpIp = 4;
 constexpr uint8_t kProtoTcp = 6;
 constexpr uint8_t kProtoUdp = 17;
@@ -22,6 +23,11 @@ constexpr uint8_t kProtoIpv6Opts = 60;
 constexpr uint8_t kProtoIpv6HopByHop = 0;
 constexpr uint8_t kProtoSctp = 132;
 constexpr uint8_t kProtoUdpLite = 136;
+
+// IPv4 flags and fragment offset (the 16 bits at byte 6 of the header).
+constexpr uint16_t kIpv4Df = 0x4000;
+constexpr uint16_t kIpv4Mf = 0x2000;
+constexpr uint16_t kIpv4OffsetMask = 0x1fff;
 
 constexpr uint16_t kEthIpv4 = 0x0800;
 constexpr uint16_t kEthIpv6 = 0x86dd;

@@ -13,6 +13,7 @@
 
 #include "bpf/xesp_xdp_abi.h"
 #include "userspace/fragment.h"
+#include "userspace/wire.h"
 #include "userspace/log.h"
 #include "userspace/report.h"
 
@@ -358,8 +359,6 @@ size_t Gateway::poll_data()
     size_t before = counters_[size_t(GwCounter::Rx)];
     for (auto &p : ports_)
         rx_one(*p);
-    if (kernel_esp_ok_ && !ports_.empty())
-        rx_kernel();
     return counters_[size_t(GwCounter::Rx)] - before;
 }
 
@@ -512,12 +511,11 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
                 rx.x.recycle(q);
                 continue;
             }
-            uint8_t *eth = q.ip() - 14;
+            uint8_t *eth = q.ip() - wire::kEthLen;
             std::memcpy(eth, hop->dst.data(), 6);
             std::memcpy(eth + 6, hop->src.data(), 6);
-            eth[12] = (q.ip()[0] >> 4) == 6 ? 0x86 : 0x08;
-            eth[13] = (q.ip()[0] >> 4) == 6 ? 0xdd : 0x00;
-            q.l2_len = 14;
+            wire::put16(eth + 12, (q.ip()[0] >> 4) == 6 ? wire::kEthIpv6 : wire::kEthIpv4);
+            q.l2_len = uint16_t(wire::kEthLen);
             out->txq.push_back(q);
         }
     }
@@ -539,6 +537,10 @@ void Gateway::housekeeping()
 {
     for (auto &p : ports_)
         p->x.complete();
+    // Reassembled ESP is rare: its sockets are read here, once a millisecond or on waking,
+    // not on every round of the data path.
+    if (kernel_esp_ok_ && !ports_.empty())
+        rx_kernel();
     hops_->poll();
     uint64_t now = now_ns();
     if (now - last_refresh_ns_ > kRefreshNs) {

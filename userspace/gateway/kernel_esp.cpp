@@ -11,12 +11,8 @@
 
 namespace xesp {
 
-namespace {
-
-constexpr int kProtoEsp = 50;
-constexpr uint32_t kIpv6HdrLen = 40;
-
-} // namespace
+using wire::kIpv6Len;
+using wire::kProtoEsp;
 
 KernelEspInput::~KernelEspInput()
 {
@@ -68,7 +64,7 @@ bool KernelEspInput::receive6(Pkt &p)
     uint8_t *at = p.frame + kFrameHeadroom;
     sockaddr_in6 from{};
     alignas(cmsghdr) uint8_t control[256];
-    iovec iov{at + kIpv6HdrLen, p.frame_len - kFrameHeadroom - kIpv6HdrLen - kMaxEspOverheadBack};
+    iovec iov{at + kIpv6Len, p.frame_len - kFrameHeadroom - kIpv6Len - kMaxEspOverheadBack};
     msghdr msg{};
     msg.msg_name = &from;
     msg.msg_namelen = sizeof(from);
@@ -101,7 +97,7 @@ bool KernelEspInput::receive6(Pkt &p)
     std::memcpy(at + 8, from.sin6_addr.s6_addr, 16);
     std::memcpy(at + 24, info->ipi6_addr.s6_addr, 16);
     p.l3 = kFrameHeadroom;
-    p.len = kIpv6HdrLen + uint32_t(n);
+    p.len = uint32_t(kIpv6Len) + uint32_t(n);
     p.l2_len = 0;
     return true;
 }
