@@ -341,6 +341,8 @@ void Engine::account(Pkt &p, Sa *sa)
     case Verdict::TooBig:
         stats_.too_big++;
         break;
+    case Verdict::TimeExceeded:         // the gateway's, never the engine's
+        break;
     case Verdict::Pass:
         stats_.passed++;
         break;

@@ -169,6 +169,7 @@ public:
 
     const SaTable &sas() const { return sas_; }
     const EngineStats &stats() const { return stats_; }
+    const EngineOptions &options() const { return options_; }
     // Expire notifications (soft and hard lifetimes) as they happen.
     void on_expire(Sa::ExpireFn fn);
 

@@ -35,11 +35,35 @@ bool may_fragment(const Pkt &p)
     return (ip[0] >> 4) == 4 && !(get16(ip + 6) & kIpv4Df);
 }
 
-bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu)
+namespace {
+
+// Whether a packet may be answered with an ICMP error at all (RFC 1122 3.2.2, RFC 1812
+// 4.3.2.7, RFC 4443 2.4 e): not for an ICMP error, a fragment other than the first, a packet
+// to a multicast or broadcast address, or one whose source names no single host.
+bool answerable(const uint8_t *ip, uint32_t len)
+{
+    if (is_icmp_error(ip, len))
+        return false;
+    if ((ip[0] >> 4) == 4) {
+        const uint8_t *src = ip + 12, *dst = ip + 16;
+        bool frag_later = get16(ip + 6) & kIpv4OffsetMask;
+        bool dst_group = dst[0] >= 224;         // multicast, reserved, limited broadcast
+        bool src_none = src[0] == 0 || src[0] == 127 || src[0] >= 224;
+        return !frag_later && !dst_group && !src_none;
+    }
+    static const uint8_t zero[16] = {};
+    const uint8_t *src = ip + 8, *dst = ip + 24;
+    return dst[0] != 0xff && src[0] != 0xff && std::memcmp(src, zero, 16) != 0;
+}
+
+// p becomes, in place, ICMP (type4, code4) or ICMPv6 (type6, code6) from `from` back to the
+// packet's source, with `param` in the header's second word (IPv4: its low 16 bits).
+bool icmp_error(Pkt &p, const IpAddr &from, uint8_t type4, uint8_t code4, uint8_t type6,
+                uint8_t code6, uint32_t param)
 {
     uint8_t *orig = p.ip();
     bool v4 = (orig[0] >> 4) == 4;
-    if (from.family != (v4 ? 4 : 6) || is_icmp_error(orig, p.len))
+    if (from.family != (v4 ? 4 : 6))
         return false;
     uint32_t ip_len = v4 ? kIpv4Len : kIpv6Len;
     uint32_t front = ip_len + kIcmpHdrLen;
@@ -59,9 +83,9 @@ bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu)
         std::memcpy(ip + 12, from.b.data(), 4);
         std::memcpy(ip + 16, orig + 12, 4);         // back to the sender
         ipv4_set_checksum(ip);
-        icmp[0] = 3;                                // destination unreachable
-        icmp[1] = 4;                                // fragmentation needed and DF set
-        put16(icmp + 6, uint16_t(std::min<uint32_t>(mtu, 0xffff)));
+        icmp[0] = type4;
+        icmp[1] = code4;
+        put16(icmp + 6, uint16_t(std::min<uint32_t>(param, 0xffff)));
         put16(icmp + 2, uint16_t(~csum_fold(csum_add(0, icmp, kIcmpHdrLen + quoted))));
     } else {
         ip[0] = 0x6c;                               // traffic class CS6
@@ -70,14 +94,34 @@ bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu)
         ip[7] = 64;
         std::memcpy(ip + 8, from.b.data(), 16);
         std::memcpy(ip + 24, orig + 8, 16);
-        icmp[0] = 2;                                // packet too big
-        put32(icmp + 4, mtu);
+        icmp[0] = type6;
+        icmp[1] = code6;
+        put32(icmp + 4, param);
         uint32_t sum = csum_add(0, ip + 8, 32) + (total - kIpv6Len) + kProtoIcmpv6;
         put16(icmp + 2, uint16_t(~csum_fold(csum_add(sum, icmp, kIcmpHdrLen + quoted))));
     }
     p.l3 -= front;
     p.len = total;
+    return true;
+}
+
+} // namespace
+
+bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu)
+{
+    // Destination unreachable, fragmentation needed and DF set (RFC 1191); packet too big.
+    if (is_icmp_error(p.ip(), p.len) || !icmp_error(p, from, 3, 4, 2, 0, mtu))
+        return false;
     p.verdict = Verdict::TooBig;
+    return true;
+}
+
+bool icmp_time_exceeded(Pkt &p, const IpAddr &from)
+{
+    // Time exceeded in transit (RFC 792); hop limit exceeded in transit (RFC 4443 3.3).
+    if (!answerable(p.ip(), p.len) || !icmp_error(p, from, 11, 0, 3, 0, 0))
+        return false;
+    p.verdict = Verdict::TimeExceeded;
     return true;
 }
 

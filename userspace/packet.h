@@ -24,6 +24,7 @@ enum class Verdict : uint8_t {
     Decrypted,   // was ESP, now the inner (tunnel) or rebuilt (transport) packet
     Drop,        // see drop
     TooBig,      // would not fit the tunnel: now the ICMP error for its sender (RFC 1191/8201)
+    TimeExceeded,   // TTL / hop limit ran out here: now the ICMP error for its sender
 };
 
 struct Pkt {

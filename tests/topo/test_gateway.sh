@@ -329,6 +329,50 @@ for ttl, what in ((1, b'ttl1'), (64, b'last')):
 }
 check "each gateway decrements the TTL; TTL 1 is dropped and counted" ttl_hops
 
+# traceroute's view: hostA's own kernel reports the ICMP time exceeded it got for a UDP probe
+# (IP_RECVERR / IPV6_RECVERR: it found the quoted probe's socket and checked the checksum).
+# TTL 1 ends at gwA, which answers from its protected address; TTL 2 ends at gwB, whose answer
+# comes back through the tunnel.
+time_exceeded() {
+    local before_a before_b after_a after_b got want
+    before_a=$(stat gwA 'gateway.icmp-time-exceeded')
+    before_b=$(stat gwB 'gateway.icmp-time-exceeded')
+    got=$("$TOPO" exec hostA "$PY" -c "
+import socket, struct, time
+def probe(dst, ttl):
+    v6 = ':' in dst
+    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+    if v6:
+        s.setsockopt(socket.IPPROTO_IPV6, 25, 1)                    # IPV6_RECVERR
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, ttl)
+    else:
+        s.setsockopt(socket.IPPROTO_IP, 11, 1)                      # IP_RECVERR
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+    s.connect((dst, 33434))
+    s.send(b'probe')
+    for _ in range(30):
+        try:
+            _, anc, _, _ = s.recvmsg(512, 512, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            time.sleep(0.1)
+            continue
+        for level, kind, data in anc:
+            errno, origin, typ, code = struct.unpack_from('=IBBB', data)
+            fam = socket.AF_INET6 if v6 else socket.AF_INET
+            who = socket.inet_ntop(fam, data[16 + 8:16 + 24] if v6 else data[16 + 4:16 + 8])
+            return '%d/%d/%d/%s' % (origin, typ, code, who)
+    return 'none'
+print(probe('$HOSTB_IP4', 1), probe('$HOSTB_IP4', 2), probe('$HOSTB_IP6', 1), probe('$HOSTB_IP6', 2))
+" 2>&1)
+    after_a=$(stat gwA 'gateway.icmp-time-exceeded')
+    after_b=$(stat gwB 'gateway.icmp-time-exceeded')
+    # origin 2 = ICMP, type 11 code 0; origin 3 = ICMPv6, type 3 code 0
+    want="2/11/0/$GWA_PROT_IP4 2/11/0/$GWB_PROT_IP4 3/3/0/$GWA_PROT_IP6 3/3/0/$GWB_PROT_IP6"
+    echo "hostA learnt: $got (want $want); icmp-time-exceeded gwA $before_a -> $after_a, gwB $before_b -> $after_b"
+    [ "$got" = "$want" ] && [ $((after_a - before_a)) = 2 ] && [ $((after_b - before_b)) = 2 ]
+}
+check "TTL runs out: ICMP time exceeded from gwA, and from gwB back through the tunnel" time_exceeded
+
 # Plaintext the gateway's own kernel would send for a protected flow (a process on gwA with a
 # source in the protected site): the tc egress guard drops it; none of it reaches the wire.
 own_plaintext() {

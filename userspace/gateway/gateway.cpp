@@ -414,7 +414,8 @@ void Gateway::rx_one(Port &port)
         __builtin_prefetch(d - sizeof(xesp_meta), 1);
         __builtin_prefetch(d + 64, 1);
     }
-    size_t k = 0;
+    Pkt *answers[kBurst];
+    size_t k = 0, na = 0;
     for (size_t i = 0; i < n; i++) {
         auto *m = static_cast<xesp_meta *>(meta(pkts[i], sizeof(xesp_meta)));
         if (!m || !classified_from_meta(m, sizeof(*m), pkts[i], &cls[k])) {
@@ -426,7 +427,10 @@ void Gateway::rx_one(Port &port)
         Classified &c = cls[k];
         if (c.kind == Classified::Encap && !forward_hop(pkts[i])) {
             count(GwCounter::TtlExceeded);
-            port.x.recycle(pkts[i]);
+            if (time_exceeded(pkts[i]))
+                answers[na++] = &pkts[i];       // back to the protected side, in the clear
+            else
+                port.x.recycle(pkts[i]);
             continue;
         }
         c.id = c.kind == Classified::Decap ? sync_->sa_id(c.id) : sync_->policy_id(c.id);
@@ -434,6 +438,26 @@ void Gateway::rx_one(Port &port)
     }
     engine_->process_classified(ready, cls, k);
     transmit(port, ready, k);
+    if (na)
+        transmit(port, answers, na);
+}
+
+// p's TTL ran out at this hop: p becomes the ICMP time exceeded for its sender, from the
+// gateway's address on the protected side, if one may be sent and the rate limit allows it.
+bool Gateway::time_exceeded(Pkt &p)
+{
+    const EngineOptions &o = engine_->options();
+    const IpAddr &from = (p.ip()[0] >> 4) == 6 ? o.icmp_src6 : o.icmp_src4;
+    if (!from.family)
+        return false;
+    if (!icmp_limit_.allow(now_ns())) {
+        count(GwCounter::IcmpLimited);
+        return false;
+    }
+    if (!icmp_time_exceeded(p, from))
+        return false;
+    count(GwCounter::TimeExceeded);
+    return true;
 }
 
 Gateway::Port *Gateway::tx_port(uint32_t ifindex, uint32_t queue)
@@ -463,6 +487,8 @@ void Gateway::to_kernel(Port &rx, Pkt &p)
 // its next hop; fragments what is too big for that link and may be fragmented.
 void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
 {
+    Pkt *back[kBurst];
+    size_t nb = 0;
     for (size_t i = 0; i < n; i++) {
         Pkt &p = *pkts[i];
         if (p.verdict == Verdict::Drop) {
@@ -471,6 +497,14 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
         }
         if (p.verdict == Verdict::Decrypted && !forward_hop(p)) {
             count(GwCounter::TtlExceeded);
+            if (nb < kBurst && time_exceeded(p))
+                back[nb++] = &p;
+            else
+                rx.x.recycle(p);
+            continue;
+        }
+        if (p.verdict == Verdict::TooBig && !icmp_limit_.allow(now_ns())) {
+            count(GwCounter::IcmpLimited);
             rx.x.recycle(p);
             continue;
         }
@@ -537,6 +571,13 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
             port->x.recycle(q.data() + sent, q.size() - sent);
         }
         q.clear();
+    }
+    // Time exceeded for packets that came through a tunnel goes back through it: the engine
+    // encrypts it as any packet from this side (or drops it, or leaves it to the kernel, as
+    // the policies say). None of these is Decrypted, so this goes one level deep at most.
+    if (nb) {
+        engine_->process(back, nb);
+        transmit(rx, back, nb);
     }
 }
 

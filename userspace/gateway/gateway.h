@@ -29,6 +29,7 @@
 #include "bpf/xdp_program.h"
 #include "userspace/config.h"
 #include "userspace/engine.h"
+#include "userspace/icmp.h"
 #include "userspace/gateway/classifier_sync.h"
 #include "userspace/gateway/kernel_esp.h"
 #include "userspace/nexthop.h"
@@ -48,7 +49,9 @@ namespace xesp {
     X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */  \
     X(TxTooBig, "drop-tx-too-big", true)        /* over the egress MTU, not fragmentable */ \
     X(NoFrames, "drop-no-frames", true)         /* no free frame for a fragment */         \
-    X(TtlExceeded, "drop-ttl-exceeded", true)   /* TTL / hop limit would reach 0 */
+    X(TtlExceeded, "drop-ttl-exceeded", true)   /* TTL / hop limit would reach 0 */        \
+    X(TimeExceeded, "icmp-time-exceeded", false) /* ... and answered (RFC 792, 4443) */  \
+    X(IcmpLimited, "drop-icmp-rate-limit", true) /* ICMP errors over the rate limit */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
@@ -127,6 +130,7 @@ private:
     void rx_kernel();
     void transmit(Port &rx, Pkt *const *pkts, size_t n);
     void to_kernel(Port &rx, Pkt &p);
+    bool time_exceeded(Pkt &p);
     Port *tx_port(uint32_t ifindex, uint32_t queue);
     void count(GwCounter c, uint64_t n = 1) { counters_[size_t(c)] += n; }
 
@@ -148,6 +152,7 @@ private:
     std::vector<std::unique_ptr<Port>> ports_;
     std::array<uint64_t, size_t(GwCounter::Count)> counters_{};
     uint32_t frag_ident_ = 0;
+    IcmpLimiter icmp_limit_;
     uint64_t last_refresh_ns_ = 0;
 };
 
