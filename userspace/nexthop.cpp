@@ -178,7 +178,15 @@ void parse_route(const nlmsghdr *nlh, Route &r)
         r.via = addr_from(via->rtvia_family, via->rtvia_addr,
                           mnl_attr_get_payload_len(tb[RTA_VIA]) - sizeof(rtvia));
     }
-    if (tb[RTA_METRICS]) {
+    // A route MTU that expires is path MTU the kernel learnt from an ICMP error, for its own
+    // packets. Forwarded packets go by the route's configured MTU, as the kernel's own
+    // forwarding does (net.ipv4.ip_forward_use_pmtu=0): a learnt value can be forged, and the
+    // gateway's own ICMP errors to its own traffic would otherwise shrink the tunnel's.
+    bool learnt = false;
+    if (tb[RTA_CACHEINFO] && mnl_attr_get_payload_len(tb[RTA_CACHEINFO]) >= sizeof(rta_cacheinfo))
+        learnt = static_cast<const rta_cacheinfo *>(mnl_attr_get_payload(tb[RTA_CACHEINFO]))
+                     ->rta_expires != 0;
+    if (tb[RTA_METRICS] && !learnt) {
         const nlattr *mx[RTAX_MAX + 1] = {};
         Attrs metrics{mx, RTAX_MAX};
         mnl_attr_parse_nested(tb[RTA_METRICS], store_attr, &metrics);

@@ -226,6 +226,26 @@ case $REPLY in
 *" sent=2 send_errors=2 "*) pass "send counters" ;;
 *) fail "send counters" "$REPLY" ;;
 esac
+# ---- Path MTU the kernel learnt ----------------------------------------------------------
+# A "fragmentation needed" for gw's own UDP socket makes the kernel cache MTU 1280 towards
+# 10.9.0.5. That is for gw's own packets: forwarded ones keep the route's MTU (here gw0's
+# 1300), as the kernel's forwarding does with ip_forward_use_pmtu=0.
+ip netns exec "$GW" "$PY" -c '
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.0.0.1", 40000)); s.connect(("10.9.0.5", 9)); s.send(b"x"); time.sleep(1.5)' &
+pmtu_sock=$!
+sleep 0.3
+ip netns exec "$R1" "$PY" -c '
+from scapy.all import IP, ICMP, UDP, send
+send(IP(src="10.0.0.2", dst="10.0.0.1") / ICMP(type=3, code=4, nexthopmtu=1280) /
+     IP(src="10.0.0.1", dst="10.9.0.5") / UDP(sport=40000, dport=9), verbose=False)'
+wait $pmtu_sock
+case $(ip -n "$GW" route get 10.9.0.5) in
+*expires*"mtu 1280"*) pass "the kernel learnt path MTU 1280 towards 10.9.0.5" ;;
+*) fail "the kernel learnt path MTU 1280 towards 10.9.0.5" "$(ip -n "$GW" route get 10.9.0.5)" ;;
+esac
+await "a learnt path MTU is not the forwarding MTU" "hop gw0 1300 02:00:00:00:00:20 02:00:00:00:01:99" lookup 10.9.0.5
 ask quit
 
 echo "$passed passed, $failed failed"
