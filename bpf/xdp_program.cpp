@@ -219,6 +219,13 @@ Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role, uint32
                   ("xdp: set the role of " + ifname(int(ifindex))).c_str());
 }
 
+Result<void> XdpProgram::set_local_link(uint32_t ifindex)
+{
+    uint32_t zero = 0;
+    return update(bpf_map__fd(skel_->maps.local_link), &zero, &ifindex, BPF_ANY,
+                  "xdp: set the local link");
+}
+
 Result<void> XdpProgram::remove_iface(uint32_t ifindex)
 {
     if (bpf_map_delete_elem(bpf_map__fd(skel_->maps.ifaces), &ifindex) != 0 && errno != ENOENT)

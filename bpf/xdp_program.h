@@ -113,6 +113,9 @@ public:
     // that an out policy protects or blocks is dropped there. Stays after this process exits.
     Result<void> attach_egress(int ifindex);
     static Result<void> detach_egress(int ifindex);
+    // Where the egress program sends the kernel's own plaintext that an out policy protects:
+    // a device whose far end is one of the gateway's protected interfaces. 0: nowhere (dropped).
+    Result<void> set_local_link(uint32_t ifindex);
 
 private:
     XdpProgram() = default;

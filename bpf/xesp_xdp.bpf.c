@@ -85,6 +85,13 @@ struct {
 } local_addrs SEC(".maps");
 
 struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u32);                       /* ifindex; 0: none */
+} local_link SEC(".maps");                      /* where tc egress sends the gateway's own */
+
+struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, XESP_CTR__COUNT);
     __type(key, __u32);
@@ -703,8 +710,10 @@ char LICENSE[] SEC("license") = "GPL";
  * The XDP program sees what arrives. What the kernel itself sends out of a public interface (a
  * process on the gateway, a route from an interface xesp is not attached to) leaves through
  * the qdisc layer, where this program runs; AF_XDP transmissions bypass it. Plaintext that an
- * out policy protects or blocks is dropped: it cannot be encrypted from here, and it must not
- * leave in the clear. Like the XDP program, it stays attached after a crash. */
+ * out policy blocks is dropped. Plaintext it protects cannot be encrypted here: it is sent to
+ * the gateway's local link (local_link), a veth whose far end is one of the gateway's
+ * protected interfaces, and is dropped if there is none; it never leaves in the clear. Like
+ * the XDP program, this stays attached after a crash. */
 SEC("tc")
 int xesp_tc_egress(struct __sk_buff *skb)
 {
@@ -730,8 +739,20 @@ int xesp_tc_egress(struct __sk_buff *skb)
     struct spd_match r;
     spd_init(&r);
     spd_lookup(&f, XESP_DIR_OUT, &r);
-    if (r.shadow_rank < r.rank ||
-        (r.found && (r.action == XESP_ACTION_BLOCK || (r.flags & XESP_POL_F_TMPL)))) {
+    if (r.shadow_rank < r.rank || (r.found && r.action == XESP_ACTION_BLOCK)) {
+        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
+        return TC_ACT_SHOT;
+    }
+    if (r.found && (r.flags & XESP_POL_F_TMPL)) {
+        /* Protected: through the gateway's local link, whose far end runs the XDP program as
+         * a protected interface and hands it to the gateway to encrypt. Without that link
+         * (no gateway running) it is dropped, never sent in the clear. */
+        __u32 zero = 0;
+        __u32 *link = bpf_map_lookup_elem(&local_link, &zero);
+        if (link && *link) {
+            count(XESP_CTR_EGRESS_LOCAL);
+            return bpf_redirect(*link, 0);
+        }
         count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
         return TC_ACT_SHOT;
     }

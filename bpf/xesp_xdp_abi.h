@@ -197,7 +197,8 @@ struct xesp_meta {
     X(DROP_ENCAP_MISMATCH, "drop-encap-mismatch") /* raw ESP for a NAT-T SA, or reverse */ \
     X(DROP_VLAN_DEPTH, "drop-vlan-depth")       /* more than two VLAN tags */              \
     X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth") /* too many extension headers to see */ \
-    X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */
+    X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */ \
+    X(EGRESS_LOCAL, "egress-local")             /* tc egress: the kernel's own, to encrypt */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,

@@ -373,23 +373,56 @@ print(probe('$HOSTB_IP4', 1), probe('$HOSTB_IP4', 2), probe('$HOSTB_IP6', 1), pr
 }
 check "TTL runs out: ICMP time exceeded from gwA, and from gwB back through the tunnel" time_exceeded
 
-# Plaintext the gateway's own kernel would send for a protected flow (a process on gwA with a
-# source in the protected site): the tc egress guard drops it; none of it reaches the wire.
-own_plaintext() {
-    local before after got
-    before=$(stat gwA 'xdp.drop-egress-plaintext')
-    FILTERS=("contains own-$marker")
-    got=$(wire_counts "$TOPO" exec gwA "$PY" -c "
-import socket
+# The gateway's own traffic for a protected flow (a process on gwA with a source in the
+# protected site): the tc egress guard sends it over the local link to the daemon, which
+# encrypts it. hostB gets it; none of it crosses the wire in the clear.
+own_sent() { # MARKER: the script for five datagrams from gwA's inside address to hostB
+    echo "
+import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(('$GWA_PROT_IP4', 0))
 for i in range(5):
-    s.sendto(b'own-$marker', ('$HOSTB_IP4', 5300))")
-    after=$(stat gwA 'xdp.drop-egress-plaintext')
-    echo "on the wire: $got; drop-egress-plaintext $before -> $after"
-    [ "$got" = "0 " ] && [ $((after - before)) -ge 5 ]
+    s.sendto(b'own-$1', ('$HOSTB_IP4', 5300))
+    time.sleep(0.02)"
 }
-check "the gateway's own plaintext for a protected flow is dropped at egress, counted" own_plaintext
+own_encrypted() {
+    local before after got n
+    before=$(stat gwA 'xdp.egress-local')
+    udp_sink hostB "$HOSTB_IP4" 2 >"$WORK/own.count" &
+    local sink=$!
+    sleep 0.3
+    FILTERS=("contains own-$marker")
+    got=$(wire_counts "$TOPO" exec gwA "$PY" -c "$(own_sent "$marker")")
+    wait $sink
+    n=$(cat "$WORK/own.count")
+    after=$(stat gwA 'xdp.egress-local')
+    echo "hostB got $n of 5; plaintext on the wire: $got; egress-local $before -> $after"
+    [ "$n" = 5 ] && [ "$got" = "0 " ] && [ $((after - before)) -ge 5 ]
+}
+check "the gateway's own traffic for a protected flow is encrypted (local link), none in the clear" own_encrypted
+own_tcp() {
+    "$TOPO" exec hostB "$PY" -c "
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('$HOSTB_IP4', 5401)); s.listen(1); s.settimeout(10)
+c, _ = s.accept(); n = 0
+while True:
+    d = c.recv(65536)
+    if not d:
+        break
+    n += len(d)
+print(n)" >"$WORK/own_tcp.count" 2>&1 &
+    local srv=$!
+    wait_listen hostB 5401 || return 1
+    "$TOPO" exec gwA "$PY" -c "
+import socket
+s = socket.create_connection(('$HOSTB_IP4', 5401), timeout=10, source_address=('$GWA_PROT_IP4', 0))
+s.sendall(b'o' * (2 << 20)); s.close()" || return 1
+    wait $srv
+    echo "hostB got $(cat "$WORK/own_tcp.count") bytes of $((2 << 20))"
+    [ "$(cat "$WORK/own_tcp.count")" = $((2 << 20)) ]
+}
+check "TCP from the gateway itself to hostB through the tunnel (2 MiB, path MTU learnt)" own_tcp
 
 # Forged ESP for an SA gwB owns: dropped, counted as ICV failures.
 forge() {
@@ -501,6 +534,14 @@ step "kill -9 under traffic: zero plaintext packets of protected flows on the wi
 check "after kill -9: XDP stays attached on gwA" xdp_attached gwA "$GWA_PUB_IF"
 check "after kill -9: the tc egress guard stays attached on gwA" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 check "after kill -9: protected traffic is dropped, not forwarded" bash -c "! '$TOPO' exec hostA '$PY' '$HERE/ping.py' -c 2 -W 1 $HOSTB_IP4"
+own_dropped() {
+    local got
+    FILTERS=("contains own-dead-$marker")
+    got=$(wire_counts "$TOPO" exec gwA "$PY" -c "$(own_sent "dead-$marker")")
+    echo "plaintext on the wire: $got"
+    [ "$got" = "0 " ]
+}
+check "after kill -9: the gateway's own protected traffic is dropped, not sent in the clear" own_dropped
 step "restart from the state file (no config given)" start_gw gwA
 resume() {
     for _ in $(seq 20); do
@@ -514,6 +555,7 @@ check "the restarted daemon has its interfaces back" bash -c "[ \$(XESP_SOCKET=$
 step "SIGTERM: the daemon exits 0" stop_gw gwA TERM
 check "SIGTERM: XDP detached from gwA's interfaces" bash -c "! '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp"
 check "SIGTERM: the tc egress guard detached too" bash -c "! '$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
+check "SIGTERM: the local link is gone" bash -c "! '$TOPO' exec gwA ip link show xesp-local 2>/dev/null"
 stop_gw gwB
 
 # ---- Transport mode and NAT-T ----------------------------------------------------------------

@@ -99,7 +99,8 @@ public:
         GatewayState st;
         st.config = gw_.running_config(kStateSeqMargin);
         for (const auto &i : gw_.ifaces())
-            st.ifaces.emplace_back(i.name, i.role);
+            if (!i.local)                   // made afresh at each start
+                st.ifaces.emplace_back(i.name, i.role);
         if (auto r = save_state(state_path_, st); !r) {
             log(LogLevel::Error, "%s; sequence numbers will not survive a restart",
                 r.error().message.c_str());
@@ -125,7 +126,8 @@ private:
     {
         std::string out;
         for (const auto &i : gw_.ifaces())
-            out += i.name + " role " + (i.role == IfaceRole::Public ? "public" : "protected") +
+            if (!i.local)
+                out += i.name + " role " + (i.role == IfaceRole::Public ? "public" : "protected") +
                    " queues " + std::to_string(i.queues) + " mtu " + std::to_string(i.mtu) + "\n";
         return out;
     }

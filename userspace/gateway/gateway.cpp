@@ -231,7 +231,8 @@ Result<void> Gateway::rebuild_ports()
                 close_ports();
                 return x.error();
             }
-            auto port = std::make_unique<Port>(Port{std::move(*x), i.ifindex, i.slot, {}});
+            auto port =
+                std::make_unique<Port>(Port{std::move(*x), i.ifindex, i.slot, {}, i.local});
             port->txq.reserve(kTxQueue);
             if (auto r = prog_->set_xsk(q, port->x.fd(), i.slot); !r) {
                 ports_.push_back(std::move(port));
@@ -263,12 +264,56 @@ Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
 {
     for (const auto &i : ifaces_)
         if (i.name == name)
-            return make_error("iface add " + name + ": already added as " +
-                              (i.role == IfaceRole::Public ? "public" : "protected") +
-                              "; `xesp iface del " + name + "` first to change its role");
+            return make_error("iface add " + name + ": " +
+                              (i.local ? std::string("the gateway's own local link")
+                                       : std::string("already added as ") +
+                                             (i.role == IfaceRole::Public ? "public" : "protected") +
+                                             "; `xesp iface del " + name +
+                                             "` first to change its role"));
+    if (auto r = attach_iface(name, role, false); !r)
+        return r;
+    if (role == IfaceRole::Public && !local_link_)
+        open_local_link();
+    return {};
+}
+
+// The local link, once there is a public interface whose egress guard can use it. Without it
+// the gateway works as before: its own plaintext for protected flows is dropped.
+void Gateway::open_local_link()
+{
+    auto l = LocalLink::create();
+    if (!l) {
+        log(LogLevel::Warning, "%s", l.error().message.c_str());
+        return;
+    }
+    local_link_ = std::move(*l);
+    auto r = attach_iface(LocalLink::kGatewayEnd, IfaceRole::Protected, true);
+    if (r)
+        r = prog_->set_local_link(local_link_.kernel_ifindex());
+    if (!r) {
+        log(LogLevel::Warning, "local link: %s; the gateway's own traffic to protected sites "
+            "will be dropped", r.error().message.c_str());
+        auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
+                               [](const GatewayIface &i) { return i.local; });
+        if (it != ifaces_.end()) {
+            (void)XdpProgram::detach(int(it->ifindex));
+            (void)prog_->remove_iface(it->ifindex);
+            ifaces_.erase(it);
+            (void)rebuild_ports();
+        }
+        local_link_ = LocalLink();
+        return;
+    }
+    log(LogLevel::Info, "local link %s: the gateway's own traffic for protected flows is "
+        "encrypted too", LocalLink::kKernelEnd);
+}
+
+Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool local)
+{
     GatewayIface i;
     i.name = name;
     i.role = role;
+    i.local = local;
     i.ifindex = if_nametoindex(name.c_str());
     if (!i.ifindex)
         return make_error("iface add " + name + ": no such interface in this network namespace");
@@ -308,6 +353,8 @@ Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
         (void)rebuild_ports();
         return make_error("iface add " + name + ": " + r.error().message);
     }
+    if (local)
+        return {};
     log(LogLevel::Info,
         "%s: attached as %s, %u queue(s), MTU %u; XDP in driver mode, one program (no "
         "libxdp dispatcher)%s; AF_XDP %s mode",
@@ -323,6 +370,9 @@ Result<void> Gateway::del_iface(const std::string &name)
                            [&](const GatewayIface &i) { return i.name == name; });
     if (it == ifaces_.end())
         return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+    if (it->local)
+        return make_error("iface del " + name + ": the gateway's own local link, not an "
+                          "interface to detach");
     GatewayIface gone = *it;
     ifaces_.erase(it);
     if (auto r = XdpProgram::detach(int(gone.ifindex)); !r)
@@ -343,6 +393,7 @@ Result<void> Gateway::del_iface(const std::string &name)
 void Gateway::shutdown()
 {
     close_ports();
+    (void)prog_->set_local_link(0);
     for (const auto &i : ifaces_) {
         if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
@@ -350,6 +401,7 @@ void Gateway::shutdown()
             if (auto r = XdpProgram::detach_egress(int(i.ifindex)); !r)
                 log(LogLevel::Warning, "%s", r.error().message.c_str());
     }
+    local_link_ = LocalLink();
 }
 
 // ---- The data path ---------------------------------------------------------------------------
@@ -425,7 +477,7 @@ void Gateway::rx_one(Port &port)
         }
         m->magic = 0;                   // frames are reused
         Classified &c = cls[k];
-        if (c.kind == Classified::Encap && !forward_hop(pkts[i])) {
+        if (c.kind == Classified::Encap && !port.local && !forward_hop(pkts[i])) {
             count(GwCounter::TtlExceeded);
             if (time_exceeded(pkts[i]))
                 answers[na++] = &pkts[i];       // back to the protected side, in the clear

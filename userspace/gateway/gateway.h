@@ -32,6 +32,7 @@
 #include "userspace/icmp.h"
 #include "userspace/gateway/classifier_sync.h"
 #include "userspace/gateway/kernel_esp.h"
+#include "userspace/gateway/local_link.h"
 #include "userspace/nexthop.h"
 
 namespace xesp {
@@ -80,6 +81,7 @@ struct GatewayIface {
     uint32_t slot = 0;              // its range in the XSKMAP
     uint32_t queues = 0;
     uint32_t mtu = 0;
+    bool local = false;             // the gateway's end of its local link (local_link.h)
 };
 
 class Gateway {
@@ -92,6 +94,7 @@ public:
     Result<void> apply(const Config &next);
 
     // Attaches the classifier to an interface and opens a socket on each of its RX queues.
+    // The first public interface also brings up the local link (local_link.h).
     Result<void> add_iface(const std::string &name, IfaceRole role);
     Result<void> del_iface(const std::string &name);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
@@ -119,8 +122,11 @@ private:
         uint32_t ifindex;
         uint32_t slot;
         std::vector<Pkt> txq;       // packets for this port, sent at the end of each burst
+        bool local;                 // the local link: the gateway's own traffic, not a hop
     };
     Gateway() = default;
+    Result<void> attach_iface(const std::string &name, IfaceRole role, bool local);
+    void open_local_link();
     Result<void> rebuild_ports();
     void close_ports();
     Result<void> rebuild_engine(const Config &next);
@@ -145,6 +151,7 @@ private:
     bool kernel_esp_ok_ = false;
     std::vector<GatewayIface> ifaces_;
     std::vector<IpAddr> local_;
+    LocalLink local_link_;
 
     // Sockets: one Umem for all of them, and its pool.
     std::unique_ptr<Umem> umem_;

@@ -42,12 +42,14 @@ nlohmann::json Gateway::stats_json() const
             xdp[std::string(kXdpCounterNames[i])] = c->v[i];
     j["xdp"] = xdp;
     json ifs = json::array();
-    for (const auto &i : ifaces_)
+    for (const auto &i : ifaces_) {
+        const char *role = i.role == IfaceRole::Public ? "public" : "protected";
         ifs.push_back({{"name", i.name},
-                       {"role", i.role == IfaceRole::Public ? "public" : "protected"},
+                       {"role", i.local ? "local" : role},
                        {"ifindex", i.ifindex},
                        {"queues", i.queues},
                        {"mtu", i.mtu}});
+    }
     j["ifaces"] = ifs;
     j["link_mtu"] = eo.link_mtu;
     // The sockets, summed: what the kernel could not hand us counts as lost here.

@@ -1,0 +1,172 @@
+#include "userspace/gateway/local_link.h"
+
+#include <libmnl/libmnl.h>
+#include <linux/ethtool.h>
+#include <linux/if_link.h>
+#include <linux/rtnetlink.h>
+#include <linux/sockios.h>
+#include <linux/veth.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+namespace xesp {
+
+namespace {
+
+// One rtnetlink request and its acknowledgement: 0 or the kernel's -errno.
+int rtnl_call(nlmsghdr *nlh)
+{
+    mnl_socket *nl = mnl_socket_open(NETLINK_ROUTE);
+    if (!nl)
+        return -errno;
+    int rc = -EPROTO;
+    if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
+        mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0) {
+        rc = -errno;
+    } else {
+        std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+        ssize_t n = mnl_socket_recvfrom(nl, buf.data(), buf.size());
+        if (n < 0)
+            rc = -errno;
+        else if (n >= ssize_t(NLMSG_LENGTH(sizeof(nlmsgerr))))
+            rc = static_cast<const nlmsgerr *>(
+                     mnl_nlmsg_get_payload(reinterpret_cast<const nlmsghdr *>(buf.data())))
+                     ->error;
+    }
+    mnl_socket_close(nl);
+    return rc;
+}
+
+nlmsghdr *link_request(char *buf, uint16_t type, uint16_t flags, uint32_t ifindex)
+{
+    nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = type;
+    nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    nlh->nlmsg_seq = 1;
+    auto *ifi = static_cast<ifinfomsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+    ifi->ifi_family = AF_UNSPEC;
+    ifi->ifi_index = int(ifindex);
+    return nlh;
+}
+
+int delete_link(uint32_t ifindex)
+{
+    std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+    return rtnl_call(link_request(buf.data(), RTM_DELLINK, 0, ifindex));
+}
+
+int create_pair()
+{
+    std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+    nlmsghdr *nlh = link_request(buf.data(), RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0);
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, LocalLink::kKernelEnd);
+    nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
+    mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "veth");
+    nlattr *data = mnl_attr_nest_start(nlh, IFLA_INFO_DATA);
+    nlattr *peer = mnl_attr_nest_start(nlh, VETH_INFO_PEER);
+    // The peer's attributes follow an ifinfomsg of its own inside the nest.
+    std::memset(mnl_nlmsg_get_payload_tail(nlh), 0, sizeof(ifinfomsg));
+    nlh->nlmsg_len += MNL_ALIGN(sizeof(ifinfomsg));
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, LocalLink::kGatewayEnd);
+    mnl_attr_nest_end(nlh, peer);
+    mnl_attr_nest_end(nlh, data);
+    mnl_attr_nest_end(nlh, info);
+    return rtnl_call(nlh);
+}
+
+// ioctl on an ordinary socket: interface flags, ethtool.
+int dev_ioctl(unsigned long req, ifreq &ifr)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int rc = ioctl(fd, req, &ifr) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+int set_up(const char *name)
+{
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+    if (int rc = dev_ioctl(SIOCGIFFLAGS, ifr))
+        return rc;
+    ifr.ifr_flags = short(ifr.ifr_flags | IFF_UP);
+    return dev_ioctl(SIOCSIFFLAGS, ifr);
+}
+
+// TX checksum offload off: the kernel finishes checksums before the frame crosses the pair,
+// since a frame the XDP program hands to AF_XDP never gets them finished later.
+int tx_checksum_off(const char *name)
+{
+    ethtool_value ev{};
+    ev.cmd = ETHTOOL_STXCSUM;
+    ev.data = 0;
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+    ifr.ifr_data = reinterpret_cast<char *>(&ev);
+    return dev_ioctl(SIOCETHTOOL, ifr);
+}
+
+// No IPv6 on either end: no link-local address, no DAD, no MLD of their own. Best effort: a
+// kernel without IPv6 has nothing to turn off.
+void ipv6_off(const char *name)
+{
+    std::ofstream(std::string("/proc/sys/net/ipv6/conf/") + name + "/disable_ipv6") << "1\n";
+}
+
+Error link_error(const std::string &what, int rc)
+{
+    return make_error("local link " + std::string(LocalLink::kKernelEnd) + ": " + what + ": " +
+                          std::strerror(-rc) +
+                          "; the gateway's own traffic to protected sites will be dropped",
+                      -rc);
+}
+
+} // namespace
+
+Result<LocalLink> LocalLink::create()
+{
+    if (uint32_t old = if_nametoindex(kKernelEnd))
+        (void)delete_link(old);             // left by a gateway that died
+    if (int rc = create_pair())
+        return link_error("create the veth pair", rc);
+    LocalLink l;
+    l.kernel_ifindex_ = if_nametoindex(kKernelEnd);
+    if (!l.kernel_ifindex_)
+        return link_error("find it after creating it", -ENODEV);
+    for (const char *name : {kKernelEnd, kGatewayEnd})
+        ipv6_off(name);
+    if (int rc = tx_checksum_off(kKernelEnd))
+        return link_error("turn TX checksum offload off", rc);
+    for (const char *name : {kGatewayEnd, kKernelEnd})
+        if (int rc = set_up(name))
+            return link_error(std::string("set ") + name + " up", rc);
+    return l;
+}
+
+LocalLink &LocalLink::operator=(LocalLink &&o) noexcept
+{
+    if (this != &o) {
+        if (kernel_ifindex_)
+            (void)delete_link(kernel_ifindex_);
+        kernel_ifindex_ = o.kernel_ifindex_;
+        o.kernel_ifindex_ = 0;
+    }
+    return *this;
+}
+
+LocalLink::~LocalLink()
+{
+    if (kernel_ifindex_)
+        (void)delete_link(kernel_ifindex_);
+}
+
+} // namespace xesp

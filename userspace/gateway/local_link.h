@@ -1,0 +1,44 @@
+// The gateway's local link: how plaintext the gateway's own kernel sends for a protected flow
+// (a ping from the gateway's inside address to the other site, a routing daemon, syslog) gets
+// encrypted like forwarded traffic instead of dropped.
+//
+//   kernel: socket -> route -> public interface -> tc egress (protected flow?)
+//             -> bpf_redirect -> xesp-local ==veth== xesp-local-gw -> XDP (a protected
+//             interface of the gateway) -> AF_XDP -> encrypted -> out of the public interface
+//
+// A veth pair in the gateway's network namespace. The kernel's end has TX checksum offload
+// off, so what reaches the XDP program carries finished checksums, and no IPv6 (it sends
+// nothing of its own). If the gateway dies the far end keeps its XDP program with no socket:
+// the traffic is dropped, never sent in the clear.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "userspace/result.h"
+
+namespace xesp {
+
+class LocalLink {
+public:
+    static constexpr const char *kKernelEnd = "xesp-local";
+    static constexpr const char *kGatewayEnd = "xesp-local-gw";
+
+    // Makes the pair (replacing one a crashed gateway left) and sets both ends up.
+    static Result<LocalLink> create();
+
+    LocalLink() = default;
+    LocalLink(LocalLink &&o) noexcept { *this = std::move(o); }
+    LocalLink &operator=(LocalLink &&o) noexcept;
+    LocalLink(const LocalLink &) = delete;
+    LocalLink &operator=(const LocalLink &) = delete;
+    ~LocalLink();               // deletes the pair
+
+    explicit operator bool() const { return kernel_ifindex_ != 0; }
+    uint32_t kernel_ifindex() const { return kernel_ifindex_; }
+
+private:
+    uint32_t kernel_ifindex_ = 0;
+};
+
+} // namespace xesp
