@@ -117,6 +117,10 @@ public:
     Config running_config(uint64_t oseq_margin) const;
 
 private:
+    static constexpr size_t kBurst = 64;
+    // Frames a port may hold on the way out: a burst, each packet possibly in a few fragments.
+    static constexpr size_t kTxQueue = kBurst * 8;
+
     struct Port {
         XskPort x;
         uint32_t ifindex;

@@ -1,0 +1,238 @@
+// Gateway, its interfaces: attaching the classifier, the sockets on every queue, the local
+// link, and detaching.
+#include "userspace/gateway/gateway.h"
+
+#include <net/if.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "userspace/log.h"
+
+namespace xesp {
+
+namespace {
+
+uint32_t read_uint(const std::string &path)
+{
+    std::ifstream f(path);
+    uint32_t v = 0;
+    f >> v;
+    return v;
+}
+
+// RX queues of a device, as its sysfs directory lists them (veth: as created).
+uint32_t rx_queues(const std::string &name)
+{
+    std::error_code ec;
+    uint32_t n = 0;
+    for (const auto &e : std::filesystem::directory_iterator("/sys/class/net/" + name + "/queues", ec))
+        n += e.path().filename().string().rfind("rx-", 0) == 0;
+    return n ? n : 1;
+}
+
+} // namespace
+
+// ---- Interfaces and their sockets -----------------------------------------------------------
+
+void Gateway::close_ports()
+{
+    for (auto &p : ports_)
+        (void)prog_->clear_xsk(p->x.queue(), p->slot);
+    ports_.clear();
+    pool_.reset();
+    umem_.reset();
+}
+
+// Every socket shares one Umem, and a Umem cannot take sockets again once its first is gone
+// (umem.h): any change to the interfaces reopens them all. Between the two, the queues have
+// no socket and the classifier drops what it would redirect.
+Result<void> Gateway::rebuild_ports()
+{
+    close_ports();
+    uint32_t sockets = 0;
+    for (const auto &i : ifaces_)
+        sockets += i.queues;
+    if (!sockets)
+        return {};
+    UmemOptions uo;
+    uo.fill_size = options_.ring_size;
+    uo.comp_size = options_.ring_size;
+    uo.frame_count = sockets * options_.ring_size * 2 + uint32_t(kTxQueue) * 2;
+    auto umem = Umem::create(uo);
+    if (!umem)
+        return umem.error();
+    umem_ = std::make_unique<Umem>(std::move(*umem));
+    pool_ = std::make_unique<FramePool>(*umem_);
+    for (const auto &i : ifaces_) {
+        for (uint32_t q = 0; q < i.queues; q++) {
+            XskPortOptions po;
+            po.queue = q;
+            po.rx_size = options_.ring_size;
+            po.tx_size = options_.ring_size;
+            po.busy_poll = options_.busy_poll;
+            auto x = XskPort::open(*umem_, *pool_, i.name, po);
+            if (!x) {
+                close_ports();
+                return x.error();
+            }
+            auto port =
+                std::make_unique<Port>(Port{std::move(*x), i.ifindex, i.slot, {}, i.local});
+            port->txq.reserve(kTxQueue);
+            if (auto r = prog_->set_xsk(q, port->x.fd(), i.slot); !r) {
+                ports_.push_back(std::move(port));
+                close_ports();
+                return r;
+            }
+            ports_.push_back(std::move(port));
+        }
+    }
+    return {};
+}
+
+Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
+{
+    for (const auto &i : ifaces_)
+        if (i.name == name)
+            return make_error("iface add " + name + ": " +
+                              (i.local ? std::string("the gateway's own local link")
+                                       : std::string("already added as ") +
+                                             (i.role == IfaceRole::Public ? "public" : "protected") +
+                                             "; `xesp iface del " + name +
+                                             "` first to change its role"));
+    if (auto r = attach_iface(name, role, false); !r)
+        return r;
+    if (role == IfaceRole::Public && !local_link_)
+        open_local_link();
+    return {};
+}
+
+// The local link, once there is a public interface whose egress guard can use it. Without it
+// the gateway works as before: its own plaintext for protected flows is dropped.
+void Gateway::open_local_link()
+{
+    auto l = LocalLink::create();
+    if (!l) {
+        log(LogLevel::Warning, "%s", l.error().message.c_str());
+        return;
+    }
+    local_link_ = std::move(*l);
+    auto r = attach_iface(LocalLink::kGatewayEnd, IfaceRole::Protected, true);
+    if (r)
+        r = prog_->set_local_link(local_link_.kernel_ifindex());
+    if (!r) {
+        log(LogLevel::Warning, "local link: %s; the gateway's own traffic to protected sites "
+            "will be dropped", r.error().message.c_str());
+        auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
+                               [](const GatewayIface &i) { return i.local; });
+        if (it != ifaces_.end()) {
+            (void)XdpProgram::detach(int(it->ifindex));
+            (void)prog_->remove_iface(it->ifindex);
+            ifaces_.erase(it);
+            (void)rebuild_ports();
+        }
+        local_link_ = LocalLink();
+        return;
+    }
+    log(LogLevel::Info, "local link %s: the gateway's own traffic for protected flows is "
+        "encrypted too", LocalLink::kKernelEnd);
+}
+
+Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool local)
+{
+    GatewayIface i;
+    i.name = name;
+    i.role = role;
+    i.local = local;
+    i.ifindex = if_nametoindex(name.c_str());
+    if (!i.ifindex)
+        return make_error("iface add " + name + ": no such interface in this network namespace");
+    i.queues = std::min(rx_queues(name), XdpProgram::kMaxQueues);
+    i.mtu = read_uint("/sys/class/net/" + name + "/mtu");
+    std::vector<bool> taken(XdpProgram::kMaxIfaceSlots);
+    for (const auto &o : ifaces_)
+        taken[o.slot] = true;
+    auto free = std::find(taken.begin(), taken.end(), false);
+    if (free == taken.end())
+        return make_error("iface add " + name + ": " +
+                          std::to_string(XdpProgram::kMaxIfaceSlots) + " interfaces at most");
+    i.slot = uint32_t(free - taken.begin());
+
+    refresh_local_addresses();
+    if (auto r = prog_->set_iface_role(i.ifindex, role, i.slot); !r)
+        return make_error("iface add " + name + ": " + r.error().message);
+    if (auto r = prog_->attach(int(i.ifindex)); !r) {
+        (void)prog_->remove_iface(i.ifindex);
+        return make_error("iface add " + name + ": " + r.error().message);
+    }
+    if (role == IfaceRole::Public)
+        if (auto r = prog_->attach_egress(int(i.ifindex)); !r) {
+            (void)XdpProgram::detach(int(i.ifindex));
+            (void)prog_->remove_iface(i.ifindex);
+            return make_error("iface add " + name + ": " + r.error().message);
+        }
+    ifaces_.push_back(i);
+    auto r = rebuild_ports();
+    if (r)
+        r = rebuild_engine(config_);    // the tunnel MTU follows the public side
+    if (!r) {
+        ifaces_.pop_back();
+        (void)XdpProgram::detach(int(i.ifindex));
+        (void)XdpProgram::detach_egress(int(i.ifindex));
+        (void)prog_->remove_iface(i.ifindex);
+        (void)rebuild_ports();
+        return make_error("iface add " + name + ": " + r.error().message);
+    }
+    if (local)
+        return {};
+    log(LogLevel::Info,
+        "%s: attached as %s, %u queue(s), MTU %u; XDP in driver mode, one program (no "
+        "libxdp dispatcher)%s; AF_XDP %s mode",
+        name.c_str(), role == IfaceRole::Public ? "public" : "protected", i.queues, i.mtu,
+        role == IfaceRole::Public ? "; tc egress guard for the kernel's own plaintext" : "",
+        ports_.empty() ? "-" : xsk_mode_name(ports_.back()->x.mode()));
+    return {};
+}
+
+Result<void> Gateway::del_iface(const std::string &name)
+{
+    auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
+                           [&](const GatewayIface &i) { return i.name == name; });
+    if (it == ifaces_.end())
+        return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+    if (it->local)
+        return make_error("iface del " + name + ": the gateway's own local link, not an "
+                          "interface to detach");
+    GatewayIface gone = *it;
+    ifaces_.erase(it);
+    if (auto r = XdpProgram::detach(int(gone.ifindex)); !r)
+        log(LogLevel::Warning, "%s", r.error().message.c_str());
+    if (gone.role == IfaceRole::Public)
+        if (auto r = XdpProgram::detach_egress(int(gone.ifindex)); !r)
+            log(LogLevel::Warning, "%s", r.error().message.c_str());
+    (void)prog_->remove_iface(gone.ifindex);
+    auto r = rebuild_ports();
+    if (r)
+        r = rebuild_engine(config_);
+    if (!r)
+        return make_error("iface del " + name + ": " + r.error().message);
+    log(LogLevel::Info, "%s: detached", name.c_str());
+    return {};
+}
+
+void Gateway::shutdown()
+{
+    close_ports();
+    (void)prog_->set_local_link(0);
+    for (const auto &i : ifaces_) {
+        if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
+            log(LogLevel::Warning, "%s", r.error().message.c_str());
+        if (i.role == IfaceRole::Public)
+            if (auto r = XdpProgram::detach_egress(int(i.ifindex)); !r)
+                log(LogLevel::Warning, "%s", r.error().message.c_str());
+    }
+    local_link_ = LocalLink();
+}
+
+} // namespace xesp
