@@ -515,6 +515,26 @@ Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
     return Dirn::Encap;
 }
 
+uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
+{
+    if (!options_.link_mtu || c.kind != Classified::Encap)
+        return 0;
+    const PolicyConfig *pol = spd_.by_id(c.id);
+    if (!pol || pol->dir != Dir::Out || pol->action == Action::Block || !pol->tmpl)
+        return 0;
+    Sa *sa = policy_sa_[c.id];
+    const uint8_t *ip = p.ip();
+    bool v6 = (ip[0] >> 4) == 6;
+    if (!sa && !(pol->tmpl->src.family && pol->tmpl->dst.family) &&
+        p.len >= (v6 ? kIpv6Len : kIpv4Len)) {
+        FlowKey flow;
+        flow.src = v6 ? IpAddr::v6(ip + 8) : IpAddr::v4(ip + 12);
+        flow.dst = v6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16);
+        sa = sas_.find_out(*pol->tmpl, flow);
+    }
+    return sa && sa->natt() ? sa->inner_mtu(options_.link_mtu) : 0;
+}
+
 void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t n)
 {
     Dirn dirn[kMaxBurst];

@@ -1,8 +1,10 @@
-// Fragmenting the outer packet. A plaintext IPv4 packet without DF may be fragmented on its way
+// Fragmenting IP packets. A plaintext IPv4 packet without DF may be fragmented on its way
 // (RFC 4301 8.1); once it is encrypted the gateway is the source of the outer packet, so it is
-// the outer packet that gets fragmented (RFC 4303 3.3.4), never the inner one: the receiver
-// reassembles before it decrypts. For an IPv6 outer packet the gateway adds the Fragment
-// header itself (RFC 8200 4.5).
+// the outer packet that gets fragmented (RFC 4303 3.3.4): the receiver reassembles before it
+// decrypts. For an IPv6 outer packet the gateway adds the Fragment header itself (RFC 8200
+// 4.5). The one exception is ESP in UDP (NAT-T): the far gateway's kernel would reassemble
+// the outer fragments for a UDP socket, where the gateway never sees them, so the plaintext
+// is split before encryption instead and the final destination reassembles it.
 //
 // Nothing is allocated: the first fragment stays in the packet's own frame, cut short in place,
 // and the others are written into frames the caller takes from its pool. The payload never

@@ -575,6 +575,30 @@ FILTERS=("icmp host $HOSTA_IP4 host $HOSTB_IP4" "udp port 4500" "esp")
 ping_cmd hostA "$HOSTB_IP4" -c 5 -i 0.05
 counts_are "NAT-T: ESP in UDP/4500 on the wire, no plaintext" "=0 >=10 >=10" "${PING[@]}"
 check "NAT-T: TCP hostB -> hostA over IPv6 (4 MiB)" tcp_python b2a 6
+# Too big without DF: split before encryption, since the far gateway could not reassemble
+# fragments of ESP in UDP. No IP fragment crosses the wire, and hostB gets every datagram.
+natt_prefragmented() {
+    local before after got wire
+    before=$(stat gwA 'gateway.fragmented-before-encryption')
+    "$TOPO" exec hostA ip route flush cache
+    udp_sink hostB "$HOSTB_IP4" 3 >"$WORK/natt_frag.count" &
+    local sink=$!
+    sleep 0.3
+    FILTERS=("frag" "esp")
+    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
+for i in range(20):
+    s.sendto(b'%04d' % i + b'n' * 1456, ('$HOSTB_IP4', 5300))
+    time.sleep(0.01)")
+    wait $sink
+    got=$(cat "$WORK/natt_frag.count")
+    after=$(stat gwA 'gateway.fragmented-before-encryption')
+    echo "hostB got $got of 20; on the wire: $wire(IP fragments, ESP); split $((after - before))"
+    [ "$got" = 20 ] && [ "${wire%% *}" = 0 ] && [ $((after - before)) = 20 ]
+}
+check "NAT-T, too big, no DF: split before encryption, no outer fragments, all delivered" natt_prefragmented
 down_pair
 
 echo "$passed passed, $failed failed ($((SECONDS - start)) s)"

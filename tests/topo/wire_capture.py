@@ -20,6 +20,8 @@ A filter is a list of terms that must all hold (tcpdump-like, AND only):
   host ADDR  src ADDR  dst ADDR    outer IP addresses; 'host A host B' = between A and B
   port N  sport N  dport N         TCP/UDP ports
   spi N                            ESP SPI (decimal or 0x hex)
+  frag                             an IP fragment, first or later (IPv4 MF or offset; IPv6
+                                   Fragment header)
   contains TEXT                    TEXT's bytes appear anywhere in the frame (plaintext leaks)
   not TERM                         negates the next term
 An empty filter counts every frame.
@@ -42,7 +44,7 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 CLONE_NEWNET = 0x40000000
-PROTO_WORDS = {"ip", "ip6", "icmp", "icmp6", "tcp", "udp", "esp"}
+PROTO_WORDS = {"ip", "ip6", "icmp", "icmp6", "tcp", "udp", "esp", "frag"}
 ARG_WORDS = {"host", "src", "dst", "port", "sport", "dport", "spi", "contains"}
 IPV6_EXT_HEADERS = {0, 43, 60, 135}  # hop-by-hop, routing, destination options, mobility
 
@@ -57,6 +59,7 @@ class Packet:
         self.proto = None
         self.sport = self.dport = None
         self.spi = None
+        self.fragment = False
         off = 12
         ethertype = struct.unpack_from("!H", frame, off)[0] if len(frame) >= 14 else 0
         off = 14
@@ -74,7 +77,9 @@ class Packet:
         self.src = ipaddress.IPv4Address(f[off + 12:off + 16])
         self.dst = ipaddress.IPv4Address(f[off + 16:off + 20])
         self.proto = f[off + 9]
-        frag_offset = struct.unpack_from("!H", f, off + 6)[0] & 0x1FFF
+        flags = struct.unpack_from("!H", f, off + 6)[0]
+        frag_offset = flags & 0x1FFF
+        self.fragment = (flags & 0x3FFF) != 0      # MF or an offset
         if frag_offset == 0:
             self._l4(off + (f[off] & 0x0F) * 4)
 
@@ -87,6 +92,7 @@ class Packet:
         while nh in IPV6_EXT_HEADERS and len(f) >= off + 8:
             nh, off = f[off], off + (f[off + 1] + 1) * 8
         if nh == 44 and len(f) >= off + 8:  # fragment header: only the first fragment has L4
+            self.fragment = True
             first = struct.unpack_from("!H", f, off + 2)[0] & 0xFFF8 == 0
             nh, off = f[off], off + 8
             if not first:
@@ -122,6 +128,8 @@ class Packet:
             return self.proto == 17
         if word == "esp":
             return self.spi is not None
+        if word == "frag":
+            return self.fragment
         raise ValueError(word)
 
 

@@ -264,10 +264,59 @@ void Gateway::rx_one(Port &port)
         c.id = c.kind == Classified::Decap ? sync_->sa_id(c.id) : sync_->policy_id(c.id);
         ready[k++] = &pkts[i];
     }
-    engine_->process_classified(ready, cls, k);
-    transmit(port, ready, k);
+    Pkt pieces[kBurst];
+    Pkt *all[kBurst * 2];
+    Classified all_cls[kBurst * 2];
+    size_t m = prefragment(port, ready, cls, k, pieces, all, all_cls);
+    engine_->process_classified(all, all_cls, m);
+    transmit(port, all, m);
     if (na)
         transmit(port, answers, na);
+}
+
+// ESP in UDP (NAT-T) that the outer header would fragment cannot be put together again by the
+// far gateway: its kernel reassembles it for a UDP socket, not for the gateway. So an IPv4
+// packet for a NAT-T SA that may be fragmented (no DF) and would not fit once encrypted is
+// split before encryption (RFC 4301 8.1), each piece encrypted on its own, and the final
+// destination reassembles. The pieces take the packet's place in the burst: the SA's order
+// holds. `out` and `out_cls` have room for twice kBurst, `pieces` for kBurst.
+size_t Gateway::prefragment(Port &port, Pkt *const *in, const Classified *in_cls, size_t n,
+                            Pkt *pieces, Pkt **out, Classified *out_cls)
+{
+    constexpr uint32_t kMaxEncapOverhead = 128;     // IPv6, UDP, ESP, IV, padding, ICV
+    uint32_t link_mtu = engine_->options().link_mtu;
+    size_t m = 0, used = 0;
+    for (size_t i = 0; i < n; i++) {
+        Pkt &p = *in[i];
+        uint32_t mtu = 0;
+        if (in_cls[i].kind == Classified::Encap && p.len + kMaxEncapOverhead > link_mtu &&
+            (p.ip()[0] >> 4) == 4 && may_fragment(p))
+            mtu = engine_->natt_inner_mtu(in_cls[i], p);
+        uint32_t need = mtu && p.len > mtu ? fragments_needed(p.ip(), p.len, mtu) : 1;
+        if (!need)
+            need = 1;                   // cannot be split: the engine answers or drops it
+        if (need > 1) {
+            uint64_t addrs[kBurst];
+            uint32_t got = used + need - 1 <= kBurst ? pool_->alloc(addrs, need - 1) : 0;
+            for (uint32_t f = 0; f < got; f++)
+                pieces[used + f] = Pkt{umem_->frame(addrs[f]), kFrameSize, 0, 0};
+            if (got != need - 1 || fragment(p, mtu, 0, pieces + used, got) != need) {
+                pool_->free(addrs, got);
+                count(GwCounter::NoFrames);
+                port.x.recycle(p);
+                continue;
+            }
+            count(GwCounter::Prefragmented);
+        }
+        out[m] = &p;
+        out_cls[m++] = in_cls[i];
+        for (uint32_t f = 0; f + 1 < need; f++) {
+            out[m] = &pieces[used + f];
+            out_cls[m++] = in_cls[i];
+        }
+        used += need - 1;
+    }
+    return m;
 }
 
 // p's TTL ran out at this hop: p becomes the ICMP time exceeded for its sender, from the

@@ -52,7 +52,8 @@ namespace xesp {
     X(NoFrames, "drop-no-frames", true)         /* no free frame for a fragment */         \
     X(TtlExceeded, "drop-ttl-exceeded", true)   /* TTL / hop limit would reach 0 */        \
     X(TimeExceeded, "icmp-time-exceeded", false) /* ... and answered (RFC 792, 4443) */  \
-    X(IcmpLimited, "drop-icmp-rate-limit", true) /* ICMP errors over the rate limit */
+    X(IcmpLimited, "drop-icmp-rate-limit", true) /* ICMP errors over the rate limit */ \
+    X(Prefragmented, "fragmented-before-encryption", false) /* NAT-T: inner IPv4 split */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
@@ -141,6 +142,8 @@ private:
     void transmit(Port &rx, Pkt *const *pkts, size_t n);
     void to_kernel(Port &rx, Pkt &p);
     bool time_exceeded(Pkt &p);
+    size_t prefragment(Port &port, Pkt *const *in, const Classified *in_cls, size_t n,
+                       Pkt *pieces, Pkt **out, Classified *out_cls);
     Port *tx_port(uint32_t ifindex, uint32_t queue);
     void count(GwCounter c, uint64_t n = 1) { counters_[size_t(c)] += n; }
 
