@@ -85,6 +85,7 @@ Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
 XdpProgram::~XdpProgram() { xesp_xdp__destroy(skel_); }
 
 int XdpProgram::prog_fd() const { return bpf_program__fd(skel_->progs.xesp_xdp); }
+int XdpProgram::egress_prog_fd() const { return bpf_program__fd(skel_->progs.xesp_tc_egress); }
 int XdpProgram::xsks_fd() const { return bpf_map__fd(skel_->maps.xsks); }
 int XdpProgram::sas_fd() const { return bpf_map__fd(skel_->maps.sas); }
 int XdpProgram::policies_fd() const { return bpf_map__fd(skel_->maps.policies); }
@@ -300,7 +301,7 @@ Result<void> XdpProgram::attach_egress(int ifindex)
     int err = bpf_tc_hook_create(&hook);
     if (err && err != -EEXIST)
         return bpf_error("tc: create the clsact qdisc on " + ifname(ifindex), err);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = bpf_program__fd(skel_->progs.xesp_tc_egress),
+    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = egress_prog_fd(),
                 .flags = BPF_TC_F_REPLACE, .handle = 1, .priority = 1);
     if (int e = bpf_tc_attach(&hook, &opts))
         return bpf_error("tc: attach the egress program to " + ifname(ifindex), e);

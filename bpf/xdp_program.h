@@ -67,6 +67,7 @@ public:
     XdpProgram &operator=(const XdpProgram &) = delete;
 
     int prog_fd() const;
+    int egress_prog_fd() const;         // the tc egress program
     int xsks_fd() const;
     int sas_fd() const;
     int policies_fd() const;

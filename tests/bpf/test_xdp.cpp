@@ -362,6 +362,55 @@ TEST_CASE("map updates take effect: SA and policy removal, local addresses")
     CHECK(r.meta.id == 11);
 }
 
+TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the local link")
+{
+    auto prog = loaded();
+    auto egress = [&](const char *name) {
+        const XdpFixturePacket *p = packet(name);
+        REQUIRE(p);
+        std::vector<uint8_t> out(p->len + 64);
+        LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->data, .data_out = out.data(),
+                    .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()));
+        REQUIRE(bpf_prog_test_run_opts(prog->egress_prog_fd(), &opts) == 0);
+        return int(opts.retval);
+    };
+    constexpr int kOk = 0, kShot = 2, kRedirect = 7;    // TC_ACT_*
+    // Neither protected nor blocked: the kernel sends it.
+    for (const char *name : {"esp4_known", "ike4_natt", "ike4_500", "plain4_bypass_ssh",
+                             "plain4_unmatched", "plain6_unmatched"}) {
+        INFO(name);
+        CHECK(egress(name) == kOk);
+    }
+    // Blocked, or a fragment a port policy might claim: dropped, local link or not.
+    auto check_drops = [&]() {
+        for (const char *name : {"plain4_block", "plain4_fragment_unsure"}) {
+            INFO(name);
+            XdpCounters before = counters(*prog);
+            CHECK(egress(name) == kShot);
+            XdpCounters after = counters(*prog);
+            CHECK(describe(before, after) == "drop-egress-plaintext+1 ");
+        }
+    };
+    check_drops();
+    // Protected: dropped while there is no local link, then redirected to it.
+    for (const char *name : {"plain4_protect_tcp", "plain6_protect_tcp"}) {
+        INFO(name);
+        XdpCounters before = counters(*prog);
+        CHECK(egress(name) == kShot);
+        CHECK(describe(before, counters(*prog)) == "drop-egress-plaintext+1 ");
+    }
+    REQUIRE(prog->set_local_link(kLoIfindex));
+    for (const char *name : {"plain4_protect_tcp", "plain6_protect_tcp", "plain4_protect_qinq"}) {
+        INFO(name);
+        XdpCounters before = counters(*prog);
+        CHECK(egress(name) == kRedirect);
+        CHECK(describe(before, counters(*prog)) == "egress-local+1 ");
+    }
+    check_drops();
+    REQUIRE(prog->set_local_link(0));
+    CHECK(egress("plain4_protect_tcp") == kShot);
+}
+
 TEST_CASE("policy table errors say what is wrong")
 {
     auto prog = loaded();
