@@ -599,6 +599,38 @@ for i in range(20):
     [ "$got" = 20 ] && [ "${wire%% *}" = 0 ] && [ $((after - before)) = 20 ]
 }
 check "NAT-T, too big, no DF: split before encryption, no outer fragments, all delivered" natt_prefragmented
+# A peer that fragments the outer packet instead (the Linux kernel does): scapy encrypts with
+# gwA's SA and sends the fragments to gwB, whose kernel reassembles them; the gateway takes
+# the datagram from its raw UDP socket, decrypts it and hostB gets it.
+natt_reassembled() {
+    local key mac before after got
+    key=$(grep 'spi 0x1001 ' "$WORK/gwA.conf" | grep -o '0x[0-9a-f]\{40\}')
+    mac=$("$TOPO" exec gwB cat /sys/class/net/$GWB_PUB_IF/address)
+    before=$(stat gwB 'gateway.rx-reassembled')
+    udp_sink hostB "$HOSTB_IP4" 3 >"$WORK/natt_reasm.count" &
+    local sink=$!
+    sleep 0.3
+    "$TOPO" exec wire "$PY" -c "
+from scapy.all import Ether, IP, UDP, Raw, fragment, sendp
+from scapy.layers.ipsec import SecurityAssociation, ESP
+sa = SecurityAssociation(ESP, spi=0x1001, crypt_algo='AES-GCM', crypt_key=bytes.fromhex('${key#0x}'),
+                         tunnel_header=IP(src='$GWA_PUB_IP4', dst='$GWB_PUB_IP4'),
+                         nat_t_header=UDP(sport=4500, dport=4500))
+for i in range(5):
+    inner = IP(src='$HOSTA_IP4', dst='$HOSTB_IP4', ttl=64) / UDP(sport=4242, dport=5300) / Raw(b'r' * 1400)
+    outer = sa.encrypt(inner, seq_num=1000000 + i)
+    outer[UDP].len = None           # scapy leaves the NAT-T UDP length at 8
+    outer[UDP].chksum = 0
+    outer = IP(bytes(outer))
+    sendp([Ether(dst='$mac') / f for f in fragment(outer, fragsize=800)], iface='$WIRE_B_IF', verbose=False)
+" || return 1
+    wait $sink
+    got=$(cat "$WORK/natt_reasm.count")
+    after=$(stat gwB 'gateway.rx-reassembled')
+    echo "hostB got $got of 5; gwB rx-reassembled $before -> $after"
+    [ "$got" = 5 ] && [ $((after - before)) = 5 ]
+}
+check "NAT-T: outer fragments from a peer are reassembled by the kernel and decrypted" natt_reassembled
 down_pair
 
 echo "$passed passed, $failed failed ($((SECONDS - start)) s)"

@@ -481,8 +481,8 @@ std::vector<int> Gateway::wait_fds() const
         fds.push_back(p->x.fd());
     fds.push_back(hops_->event_fd());
     if (kernel_esp_ok_) {
-        fds.push_back(kernel_esp_.fd4());
-        fds.push_back(kernel_esp_.fd6());
+        for (int i = 0; i < KernelEspInput::kSockets; i++)
+            fds.push_back(kernel_esp_.fds()[i]);
     }
     return fds;
 }

@@ -1,11 +1,14 @@
 #include "userspace/gateway/kernel_esp.h"
 
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "userspace/wire.h"
 
@@ -13,44 +16,86 @@ namespace xesp {
 
 using wire::kIpv6Len;
 using wire::kProtoEsp;
+using wire::kProtoUdp;
+
+namespace {
+
+// A classic BPF filter for a raw UDP socket: UDP to port 4500 whose payload starts with a
+// non-zero word (ESP, not IKE's non-ESP marker, nor a one-byte keepalive). IPv4 raw sockets
+// see the IP header first (its length from the IHL); IPv6 ones start at the UDP header.
+Result<void> keep_esp_in_udp(int fd, bool v6)
+{
+    std::vector<sock_filter> code;
+    if (v6)
+        code.push_back(BPF_STMT(BPF_LDX | BPF_IMM, 0));
+    else
+        code.push_back(BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 0));    // X = 4 * IHL
+    code.push_back(BPF_STMT(BPF_LD | BPF_H | BPF_IND, 2));         // destination port
+    code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, wire::kNatTPort, 0, 3));
+    code.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_IND, 8));         // first word of the payload
+    code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0));
+    code.push_back(BPF_STMT(BPF_RET | BPF_K, 0x40000));            // ESP: keep it all
+    code.push_back(BPF_STMT(BPF_RET | BPF_K, 0));                  // anything else
+    sock_fprog prog{uint16_t(code.size()), code.data()};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0)
+        return make_error(std::string("raw UDP socket filter: ") + std::strerror(errno), errno);
+    return {};
+}
+
+} // namespace
 
 KernelEspInput::~KernelEspInput()
 {
-    if (fd4_ >= 0)
-        ::close(fd4_);
-    if (fd6_ >= 0)
-        ::close(fd6_);
+    for (int fd : fds_)
+        if (fd >= 0)
+            ::close(fd);
 }
 
 Result<void> KernelEspInput::open()
 {
-    fd4_ = ::socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, kProtoEsp);
-    if (fd4_ < 0)
-        return make_error(std::string("raw ESP socket (IPv4): ") + std::strerror(errno), errno);
-    fd6_ = ::socket(AF_INET6, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, kProtoEsp);
-    if (fd6_ < 0)
-        return make_error(std::string("raw ESP socket (IPv6): ") + std::strerror(errno), errno);
+    struct Want {
+        int family, proto;
+        const char *what;
+    };
+    const Want want[kSockets] = {{AF_INET, kProtoEsp, "raw ESP socket (IPv4)"},
+                                 {AF_INET6, kProtoEsp, "raw ESP socket (IPv6)"},
+                                 {AF_INET, kProtoUdp, "raw UDP socket (IPv4)"},
+                                 {AF_INET6, kProtoUdp, "raw UDP socket (IPv6)"}};
+    for (int i = 0; i < kSockets; i++) {
+        fds_[i] = ::socket(want[i].family, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, want[i].proto);
+        if (fds_[i] < 0)
+            return make_error(std::string(want[i].what) + ": " + std::strerror(errno), errno);
+    }
+    for (int i : {Udp4, Udp6})
+        if (auto r = keep_esp_in_udp(fds_[i], i == Udp6); !r)
+            return r;
     int on = 1;
-    for (int opt : {IPV6_RECVPKTINFO, IPV6_RECVHOPLIMIT, IPV6_RECVTCLASS})
-        if (setsockopt(fd6_, IPPROTO_IPV6, opt, &on, sizeof(on)) != 0)
-            return make_error(std::string("raw ESP socket (IPv6) options: ") +
-                                  std::strerror(errno),
-                              errno);
+    for (int i : {Esp6, Udp6})
+        for (int opt : {IPV6_RECVPKTINFO, IPV6_RECVHOPLIMIT, IPV6_RECVTCLASS})
+            if (setsockopt(fds_[i], IPPROTO_IPV6, opt, &on, sizeof(on)) != 0)
+                return make_error(std::string(want[i].what) + " options: " +
+                                      std::strerror(errno),
+                                  errno);
     return {};
 }
 
 bool KernelEspInput::receive(Pkt &p)
 {
-    next6_ = !next6_;
-    if (next6_)
-        return receive6(p) || receive4(p);
-    return receive4(p) || receive6(p);
+    for (int k = 0; k < kSockets; k++) {
+        int i = next_;
+        next_ = (next_ + 1) % kSockets;
+        bool got = i == Esp4 || i == Udp4 ? receive4(fds_[i], p)
+                                          : receive6(fds_[i], i == Esp6 ? kProtoEsp : kProtoUdp, p);
+        if (got)
+            return true;
+    }
+    return false;
 }
 
-bool KernelEspInput::receive4(Pkt &p)
+bool KernelEspInput::receive4(int fd, Pkt &p)
 {
     uint8_t *at = p.frame + kFrameHeadroom;
-    ssize_t n = ::recv(fd4_, at, p.frame_len - kFrameHeadroom - kMaxEspOverheadBack, 0);
+    ssize_t n = ::recv(fd, at, p.frame_len - kFrameHeadroom - kMaxEspOverheadBack, 0);
     if (n <= 0)
         return false;
     p.l3 = kFrameHeadroom;
@@ -59,7 +104,7 @@ bool KernelEspInput::receive4(Pkt &p)
     return true;
 }
 
-bool KernelEspInput::receive6(Pkt &p)
+bool KernelEspInput::receive6(int fd, uint8_t next_header, Pkt &p)
 {
     uint8_t *at = p.frame + kFrameHeadroom;
     sockaddr_in6 from{};
@@ -72,7 +117,7 @@ bool KernelEspInput::receive6(Pkt &p)
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
-    ssize_t n = ::recvmsg(fd6_, &msg, 0);
+    ssize_t n = ::recvmsg(fd, &msg, 0);
     if (n <= 0)
         return false;
     const in6_pktinfo *info = nullptr;
@@ -92,7 +137,7 @@ bool KernelEspInput::receive6(Pkt &p)
     // The IPv6 header the packet came with, as far as it matters to ESP.
     wire::put32(at, 0x60000000u | uint32_t(tclass & 0xff) << 20);
     wire::put16(at + 4, uint16_t(n));
-    at[6] = kProtoEsp;
+    at[6] = next_header;
     at[7] = uint8_t(hops);
     std::memcpy(at + 8, from.sin6_addr.s6_addr, 16);
     std::memcpy(at + 24, info->ipi6_addr.s6_addr, 16);

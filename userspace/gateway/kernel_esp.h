@@ -1,14 +1,16 @@
 // ESP that the kernel reassembled. The classifier hands IP fragments to the kernel (it cannot
 // see the SPI of a later fragment, and reassembly is the kernel's trade); the kernel has no
-// ESP of its own here, so the reassembled packet would die there. A raw ESP socket per family
-// catches it and the gateway decrypts it like any other, after one copy into a frame: the slow
-// path, for fragments only (whole ESP packets never reach the kernel).
+// ESP of its own here, so the reassembled packet would die there. Raw sockets catch it and
+// the gateway decrypts it like any other, after one copy into a frame: the slow path, for
+// fragments only (whole ESP packets never reach the kernel).
 //
-// IPv4 raw sockets deliver the IP header with the packet; IPv6 ones deliver the payload only,
-// so the header is rebuilt from the addresses, hop limit and traffic class in the control
-// messages. ESP in UDP/4500 that arrives fragmented is not caught: port 4500 belongs to the
-// IKE daemon. Raw sockets see every ESP packet the kernel receives, ours or not: the engine
-// counts the others as unknown SPIs.
+// Per family, one raw ESP socket, and one raw UDP socket with a filter that keeps ESP in
+// UDP/4500 only (a non-zero first word, RFC 3948 2.2): port 4500 belongs to the IKE daemon,
+// and a raw socket gets its copy of each datagram without taking the port. IPv4 raw sockets
+// deliver the IP header with the packet; IPv6 ones deliver the payload only, so the header is
+// rebuilt from the addresses, hop limit and traffic class in the control messages. Raw
+// sockets see every such packet the kernel receives, ours or not: the engine counts the
+// others as unknown SPIs.
 #pragma once
 
 #include <cstddef>
@@ -33,14 +35,15 @@ public:
     // kFrameHeadroom. Returns false when nothing is waiting.
     bool receive(Pkt &p);
 
-    int fd4() const { return fd4_; }
-    int fd6() const { return fd6_; }
+    const int *fds() const { return fds_; }     // kSockets of them, for poll()
+    static constexpr int kSockets = 4;
 
 private:
-    bool receive4(Pkt &p);
-    bool receive6(Pkt &p);
-    int fd4_ = -1, fd6_ = -1;
-    bool next6_ = false;            // alternate the families so neither starves
+    enum { Esp4, Esp6, Udp4, Udp6 };
+    bool receive4(int fd, Pkt &p);
+    bool receive6(int fd, uint8_t next_header, Pkt &p);
+    int fds_[kSockets] = {-1, -1, -1, -1};
+    int next_ = 0;                  // take the sockets in turn so that none starves
 };
 
 } // namespace xesp
