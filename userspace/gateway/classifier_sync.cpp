@@ -118,18 +118,23 @@ void ClassifierSync::commit(const Config &next)
         return true;
     });
 
-    sa_ids_.assign(next_slot_, Engine::kNoId);
-    policy_ids_.assign(next_slot_, Engine::kNoId);
+    static_assert(SlotTable::kMissing == Engine::kNoId, "a gone slot must read as no state");
+    std::vector<std::pair<uint32_t, uint32_t>> ids;
     for (uint32_t i = 0; i < next.sas.size(); i++) {
+        if (next.sas[i].dir == Dir::Out)
+            continue;                   // only inbound ESP is classified by SA
         auto it = sas_.find(describe_sa(next.sas[i].dst, next.sas[i].spi));
         if (it != sas_.end())
-            sa_ids_[it->second.slot] = i;
+            ids.emplace_back(it->second.slot, i);
     }
+    sa_ids_.rebuild(ids);
+    ids.clear();
     for (uint32_t i = 0; i < next.policies.size(); i++) {
         auto it = policies_.find(describe_policy(next.policies[i].sel, next.policies[i].dir));
         if (it != policies_.end())
-            policy_ids_[it->second.slot] = i;
+            ids.emplace_back(it->second.slot, i);
     }
+    policy_ids_.rebuild(ids);
 }
 
 } // namespace xesp

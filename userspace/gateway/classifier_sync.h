@@ -24,6 +24,7 @@
 #include "bpf/xdp_program.h"
 #include "userspace/config.h"
 #include "userspace/engine.h"
+#include "userspace/gateway/slot_table.h"
 
 namespace xesp {
 
@@ -35,14 +36,8 @@ public:
     void commit(const Config &next);
 
     // From a metadata id to the engine id; Engine::kNoId for a slot that is gone.
-    uint32_t sa_id(uint32_t slot) const
-    {
-        return slot < sa_ids_.size() ? sa_ids_[slot] : Engine::kNoId;
-    }
-    uint32_t policy_id(uint32_t slot) const
-    {
-        return slot < policy_ids_.size() ? policy_ids_[slot] : Engine::kNoId;
-    }
+    uint32_t sa_id(uint32_t slot) const { return sa_ids_.find(slot); }
+    uint32_t policy_id(uint32_t slot) const { return policy_ids_.find(slot); }
 
     size_t sas() const { return sas_.size(); }
     size_t policies() const { return policies_.size(); }
@@ -74,7 +69,7 @@ private:
     std::map<std::string, SaEntry> sas_;            // by describe_sa
     std::map<std::string, PolicyEntry> policies_;   // by describe_policy
     uint32_t next_slot_ = 0;                        // shared by SAs and policies
-    std::vector<uint32_t> sa_ids_, policy_ids_;     // by slot
+    SlotTable sa_ids_, policy_ids_;                 // the live slots only
 };
 
 } // namespace xesp
