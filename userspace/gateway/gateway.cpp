@@ -20,6 +20,17 @@ namespace xesp {
 namespace {
 
 constexpr uint64_t kRefreshNs = 2'000'000'000;     // local addresses
+// The most a packet can grow by encryption: outer IPv6, UDP, ESP, IV, padding, ICV. A
+// plaintext packet shorter than the link MTU by more than this fits whatever its SA.
+constexpr uint32_t kMaxEncapOverhead = 128;
+
+// Whether prefragment() has to look at p: plaintext to encrypt, IPv4 without DF, and long
+// enough that some SA might not fit it. Headers only, no lookup.
+bool may_split(const Pkt &p, const Classified &c, uint32_t link_mtu)
+{
+    return c.kind == Classified::Encap && p.len + kMaxEncapOverhead > link_mtu &&
+           (p.ip()[0] >> 4) == 4 && may_fragment(p);
+}
 
 uint64_t now_ns()
 {
@@ -244,6 +255,7 @@ void Gateway::rx_one(Port &port)
     }
     Pkt *answers[kBurst];
     size_t k = 0, na = 0;
+    bool big = false;                   // a packet prefragment() may have to split
     for (size_t i = 0; i < n; i++) {
         auto *m = static_cast<xesp_meta *>(meta(pkts[i], sizeof(xesp_meta)));
         if (!m || !classified_from_meta(m, sizeof(*m), pkts[i], &cls[k])) {
@@ -262,14 +274,20 @@ void Gateway::rx_one(Port &port)
             continue;
         }
         c.id = c.kind == Classified::Decap ? sync_->sa_id(c.id) : sync_->policy_id(c.id);
+        big |= may_split(pkts[i], c, engine_->options().link_mtu);
         ready[k++] = &pkts[i];
     }
-    Pkt pieces[kBurst];
-    Pkt *all[kBurst * 2];
-    Classified all_cls[kBurst * 2];
-    size_t m = prefragment(port, ready, cls, k, pieces, all, all_cls);
-    engine_->process_classified(all, all_cls, m);
-    transmit(port, all, m);
+    if (!big) {
+        engine_->process_classified(ready, cls, k);
+        transmit(port, ready, k);
+    } else {
+        Pkt pieces[kBurst];
+        Pkt *all[kBurst * 2];
+        Classified all_cls[kBurst * 2];
+        size_t m = prefragment(port, ready, cls, k, pieces, all, all_cls);
+        engine_->process_classified(all, all_cls, m);
+        transmit(port, all, m);
+    }
     if (na)
         transmit(port, answers, na);
 }
@@ -283,14 +301,12 @@ void Gateway::rx_one(Port &port)
 size_t Gateway::prefragment(Port &port, Pkt *const *in, const Classified *in_cls, size_t n,
                             Pkt *pieces, Pkt **out, Classified *out_cls)
 {
-    constexpr uint32_t kMaxEncapOverhead = 128;     // IPv6, UDP, ESP, IV, padding, ICV
     uint32_t link_mtu = engine_->options().link_mtu;
     size_t m = 0, used = 0;
     for (size_t i = 0; i < n; i++) {
         Pkt &p = *in[i];
         uint32_t mtu = 0;
-        if (in_cls[i].kind == Classified::Encap && p.len + kMaxEncapOverhead > link_mtu &&
-            (p.ip()[0] >> 4) == 4 && may_fragment(p))
+        if (may_split(p, in_cls[i], link_mtu))
             mtu = engine_->natt_inner_mtu(in_cls[i], p);
         uint32_t need = mtu && p.len > mtu ? fragments_needed(p.ip(), p.len, mtu) : 1;
         if (!need)

@@ -132,6 +132,7 @@ private:
     Gateway() = default;
     Result<void> attach_iface(const std::string &name, IfaceRole role, bool local);
     void open_local_link();
+    void forget_iface(std::vector<GatewayIface>::iterator it);
     Result<void> rebuild_ports();
     void close_ports();
     Result<void> rebuild_engine(const Config &next);

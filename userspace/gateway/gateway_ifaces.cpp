@@ -127,9 +127,7 @@ void Gateway::open_local_link()
         auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
                                [](const GatewayIface &i) { return i.local; });
         if (it != ifaces_.end()) {
-            (void)XdpProgram::detach(int(it->ifindex));
-            (void)prog_->remove_iface(it->ifindex);
-            ifaces_.erase(it);
+            forget_iface(it);
             (void)rebuild_ports();
         }
         local_link_ = LocalLink();
@@ -177,10 +175,7 @@ Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool
     if (r)
         r = rebuild_engine(config_);    // the tunnel MTU follows the public side
     if (!r) {
-        ifaces_.pop_back();
-        (void)XdpProgram::detach(int(i.ifindex));
-        (void)XdpProgram::detach_egress(int(i.ifindex));
-        (void)prog_->remove_iface(i.ifindex);
+        forget_iface(ifaces_.end() - 1);
         (void)rebuild_ports();
         return make_error("iface add " + name + ": " + r.error().message);
     }
@@ -204,6 +199,19 @@ Result<void> Gateway::del_iface(const std::string &name)
     if (it->local)
         return make_error("iface del " + name + ": the gateway's own local link, not an "
                           "interface to detach");
+    forget_iface(it);
+    auto r = rebuild_ports();
+    if (r)
+        r = rebuild_engine(config_);
+    if (!r)
+        return make_error("iface del " + name + ": " + r.error().message);
+    log(LogLevel::Info, "%s: detached", name.c_str());
+    return {};
+}
+
+// Takes the classifier off an interface and forgets it; the caller reopens the sockets.
+void Gateway::forget_iface(std::vector<GatewayIface>::iterator it)
+{
     GatewayIface gone = *it;
     ifaces_.erase(it);
     if (auto r = XdpProgram::detach(int(gone.ifindex)); !r)
@@ -212,13 +220,6 @@ Result<void> Gateway::del_iface(const std::string &name)
         if (auto r = XdpProgram::detach_egress(int(gone.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
     (void)prog_->remove_iface(gone.ifindex);
-    auto r = rebuild_ports();
-    if (r)
-        r = rebuild_engine(config_);
-    if (!r)
-        return make_error("iface del " + name + ": " + r.error().message);
-    log(LogLevel::Info, "%s: detached", name.c_str());
-    return {};
 }
 
 void Gateway::shutdown()
