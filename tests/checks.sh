@@ -20,3 +20,26 @@ check() {
         fail "$name" "$(echo "$out" | tail -n 3 | tr '\n' ' ')"
     fi
 }
+
+# require_netns NAME: exits 77 (ctest: skipped), saying why, unless this is root with iproute2
+# and can make network namespaces and veth pairs; NAME is the throwaway namespace it tries.
+require_netns() {
+    if [ "$(id -u)" != 0 ]; then
+        echo "SKIP: needs root (network namespaces)"
+        exit 77
+    fi
+    if ! command -v ip >/dev/null 2>&1; then
+        echo "SKIP: no ip (iproute2): cannot make network namespaces"
+        exit 77
+    fi
+    if ! ip netns add "$1" 2>/dev/null; then
+        echo "SKIP: cannot create network namespaces"
+        exit 77
+    fi
+    if ! ip -n "$1" link add p0 type veth peer name p1 2>/dev/null; then
+        ip netns del "$1"
+        echo "SKIP: cannot create veth pairs"
+        exit 77
+    fi
+    ip netns del "$1"
+}

@@ -26,14 +26,8 @@ set -u
 bin=$1
 PY=/usr/bin/python3
 
-if [ "$(id -u)" != 0 ]; then
-    echo "SKIP: needs root (network namespaces, NTF_USE, raw sockets)"
-    exit 77
-fi
-if ! command -v ip >/dev/null 2>&1; then
-    echo "SKIP: no ip (iproute2)"
-    exit 77
-fi
+source "$(dirname "$0")/../checks.sh"
+require_netns "xnh-$$-probe"
 
 P=xnh-$$-
 GW=${P}gw R1=${P}r1 R2=${P}r2 FAR=${P}far
@@ -93,7 +87,6 @@ ip -n "$GW" route add fd09::/64 via fd00::2 || exit 1
 ip -n "$FAR" route add default via 10.9.0.1 || exit 1
 ip -n "$FAR" -6 route add default via fd09::1 || exit 1
 
-source "$(dirname "$0")/../checks.sh"
 # same NAME WANT GOT
 same() {
     if [ "$3" = "$2" ]; then pass "$1"; else fail "$1" "got '$3', want '$2'"; fi

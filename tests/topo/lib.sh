@@ -3,28 +3,8 @@
 # the wire. Source it after setting HERE (this directory), TOPO, PY and XESP_TOPO_PREFIX; it
 # reads the topology's names (xesp-topo names) and makes WORK, a scratch directory.
 
-# Skips (exit 77) unless this is root with network namespaces and veth pairs.
-if [ "$(id -u)" != 0 ]; then
-    echo "SKIP: needs root (network namespaces)"
-    exit 77
-fi
-if ! command -v ip >/dev/null 2>&1; then
-    echo "SKIP: no ip (iproute2): cannot make network namespaces"
-    exit 77
-fi
-probe=${XESP_TOPO_PREFIX}probe
-if ! ip netns add "$probe" 2>/dev/null; then
-    echo "SKIP: cannot create network namespaces"
-    exit 77
-fi
-if ! ip -n "$probe" link add p0 type veth peer name p1 2>/dev/null; then
-    ip netns del "$probe"
-    echo "SKIP: cannot create veth pairs"
-    exit 77
-fi
-ip netns del "$probe"
-
 source "$HERE/../checks.sh"
+require_netns "${XESP_TOPO_PREFIX}probe"
 
 # ping_cmd NODE ADDRESS [ping.py options]: sets PING to the command line (for wire_capture.py).
 ping_cmd() {
@@ -35,9 +15,11 @@ ping_from() {
     "${PING[@]}"
 }
 
-wait_listen() { # NODE PORT
+wait_listen() { # NODE PORT [udp]: until a TCP (or UDP) socket is bound to PORT in NODE
+    local kind=-Hltn
+    [ "${3:-}" = udp ] && kind=-Hlun
     for _ in $(seq 50); do
-        "$TOPO" exec "$1" ss -Hltn "sport = :$2" | grep -q . && return 0
+        "$TOPO" exec "$1" ss $kind "sport = :$2" | grep -q . && return 0
         sleep 0.1
     done
     echo "nothing listens on port $2 in $1"

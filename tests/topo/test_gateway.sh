@@ -168,6 +168,29 @@ while time.time() < end:
         pass
 print(n)"
 }
+# sink_start NODE ADDR SECONDS: udp_sink in the background, bound when this returns;
+# sink_count VAR then waits for it and sets VAR to its count (not in a $(...): the sink is
+# this shell's child).
+sink_start() {
+    udp_sink "$@" >"$WORK/sink.count" &
+    SINK=$!
+    wait_listen "$1" 5300 udp
+}
+sink_count() {
+    wait "$SINK"
+    printf -v "$1" '%s' "$(cat "$WORK/sink.count")"
+}
+# nodf_send FILL: the script for 20 datagrams of 1460 bytes from hostA to hostB without DF
+# (each starts with its number, then FILL).
+nodf_send() {
+    echo "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
+for i in range(20):
+    s.sendto(b'%04d' % i + b'$1' * 1456, ('$HOSTB_IP4', 5300))
+    time.sleep(0.01)"
+}
 
 xdp_attached() { # GW DEV
     "$TOPO" exec "$1" ip -d link show dev "$2" | grep -q 'prog/xdp'
@@ -205,14 +228,11 @@ check "TCP hostB -> hostA, IPv6 (4 MiB, SHA-256)" tcp_python b2a 6
 marker=xesp-secret-marker-$$
 for fam in 4 6; do
     dst=$HOSTB_IP4 && [ $fam = 6 ] && dst=$HOSTB_IP6
-    udp_sink hostB "$dst" 3 >"$WORK/udp.count" &
-    sink=$!
-    sleep 0.3
+    sink_start hostB "$dst" 3
     FILTERS=("contains $marker" "esp")
     udp_cmd hostA "$dst" 200 "$marker"
     counts_are "UDP over IPv$fam: the wire carries ESP, never the payload" "=0 >=200" "${UDP[@]}"
-    wait $sink
-    got=$(cat "$WORK/udp.count")
+    sink_count got
     check "UDP over IPv$fam: hostB receives the datagrams ($got of 200)" test "${got:-0}" -ge 190
 done
 
@@ -279,18 +299,9 @@ fragmented() {
     r_before=$(stat gwB 'gateway.rx-reassembled')
     # hostA would fragment to the path MTU it learnt above: forget it.
     "$TOPO" exec hostA ip route flush cache
-    udp_sink hostB "$HOSTB_IP4" 3 >"$WORK/frag.count" &
-    local sink=$!
-    sleep 0.3
-    "$TOPO" exec hostA "$PY" -c "
-import socket, time
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
-for i in range(20):
-    s.sendto(b'%04d' % i + b'y' * 1456, ('$HOSTB_IP4', 5300))
-    time.sleep(0.01)" || return 1
-    wait $sink
-    got=$(cat "$WORK/frag.count")
+    sink_start hostB "$HOSTB_IP4" 3 || return 1
+    "$TOPO" exec hostA "$PY" -c "$(nodf_send y)" || return 1
+    sink_count got
     f_after=$(stat gwA 'gateway.fragmented')
     r_after=$(stat gwB 'gateway.rx-reassembled')
     echo "hostB got $got of 20; gwA fragmented $((f_after - f_before)), gwB reassembled $((r_after - r_before))"
@@ -388,13 +399,10 @@ for i in range(5):
 own_encrypted() {
     local before after got n
     before=$(stat gwA 'xdp.egress-local')
-    udp_sink hostB "$HOSTB_IP4" 2 >"$WORK/own.count" &
-    local sink=$!
-    sleep 0.3
+    sink_start hostB "$HOSTB_IP4" 2 || return 1
     FILTERS=("contains own-$marker")
     got=$(wire_counts "$TOPO" exec gwA "$PY" -c "$(own_sent "$marker")")
-    wait $sink
-    n=$(cat "$WORK/own.count")
+    sink_count n
     after=$(stat gwA 'xdp.egress-local')
     echo "hostB got $n of 5; plaintext on the wire: $got; egress-local $before -> $after"
     [ "$n" = 5 ] && [ "$got" = "0 " ] && [ $((after - before)) -ge 5 ]
@@ -443,20 +451,18 @@ check "forged ESP is dropped and counted (in-icv-fail)" forge
 # Plaintext from the public side that a policy says must come protected: dropped and counted,
 # never delivered to hostA.
 unprotected() {
-    local mac before after
+    local mac before after got
     mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
     before=$(stat gwA 'xdp.drop-in-unprotected')
-    udp_sink hostA "$HOSTA_IP4" 2 >"$WORK/unprot.count" &
-    local sink=$!
-    sleep 0.3
+    sink_start hostA "$HOSTA_IP4" 2 || return 1
     "$TOPO" exec wire "$PY" -c "
 from scapy.all import Ether, IP, UDP, Raw, sendp
 p = Ether(dst='$mac')/IP(src='$HOSTB_IP4', dst='$HOSTA_IP4')/UDP(sport=5300, dport=5300)/Raw(b'spoofed')
 sendp(p, iface='$WIRE_A_IF', count=5, verbose=False)" 2>/dev/null || return 1
-    wait $sink
+    sink_count got
     after=$(stat gwA 'xdp.drop-in-unprotected')
-    echo "drop-in-unprotected $before -> $after, hostA received $(cat "$WORK/unprot.count")"
-    [ $((after - before)) -ge 5 ] && [ "$(cat "$WORK/unprot.count")" = 0 ]
+    echo "drop-in-unprotected $before -> $after, hostA received $got"
+    [ $((after - before)) -ge 5 ] && [ "$got" = 0 ]
 }
 check "plaintext on the public side for a protected flow: dropped by XDP, counted" unprotected
 
@@ -581,19 +587,10 @@ natt_prefragmented() {
     local before after got wire
     before=$(stat gwA 'gateway.fragmented-before-encryption')
     "$TOPO" exec hostA ip route flush cache
-    udp_sink hostB "$HOSTB_IP4" 3 >"$WORK/natt_frag.count" &
-    local sink=$!
-    sleep 0.3
+    sink_start hostB "$HOSTB_IP4" 3 || return 1
     FILTERS=("frag" "esp")
-    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "
-import socket, time
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
-for i in range(20):
-    s.sendto(b'%04d' % i + b'n' * 1456, ('$HOSTB_IP4', 5300))
-    time.sleep(0.01)")
-    wait $sink
-    got=$(cat "$WORK/natt_frag.count")
+    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "$(nodf_send n)")
+    sink_count got
     after=$(stat gwA 'gateway.fragmented-before-encryption')
     echo "hostB got $got of 20; on the wire: $wire(IP fragments, ESP); split $((after - before))"
     [ "$got" = 20 ] && [ "${wire%% *}" = 0 ] && [ $((after - before)) = 20 ]
@@ -607,9 +604,7 @@ natt_reassembled() {
     key=$(grep 'spi 0x1001 ' "$WORK/gwA.conf" | grep -o '0x[0-9a-f]\{40\}')
     mac=$("$TOPO" exec gwB cat /sys/class/net/$GWB_PUB_IF/address)
     before=$(stat gwB 'gateway.rx-reassembled')
-    udp_sink hostB "$HOSTB_IP4" 3 >"$WORK/natt_reasm.count" &
-    local sink=$!
-    sleep 0.3
+    sink_start hostB "$HOSTB_IP4" 3 || return 1
     "$TOPO" exec wire "$PY" -c "
 from scapy.all import Ether, IP, UDP, Raw, fragment, sendp
 from scapy.layers.ipsec import SecurityAssociation, ESP
@@ -624,8 +619,7 @@ for i in range(5):
     outer = IP(bytes(outer))
     sendp([Ether(dst='$mac') / f for f in fragment(outer, fragsize=800)], iface='$WIRE_B_IF', verbose=False)
 " || return 1
-    wait $sink
-    got=$(cat "$WORK/natt_reasm.count")
+    sink_count got
     after=$(stat gwB 'gateway.rx-reassembled')
     echo "hostB got $got of 5; gwB rx-reassembled $before -> $after"
     [ "$got" = 5 ] && [ $((after - before)) = 5 ]
