@@ -479,6 +479,21 @@ Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
 
 // Plaintext the classifier matched to out policy c.id: its SA, from the cache when the
 // template names both addresses, else found with the packet's addresses (transport mode).
+// The SA that out policy `id` (pol) protects p with: the one its template names, found at
+// create(), or for a transport template without addresses the one for p's own addresses.
+// p must hold a whole IP header.
+Sa *Engine::out_sa(uint32_t id, const PolicyConfig &pol, const Pkt &p)
+{
+    if (Sa *sa = policy_sa_[id]; sa || (pol.tmpl->src.family && pol.tmpl->dst.family))
+        return sa;
+    const uint8_t *ip = p.ip();
+    FlowKey flow;
+    bool v6 = (ip[0] >> 4) == 6;
+    flow.src = v6 ? IpAddr::v6(ip + 8) : IpAddr::v4(ip + 12);
+    flow.dst = v6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16);
+    return sas_.find_out(*pol.tmpl, flow);
+}
+
 Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
 {
     const PolicyConfig *pol = spd_.by_id(c.id);
@@ -498,15 +513,7 @@ Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
         return Dirn::None;
     }
     p.len = total;
-    *sa = policy_sa_[c.id];
-    if (!*sa && !(pol->tmpl->src.family && pol->tmpl->dst.family)) {
-        const uint8_t *ip = p.ip();
-        FlowKey flow;
-        bool v6 = (ip[0] >> 4) == 6;
-        flow.src = v6 ? IpAddr::v6(ip + 8) : IpAddr::v4(ip + 12);
-        flow.dst = v6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16);
-        *sa = sas_.find_out(*pol->tmpl, flow);
-    }
+    *sa = out_sa(c.id, *pol, p);
     if (!*sa) {
         // Fail closed: the policy says protect, and there is nothing to protect it with.
         p.set_drop(Drop::OutNoStates);
@@ -522,16 +529,10 @@ uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
     const PolicyConfig *pol = spd_.by_id(c.id);
     if (!pol || pol->dir != Dir::Out || pol->action == Action::Block || !pol->tmpl)
         return 0;
-    Sa *sa = policy_sa_[c.id];
-    const uint8_t *ip = p.ip();
-    bool v6 = (ip[0] >> 4) == 6;
-    if (!sa && !(pol->tmpl->src.family && pol->tmpl->dst.family) &&
-        p.len >= (v6 ? kIpv6Len : kIpv4Len)) {
-        FlowKey flow;
-        flow.src = v6 ? IpAddr::v6(ip + 8) : IpAddr::v4(ip + 12);
-        flow.dst = v6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16);
-        sa = sas_.find_out(*pol->tmpl, flow);
-    }
+    uint32_t hl = 0;
+    if (!ip_datagram_len(p, &hl))
+        return 0;
+    Sa *sa = out_sa(c.id, *pol, p);
     return sa && sa->natt() ? sa->inner_mtu(options_.link_mtu) : 0;
 }
 
