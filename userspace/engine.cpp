@@ -316,14 +316,15 @@ void Engine::inbound_policy_check(Sa &sa, Pkt &p)
         p.set_drop(Drop::InTmplMismatch);
 }
 
-// A packet that would not fit the egress link once encrypted, and may not be fragmented, is
-// answered with the MTU that fits. One that may be fragmented (IPv4 without DF) goes on: its
-// outer header has DF clear too.
+// A packet that would not fit the egress link (or the SA's learnt path MTU) once encrypted,
+// and may not be fragmented, is answered with the MTU that fits. One that may be fragmented
+// (IPv4 without DF) goes on: its outer header has DF clear too.
 bool Engine::too_big(Sa &sa, Pkt &p)
 {
-    if (!options_.link_mtu)
+    uint32_t mtu = sa.outer_mtu(options_.link_mtu);
+    if (!mtu)
         return false;
-    uint32_t fits = sa.inner_mtu(options_.link_mtu);
+    uint32_t fits = sa.inner_mtu(mtu);
     if (p.len <= fits || may_fragment(p))
         return false;
     bool v4 = (p.ip()[0] >> 4) == 4;
@@ -524,7 +525,7 @@ Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
 
 uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
 {
-    if (!options_.link_mtu || c.kind != Classified::Encap)
+    if (c.kind != Classified::Encap)
         return 0;
     const PolicyConfig *pol = spd_.by_id(c.id);
     if (!pol || pol->dir != Dir::Out || pol->action == Action::Block || !pol->tmpl)
@@ -533,7 +534,8 @@ uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
     if (!ip_datagram_len(p, &hl))
         return 0;
     Sa *sa = out_sa(c.id, *pol, p);
-    return sa && sa->natt() ? sa->inner_mtu(options_.link_mtu) : 0;
+    uint32_t mtu = sa && sa->natt() ? sa->outer_mtu(options_.link_mtu) : 0;
+    return mtu ? sa->inner_mtu(mtu) : 0;
 }
 
 void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t n)

@@ -155,9 +155,9 @@ public:
     // Decrypted, TooBig) gets l2_len = 0: its link-layer header is the caller's to write.
     void process_classified(Pkt *const *pkts, const Classified *cls, size_t n);
 
-    // For an Encap packet: the largest plaintext its SA still carries within the link MTU
-    // once encrypted, if that SA is ESP in UDP (NAT-T); 0 otherwise, or if it cannot be told
-    // (no link MTU, no SA yet). The gateway splits bigger IPv4 packets that may be fragmented
+    // For an Encap packet: the largest plaintext its SA still carries within the link MTU (or
+    // its learnt path MTU) once encrypted, if that SA is ESP in UDP (NAT-T); 0 otherwise, or
+    // if it cannot be told (no MTU known, no SA yet). The gateway splits bigger IPv4 packets that may be fragmented
     // before they are encrypted (fragment.h says why).
     uint32_t natt_inner_mtu(const Classified &c, const Pkt &p);
 

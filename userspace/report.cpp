@@ -56,7 +56,8 @@ nlohmann::json engine_json(const Engine &e, const EngineStats &s, uint32_t link_
         js["soft_expired"] = sa->soft_expired();
         js["hard_expired"] = sa->hard_expired();
         js["link_mtu"] = link_mtu;
-        js["tunnel_mtu"] = sa->inner_mtu(link_mtu);
+        js["path_mtu"] = sa->path_mtu();        // 0: none learnt
+        js["tunnel_mtu"] = sa->inner_mtu(sa->outer_mtu(link_mtu));
         sas.push_back(js);
     }
     j["sas"] = sas;

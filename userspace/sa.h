@@ -76,6 +76,17 @@ public:
     // Effective MTU inside the tunnel for a given egress MTU, worst-case padding included.
     uint32_t inner_mtu(uint32_t link_mtu) const;
 
+    // The path MTU to the peer learnt from ICMP (pmtu.h); 0: none, the link's applies. Set and
+    // aged by the gateway; kept when a reconfiguration keeps the SA.
+    uint32_t path_mtu() const { return path_mtu_; }
+    void set_path_mtu(uint32_t mtu) { path_mtu_ = mtu; }
+    // What this SA's encrypted packets must fit: the egress link's MTU (0: unknown), or the
+    // learnt path MTU if that is smaller.
+    uint32_t outer_mtu(uint32_t link_mtu) const
+    {
+        return path_mtu_ && (!link_mtu || path_mtu_ < link_mtu) ? path_mtu_ : link_mtu;
+    }
+
 private:
     Sa() = default;
     void build_outer();
@@ -93,6 +104,7 @@ private:
     Counters counters_;
     uint64_t life_bytes_ = 0, life_packets_ = 0;
     bool soft_expired_ = false, hard_expired_ = false;
+    uint32_t path_mtu_ = 0;
     ExpireFn on_expire_;
 };
 

@@ -12,7 +12,8 @@
 # ESP and no plaintext of the hosts' flows; tshark decrypts the wire's ESP with the configured
 # keys and finds the pings inside; per-SA and per-reason counters move (`xesp stats -j`);
 # forged ESP and a wrong key are dropped and counted (in-icv-fail); a DF packet too big for
-# the tunnel gets "fragmentation needed" with the SA's tunnel MTU; SAs and policies added and
+# the tunnel gets "fragmentation needed" with the SA's tunnel MTU, also once a router on the
+# wire has reported a smaller path MTU for the SA; SAs and policies added and
 # removed under traffic lose no packet of the running flow; kill -9 of a daemon under traffic
 # lets no plaintext onto the wire, and the restarted daemon resumes the flow from its state
 # file (sequence numbers above what the peer has seen); SIGTERM detaches XDP. Then transport
@@ -465,6 +466,45 @@ sendp(p, iface='$WIRE_A_IF', count=5, verbose=False)" 2>/dev/null || return 1
     [ $((after - before)) -ge 5 ] && [ "$got" = 0 ]
 }
 check "plaintext on the public side for a protected flow: dropped by XDP, counted" unprotected
+
+# A router between the gateways with a smaller next link answers gwA's DF ESP packets with
+# "fragmentation needed" / "packet too big" (scapy plays the router on the wire). gwA lowers
+# the SA's path MTU, and hostA then learns the smaller tunnel MTU from gwA. A report quoting a
+# sequence number the SA has not sent is ignored, and counted.
+report_to_gwA() { # SPI SEQ MTU: the report for gwA's SA SPI, IPv4 for 0x1001, IPv6 for 0x1002
+    local mac addrs=(192.0.2.254 "$GWA_PUB_IP4" "$GWB_PUB_IP4")
+    mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
+    [ "$1" = 0x1002 ] && addrs=(2001:db8::fe "$GWA_PUB_IP6" "$GWB_PUB_IP6")
+    "$TOPO" exec wire "$PY" "$HERE/icmp_report.py" --iface "$WIRE_A_IF" --mac "$mac" \
+        --router "${addrs[0]}" --src "${addrs[1]}" --dst "${addrs[2]}" \
+        --spi "$1" --seq "$2" --mtu "$3" 2>/dev/null
+}
+tunnel_pmtu() {
+    local oseq ignored learnt got
+    ping_from hostA "$HOSTB_IP6" -c 2 -i 0.1 >/dev/null || return 1     # the IPv6 SA sends
+    ignored=$(stat gwA 'gateway.pmtu-ignored')
+    oseq=$(stat gwA 'sas[spi=0x1001].oseq')
+    report_to_gwA 0x1001 $((oseq + 1000)) 1200 || return 1              # never sent: spoofed
+    oseq=$(stat gwA 'sas[spi=0x1001].oseq')
+    report_to_gwA 0x1001 "$oseq" 1300 || return 1
+    oseq=$(stat gwA 'sas[spi=0x1002].oseq')
+    report_to_gwA 0x1002 "$oseq" 1400 || return 1
+    sleep 0.5
+    learnt=$(stat gwA 'gateway.pmtu-learnt')
+    echo "path MTU $(stat gwA 'sas[spi=0x1001].path_mtu') / $(stat gwA 'sas[spi=0x1002].path_mtu')," \
+        "tunnel MTU $(stat gwA 'sas[spi=0x1001].tunnel_mtu') (was $tunnel_mtu)," \
+        "ignored $ignored -> $(stat gwA 'gateway.pmtu-ignored'), learnt $learnt"
+    [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 1300 ] &&
+        [ "$(stat gwA 'sas[spi=0x1002].path_mtu')" = 1400 ] &&
+        [ "$(stat gwA 'sas[spi=0x1001].tunnel_mtu')" = $((tunnel_mtu - 200)) ] &&
+        [ "$(stat gwA 'gateway.pmtu-ignored')" = $((ignored + 1)) ] && [ "$learnt" -ge 2 ] || return 1
+    "$TOPO" exec hostA ip route flush cache
+    got=$(pmtu_learnt 2>&1)
+    echo "hostA's path MTU to hostB: $got"
+    [ "$got" = $((tunnel_mtu - 200)) ]
+}
+check "ICMP from a router on the wire lowers the SA's path MTU; hostA learns the tunnel MTU" tunnel_pmtu
+check "TCP hostA -> hostB at the smaller path MTU (4 MiB, SHA-256)" tcp_python a2b 4
 
 # A wrong key on gwA's outbound SA: gwB drops every packet and counts it; the right key back
 # (sequence numbers above what gwB has seen) and the tunnel works again.

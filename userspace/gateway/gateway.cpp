@@ -21,14 +21,14 @@ namespace {
 
 constexpr uint64_t kRefreshNs = 2'000'000'000;     // local addresses
 // The most a packet can grow by encryption: outer IPv6, UDP, ESP, IV, padding, ICV. A
-// plaintext packet shorter than the link MTU by more than this fits whatever its SA.
+// plaintext packet shorter than the MTU it must fit by more than this fits whatever its SA.
 constexpr uint32_t kMaxEncapOverhead = 128;
 
 // Whether prefragment() has to look at p: plaintext to encrypt, IPv4 without DF, and long
-// enough that some SA might not fit it. Headers only, no lookup.
-bool may_split(const Pkt &p, const Classified &c, uint32_t link_mtu)
+// enough that some SA might not fit it within mtu (split_mtu()). Headers only, no lookup.
+bool may_split(const Pkt &p, const Classified &c, uint32_t mtu)
 {
-    return c.kind == Classified::Encap && p.len + kMaxEncapOverhead > link_mtu &&
+    return c.kind == Classified::Encap && p.len + kMaxEncapOverhead > mtu &&
            (p.ip()[0] >> 4) == 4 && may_fragment(p);
 }
 
@@ -114,6 +114,11 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
         g->kernel_esp_ok_ = true;
     else
         log(LogLevel::Warning, "%s: fragmented ESP will not be decrypted", r.error().message.c_str());
+    if (auto r = g->pmtu_.open(); r)
+        g->pmtu_ok_ = true;
+    else
+        log(LogLevel::Warning, "%s: path MTUs to the peers will not be learnt from ICMP",
+            r.error().message.c_str());
     if (auto r = g->apply(config); !r)
         return r.error();
     return g;
@@ -256,6 +261,7 @@ void Gateway::rx_one(Port &port)
     Pkt *answers[kBurst];
     size_t k = 0, na = 0;
     bool big = false;                   // a packet prefragment() may have to split
+    const uint32_t split = split_mtu();
     for (size_t i = 0; i < n; i++) {
         auto *m = static_cast<xesp_meta *>(meta(pkts[i], sizeof(xesp_meta)));
         if (!m || !classified_from_meta(m, sizeof(*m), pkts[i], &cls[k])) {
@@ -274,7 +280,7 @@ void Gateway::rx_one(Port &port)
             continue;
         }
         c.id = c.kind == Classified::Decap ? sync_->sa_id(c.id) : sync_->policy_id(c.id);
-        big |= may_split(pkts[i], c, engine_->options().link_mtu);
+        big |= may_split(pkts[i], c, split);
         ready[k++] = &pkts[i];
     }
     if (!big) {
@@ -301,12 +307,12 @@ void Gateway::rx_one(Port &port)
 size_t Gateway::prefragment(Port &port, Pkt *const *in, const Classified *in_cls, size_t n,
                             Pkt *pieces, Pkt **out, Classified *out_cls)
 {
-    uint32_t link_mtu = engine_->options().link_mtu;
+    const uint32_t split = split_mtu();
     size_t m = 0, used = 0;
     for (size_t i = 0; i < n; i++) {
         Pkt &p = *in[i];
         uint32_t mtu = 0;
-        if (may_split(p, in_cls[i], link_mtu))
+        if (may_split(p, in_cls[i], split))
             mtu = engine_->natt_inner_mtu(in_cls[i], p);
         uint32_t need = mtu && p.len > mtu ? fragments_needed(p.ip(), p.len, mtu) : 1;
         if (!need)
@@ -484,6 +490,11 @@ void Gateway::housekeeping()
         rx_kernel();
     hops_->poll();
     uint64_t now = now_ns();
+    // A bounded number per round: a flood of ICMP must not hold up the data path.
+    PmtuReport report;
+    for (int i = 0; i < 64 && pmtu_ok_ && pmtu_.receive(&report); i++)
+        learn_pmtu(report, now);
+    age_pmtu(now);
     if (now - last_refresh_ns_ > kRefreshNs) {
         last_refresh_ns_ = now;
         refresh_local_addresses();
@@ -499,6 +510,10 @@ std::vector<int> Gateway::wait_fds() const
     if (kernel_esp_ok_) {
         for (int i = 0; i < KernelEspInput::kSockets; i++)
             fds.push_back(kernel_esp_.fds()[i]);
+    }
+    if (pmtu_ok_) {
+        for (int i = 0; i < PmtuListener::kSockets; i++)
+            fds.push_back(pmtu_.fds()[i]);
     }
     return fds;
 }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,7 @@
 #include "userspace/gateway/kernel_esp.h"
 #include "userspace/gateway/local_link.h"
 #include "userspace/nexthop.h"
+#include "userspace/pmtu.h"
 
 namespace xesp {
 
@@ -53,7 +55,9 @@ namespace xesp {
     X(TtlExceeded, "drop-ttl-exceeded", true)   /* TTL / hop limit would reach 0 */        \
     X(TimeExceeded, "icmp-time-exceeded", false) /* ... and answered (RFC 792, 4443) */  \
     X(IcmpLimited, "drop-icmp-rate-limit", true) /* ICMP errors over the rate limit */ \
-    X(Prefragmented, "fragmented-before-encryption", false) /* NAT-T: inner IPv4 split */
+    X(Prefragmented, "fragmented-before-encryption", false) /* NAT-T: inner IPv4 split */ \
+    X(PmtuLearnt, "pmtu-learnt", false)         /* ICMP lowered an SA's path MTU */         \
+    X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
@@ -139,6 +143,9 @@ private:
     void refresh_local_addresses();
     EngineOptions engine_options() const;
     void rx_one(Port &port);
+    void learn_pmtu(const PmtuReport &r, uint64_t now);
+    void age_pmtu(uint64_t now);
+    uint32_t split_mtu() const;
     void rx_kernel();
     void transmit(Port &rx, Pkt *const *pkts, size_t n);
     void to_kernel(Port &rx, Pkt &p);
@@ -157,6 +164,17 @@ private:
     std::unique_ptr<NextHops> hops_;
     KernelEspInput kernel_esp_;
     bool kernel_esp_ok_ = false;
+    PmtuListener pmtu_;
+    bool pmtu_ok_ = false;
+    // SAs with a learnt path MTU, by (destination, SPI): the MTU and when it expires. Aged
+    // once a second.
+    struct LearntPmtu {
+        uint32_t mtu;
+        uint64_t until_ns;
+    };
+    std::unordered_map<SaKey, LearntPmtu, SaKeyHash> pmtus_;
+    uint32_t min_pmtu_ = 0;         // the smallest of them, 0: none
+    uint64_t last_pmtu_age_ns_ = 0;
     std::vector<GatewayIface> ifaces_;
     std::vector<IpAddr> local_;
     LocalLink local_link_;

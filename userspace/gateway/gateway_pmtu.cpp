@@ -1,0 +1,75 @@
+// The path MTU of the tunnels (userspace/pmtu.h): reports from routers between the gateways
+// lower an SA's path MTU for a while; the engine answers too-big packets with what fits it.
+#include "userspace/gateway/gateway.h"
+#include "userspace/log.h"
+#include "userspace/report.h"
+
+namespace xesp {
+
+// A report is believed for an SA of ours that sent the quoted packet: the same addresses and
+// encapsulation, a sequence number it sent lately. It can only lower the path MTU (RFC 1191
+// 6.3); the same value again keeps it for another lifetime.
+void Gateway::learn_pmtu(const PmtuReport &r, uint64_t now)
+{
+    Sa *sa = engine_->sas().find_in(r.dst, r.spi);
+    if (!sa || !(sa->config().src == r.src) || sa->natt() != r.natt ||
+        !pmtu_seq_recent(r.seq, sa->oseq())) {
+        count(GwCounter::PmtuIgnored);
+        return;
+    }
+    uint32_t link = engine_->options().link_mtu;
+    uint32_t now_mtu = sa->outer_mtu(link);
+    if (now_mtu && r.mtu > now_mtu) {
+        count(GwCounter::PmtuIgnored);
+        return;
+    }
+    pmtus_[SaKey{r.dst, r.spi}] = LearntPmtu{r.mtu, now + kPmtuLifetimeNs};
+    count(GwCounter::PmtuLearnt);
+    if (r.mtu == sa->path_mtu())
+        return;
+    sa->set_path_mtu(r.mtu);
+    if (!min_pmtu_ || r.mtu < min_pmtu_)
+        min_pmtu_ = r.mtu;
+    log(LogLevel::Notice, "%s: path MTU %u (ICMP from %s); tunnel MTU now %u for %llu s",
+        sa_label(sa->config()).c_str(), r.mtu, r.router.str().c_str(), sa->inner_mtu(r.mtu),
+        (unsigned long long)(kPmtuLifetimeNs / 1000000000));
+}
+
+void Gateway::age_pmtu(uint64_t now)
+{
+    constexpr uint64_t kSecond = 1000000000;
+    if (pmtus_.empty() || now - last_pmtu_age_ns_ < kSecond)
+        return;
+    last_pmtu_age_ns_ = now;
+    size_t before = pmtus_.size();
+    for (auto it = pmtus_.begin(); it != pmtus_.end();) {
+        if (now < it->second.until_ns) {
+            ++it;
+            continue;
+        }
+        // Gone with a reconfiguration, or replaced by an SA that learnt nothing yet: no matter.
+        Sa *sa = engine_->sas().find_in(it->first.dst, it->first.spi);
+        if (sa && sa->path_mtu() == it->second.mtu) {
+            sa->set_path_mtu(0);
+            log(LogLevel::Info, "%s: learnt path MTU %u expired; the link MTU applies again",
+                sa_label(sa->config()).c_str(), it->second.mtu);
+        }
+        it = pmtus_.erase(it);
+    }
+    if (pmtus_.size() != before) {
+        min_pmtu_ = 0;
+        for (const auto &[key, l] : pmtus_)
+            if (!min_pmtu_ || l.mtu < min_pmtu_)
+                min_pmtu_ = l.mtu;
+    }
+}
+
+// The smallest MTU any SA's packets must fit: below it, no packet needs splitting before
+// encryption (prefragment).
+uint32_t Gateway::split_mtu() const
+{
+    uint32_t link = engine_->options().link_mtu;
+    return min_pmtu_ && (!link || min_pmtu_ < link) ? min_pmtu_ : link;
+}
+
+} // namespace xesp
