@@ -1,4 +1,5 @@
 #include "userspace/nexthop.h"
+#include "userspace/rtnl.h"
 
 #include <libmnl/libmnl.h>
 #include <linux/neighbour.h>
@@ -7,7 +8,6 @@
 #include <net/if_arp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,15 +25,13 @@ using Clock = std::chrono::steady_clock;
 using Mac = std::array<uint8_t, 6>;
 
 constexpr uint32_t kNone = UINT32_MAX;
-// A round trip failed in the socket (not an answer from the kernel): try again later.
-constexpr int kSocketError = 1;
 // rtnetlink answers while sendto() runs; the timeout only bounds a lost answer.
 constexpr time_t kQueryTimeoutSeconds = 1;
 // Events arrive in bursts (a link going down takes its routes and neighbours with it); an
 // overrun costs a flush, so the buffer is generous.
 constexpr int kEventSocketBuffer = 4 << 20;
-// Room for one datagram: a link message with its statistics and per-family settings is a
-// few KiB, and a truncated one cannot be read again.
+// Room for one event datagram: a link message with its statistics and per-family settings
+// is a few KiB, and a truncated one cannot be read again.
 constexpr size_t kRecvBufferSize = 32 * 1024;
 // Datagrams read from the event socket per poll().
 constexpr int kEventReads = 256;
@@ -270,9 +268,8 @@ const char *hop_state_name(HopState s)
 
 struct NextHops::State {
     Options opt;
-    mnl_socket *query = nullptr;
+    RtnlRequests query;
     mnl_socket *events = nullptr;
-    uint32_t seq = 0;
     int raw4 = -1;
     int raw6 = -1;
 
@@ -295,16 +292,12 @@ struct NextHops::State {
     bool round_soon = false;
     Clock::time_point next_round;
 
-    std::vector<char> rbuf = std::vector<char>(kRecvBufferSize);
     std::vector<char> ebuf = std::vector<char>(kRecvBufferSize);
-    alignas(nlmsghdr) char qbuf[512];
 
     Stats stats;
 
     ~State()
     {
-        if (query)
-            mnl_socket_close(query);
         if (events)
             mnl_socket_close(events);
         if (raw4 >= 0)
@@ -356,50 +349,14 @@ struct NextHops::State {
         ++stats.flushes;
     }
 
-    nlmsghdr *request(uint16_t type, uint16_t flags)
-    {
-        nlmsghdr *nlh = mnl_nlmsg_put_header(qbuf);
-        nlh->nlmsg_type = type;
-        nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
-        nlh->nlmsg_seq = ++seq;
-        return nlh;
-    }
-
-    // Sends `req` on the query socket and hands each answer to `on_answer`. Every request
-    // asks for an acknowledgement, so the answer always ends with NLMSG_ERROR. Returns 0,
-    // the kernel's -errno, or kSocketError.
-    template <class F>
-    int round_trip(const nlmsghdr *req, F &&on_answer)
-    {
-        if (mnl_socket_sendto(query, req, req->nlmsg_len) < 0)
-            return kSocketError;
-        for (;;) {
-            ssize_t n = mnl_socket_recvfrom(query, rbuf.data(), rbuf.size());
-            if (n < 0)
-                return kSocketError;
-            int left = int(n);
-            for (auto *h = reinterpret_cast<const nlmsghdr *>(rbuf.data());
-                 mnl_nlmsg_ok(h, left); h = mnl_nlmsg_next(h, &left)) {
-                if (h->nlmsg_seq != req->nlmsg_seq)
-                    continue;       // the late answer to a request that timed out
-                if (h->nlmsg_type == NLMSG_ERROR) {
-                    if (mnl_nlmsg_get_payload_len(h) < sizeof(nlmsgerr))
-                        return -EPROTO;
-                    return static_cast<const nlmsgerr *>(mnl_nlmsg_get_payload(h))->error;
-                }
-                on_answer(h);
-            }
-        }
-    }
-
     int get_route(const IpAddr &dst, Route &r)
     {
-        nlmsghdr *nlh = request(RTM_GETROUTE, 0);
+        nlmsghdr *nlh = query.request(RTM_GETROUTE, 0);
         auto *rtm = static_cast<rtmsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
         rtm->rtm_family = uint8_t(af_of(dst));
         rtm->rtm_dst_len = uint8_t(dst.size() * 8);
         mnl_attr_put(nlh, RTA_DST, dst.size(), dst.b.data());
-        return round_trip(nlh, [&](const nlmsghdr *h) {
+        return query.round_trip(nlh, [&](const nlmsghdr *h) {
             if (h->nlmsg_type == RTM_NEWROUTE)
                 parse_route(h, r);
         });
@@ -407,12 +364,12 @@ struct NextHops::State {
 
     int get_neigh(uint32_t ifindex, const IpAddr &addr, Neigh &n)
     {
-        nlmsghdr *nlh = request(RTM_GETNEIGH, 0);
+        nlmsghdr *nlh = query.request(RTM_GETNEIGH, 0);
         auto *ndm = static_cast<ndmsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(ndmsg)));
         ndm->ndm_family = uint8_t(af_of(addr));
         ndm->ndm_ifindex = int(ifindex);
         mnl_attr_put(nlh, NDA_DST, addr.size(), addr.b.data());
-        return round_trip(nlh, [&](const nlmsghdr *h) {
+        return query.round_trip(nlh, [&](const nlmsghdr *h) {
             if (h->nlmsg_type == RTM_NEWNEIGH)
                 parse_neigh(h, n);
         });
@@ -423,7 +380,7 @@ struct NextHops::State {
     // matter on that path. The answer comes later, as an event.
     int probe(const Hop &h)
     {
-        nlmsghdr *nlh = request(RTM_NEWNEIGH, NLM_F_CREATE);
+        nlmsghdr *nlh = query.request(RTM_NEWNEIGH, NLM_F_CREATE);
         auto *ndm = static_cast<ndmsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(ndmsg)));
         ndm->ndm_family = uint8_t(af_of(h.addr));
         ndm->ndm_ifindex = int(h.ifindex);
@@ -431,7 +388,7 @@ struct NextHops::State {
         ndm->ndm_flags = NTF_USE;
         mnl_attr_put(nlh, NDA_DST, h.addr.size(), h.addr.b.data());
         ++stats.neigh_probes;
-        return round_trip(nlh, [](const nlmsghdr *) {});
+        return query.call(nlh);
     }
 
     Dev *find_dev(uint32_t ifindex)
@@ -447,11 +404,11 @@ struct NextHops::State {
     {
         if ((out = find_dev(ifindex)))
             return 0;
-        nlmsghdr *nlh = request(RTM_GETLINK, 0);
+        nlmsghdr *nlh = query.request(RTM_GETLINK, 0);
         auto *ifi = static_cast<ifinfomsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
         ifi->ifi_index = int(ifindex);
         Dev dev;
-        int err = round_trip(nlh, [&](const nlmsghdr *h) {
+        int err = query.round_trip(nlh, [&](const nlmsghdr *h) {
             if (h->nlmsg_type == RTM_NEWLINK)
                 parse_link(h, dev);
         });
@@ -494,7 +451,7 @@ struct NextHops::State {
         Dst &d = dsts[slot];
         Route r;
         int err = get_route(d.addr, r);
-        if (err == kSocketError)
+        if (err == RtnlRequests::kSocketError)
             return false;
         if (err || r.type != RTN_UNICAST) {
             d.state = err ? HopState::Unreachable : route_state(r.type);
@@ -502,7 +459,7 @@ struct NextHops::State {
         }
         const Dev *dev = nullptr;
         err = device(r.oif, dev);
-        if (err == kSocketError)
+        if (err == RtnlRequests::kSocketError)
             return false;
         if (err || !dev->ether) {
             d.state = err ? HopState::Unreachable : HopState::ViaKernel;
@@ -524,7 +481,7 @@ struct NextHops::State {
         if (!h.ifindex) {
             Neigh n;
             int err = get_neigh(ifindex, via, n);   // -ENOENT: no entry yet
-            if (err == kSocketError)
+            if (err == RtnlRequests::kSocketError)
                 return false;
             h.ifindex = ifindex;
             h.addr = via;
@@ -679,13 +636,8 @@ struct NextHops::State {
 
     Result<void> open_sockets()
     {
-        query = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
-        if (!query || mnl_socket_bind(query, 0, MNL_SOCKET_AUTOPID) < 0)
-            return sys_fail("nexthop: cannot open a netlink socket");
-        timeval tv{kQueryTimeoutSeconds, 0};
-        setsockopt(mnl_socket_get_fd(query), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        int one = 1;    // acknowledgements without a copy of the request
-        mnl_socket_setsockopt(query, NETLINK_CAP_ACK, &one, sizeof(one));
+        if (auto r = query.open(kQueryTimeoutSeconds); !r)
+            return make_error("nexthop: " + r.error().message, r.error().code.value());
 
         events = mnl_socket_open2(NETLINK_ROUTE, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (!events || mnl_socket_bind(events, 0, MNL_SOCKET_AUTOPID) < 0)
@@ -699,6 +651,7 @@ struct NextHops::State {
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
 
         // IPPROTO_RAW implies a header-included socket, for IPv6 too; it receives nothing.
+        int one = 1;
         raw4 = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
         if (raw4 < 0)
             return sys_fail("nexthop: cannot open a raw IPv4 socket (needs CAP_NET_RAW)");

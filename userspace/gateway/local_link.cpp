@@ -14,42 +14,26 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <vector>
+
+#include "userspace/rtnl.h"
 
 namespace xesp {
 
 namespace {
 
-// One rtnetlink request and its acknowledgement: 0 or the kernel's -errno.
-int rtnl_call(nlmsghdr *nlh)
+// The veth pair is made and removed at start and stop only: each request on a socket of its
+// own. These return 0 or a -errno.
+constexpr time_t kRtnlTimeoutSeconds = 1;
+
+int link_call(RtnlRequests &rtnl, const nlmsghdr *nlh)
 {
-    mnl_socket *nl = mnl_socket_open(NETLINK_ROUTE);
-    if (!nl)
-        return -errno;
-    int rc = -EPROTO;
-    if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
-        mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0) {
-        rc = -errno;
-    } else {
-        std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
-        ssize_t n = mnl_socket_recvfrom(nl, buf.data(), buf.size());
-        if (n < 0)
-            rc = -errno;
-        else if (n >= ssize_t(NLMSG_LENGTH(sizeof(nlmsgerr))))
-            rc = static_cast<const nlmsgerr *>(
-                     mnl_nlmsg_get_payload(reinterpret_cast<const nlmsghdr *>(buf.data())))
-                     ->error;
-    }
-    mnl_socket_close(nl);
-    return rc;
+    int rc = rtnl.call(nlh);
+    return rc == RtnlRequests::kSocketError ? -EIO : rc;
 }
 
-nlmsghdr *link_request(char *buf, uint16_t type, uint16_t flags, uint32_t ifindex)
+nlmsghdr *link_request(RtnlRequests &rtnl, uint16_t type, uint16_t flags, uint32_t ifindex)
 {
-    nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
-    nlh->nlmsg_type = type;
-    nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
-    nlh->nlmsg_seq = 1;
+    nlmsghdr *nlh = rtnl.request(type, flags);
     auto *ifi = static_cast<ifinfomsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
     ifi->ifi_family = AF_UNSPEC;
     ifi->ifi_index = int(ifindex);
@@ -58,14 +42,18 @@ nlmsghdr *link_request(char *buf, uint16_t type, uint16_t flags, uint32_t ifinde
 
 int delete_link(uint32_t ifindex)
 {
-    std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
-    return rtnl_call(link_request(buf.data(), RTM_DELLINK, 0, ifindex));
+    RtnlRequests rtnl;
+    if (auto r = rtnl.open(kRtnlTimeoutSeconds); !r)
+        return -r.error().code.value();
+    return link_call(rtnl, link_request(rtnl, RTM_DELLINK, 0, ifindex));
 }
 
 int create_pair()
 {
-    std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
-    nlmsghdr *nlh = link_request(buf.data(), RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0);
+    RtnlRequests rtnl;
+    if (auto r = rtnl.open(kRtnlTimeoutSeconds); !r)
+        return -r.error().code.value();
+    nlmsghdr *nlh = link_request(rtnl, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0);
     mnl_attr_put_strz(nlh, IFLA_IFNAME, LocalLink::kKernelEnd);
     nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
     mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "veth");
@@ -78,7 +66,7 @@ int create_pair()
     mnl_attr_nest_end(nlh, peer);
     mnl_attr_nest_end(nlh, data);
     mnl_attr_nest_end(nlh, info);
-    return rtnl_call(nlh);
+    return link_call(rtnl, nlh);
 }
 
 // ioctl on an ordinary socket: interface flags, ethtool.
