@@ -8,8 +8,8 @@
 // Raw ICMP sockets (filtered in the kernel to these two messages) get a copy of each report.
 // The gateway checks it against the SA it names (pmtu_acceptable) and lowers that SA's path
 // MTU; from then on a DF packet too big for it is answered with the smaller tunnel MTU. A
-// learnt path MTU ages out after kPmtuLifetimeNs (RFC 1191 6.3: ten minutes), so a path that
-// grows again is found again.
+// learnt path MTU ages out (RFC 1191 6.3 suggests ten minutes; `xesp daemon --pmtu-expires`),
+// so a path that grows again is found again.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +20,7 @@
 
 namespace xesp {
 
-constexpr uint64_t kPmtuLifetimeNs = 600ull * 1000000000ull;
+constexpr uint32_t kPmtuExpiresSeconds = 600;     // the default
 // The smallest path MTU believed: what every IPv4 host must accept (RFC 791) and the IPv6
 // minimum link MTU (RFC 8200 5). A report of less is read as this (RFC 8201 4: never below
 // 1280; Linux's min_pmtu does the same for IPv4).

@@ -88,13 +88,17 @@ stop_gw() { # GW [SIGNAL]
     return $rc
 }
 
+# A learnt path MTU lasts this long here (600 s by default): long enough for the checks that
+# use it, short enough to see it expire.
+PMTU_EXPIRES=8
+
 # up_pair MODE-OPTIONS...: fresh daemons on both gateways with `xesp-topo config` for them.
 up_pair() {
     local gw
     rm -f "$WORK"/gw?.state
     for gw in gwA gwB; do
         "$TOPO" config "$gw" "$@" >"$WORK/$gw.conf" || return 1
-        start_gw "$gw" -b "$WORK/$gw.conf" || return 1
+        start_gw "$gw" -b "$WORK/$gw.conf" --pmtu-expires "$PMTU_EXPIRES" || return 1
     done
     cli gwA iface add "$GWA_PROT_IF" role protected &&
         cli gwA iface add "$GWA_PUB_IF" role public &&
@@ -505,6 +509,17 @@ tunnel_pmtu() {
 }
 check "ICMP from a router on the wire lowers the SA's path MTU; hostA learns the tunnel MTU" tunnel_pmtu
 check "TCP hostA -> hostB at the smaller path MTU (4 MiB, SHA-256)" tcp_python a2b 4
+pmtu_expired() {
+    for _ in $(seq $((PMTU_EXPIRES * 4))); do
+        [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 0 ] &&
+            [ "$(stat gwA 'sas[spi=0x1002].path_mtu')" = 0 ] &&
+            [ "$(stat gwA 'sas[spi=0x1001].tunnel_mtu')" = "$tunnel_mtu" ] && return 0
+        sleep 0.5
+    done
+    echo "path MTU $(stat gwA 'sas[spi=0x1001].path_mtu') / $(stat gwA 'sas[spi=0x1002].path_mtu')"
+    return 1
+}
+check "the learnt path MTU expires (--pmtu-expires $PMTU_EXPIRES): the link's MTU applies again" pmtu_expired
 
 # A wrong key on gwA's outbound SA: gwB drops every packet and counts it; the right key back
 # (sequence numbers above what gwB has seen) and the tunnel works again.

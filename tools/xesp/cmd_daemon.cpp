@@ -146,6 +146,7 @@ struct DaemonOptions {
     uint32_t ring_size = 1024;
     bool busy_poll = false;
     uint32_t spin = 0;
+    uint32_t pmtu_expires = kPmtuExpiresSeconds;
 };
 
 // What to start with: the state file (a restart) and/or the config file.
@@ -186,6 +187,7 @@ void run_daemon(const DaemonOptions &o)
     go.backend = *backend;
     go.ring_size = o.ring_size;
     go.busy_poll = o.busy_poll;
+    go.pmtu_expires_s = o.pmtu_expires;
     auto gw = Gateway::create(st.config, go);
     if (!gw)
         throw Failure(gw.error().message);
@@ -260,6 +262,9 @@ void register_daemon_command(CLI::App &app)
     sub->add_flag("--busy-poll", o->busy_poll, "busy-poll the sockets instead of waiting");
     sub->add_option("--spin", o->spin,
                     "empty polling rounds before sleeping (0: sleep as soon as idle)");
+    sub->add_option("--pmtu-expires", o->pmtu_expires,
+                    "seconds a path MTU learnt from ICMP lasts (default 600, RFC 1191)")
+        ->check(CLI::Range(1u, 86400u));
     sub->callback([o] { run_daemon(*o); });
 }
 

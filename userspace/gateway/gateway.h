@@ -77,6 +77,7 @@ struct GatewayOptions {
     XdpOptions xdp;
     uint32_t ring_size = 1024;      // each RX, TX, fill and completion ring
     bool busy_poll = false;
+    uint32_t pmtu_expires_s = kPmtuExpiresSeconds;  // how long a learnt path MTU lasts
 };
 
 struct GatewayIface {

@@ -6,6 +6,10 @@
 
 namespace xesp {
 
+namespace {
+constexpr uint64_t kSecondNs = 1000000000;
+}
+
 // A report is believed for an SA of ours that sent the quoted packet: the same addresses and
 // encapsulation, a sequence number it sent lately. It can only lower the path MTU (RFC 1191
 // 6.3); the same value again keeps it for another lifetime.
@@ -23,22 +27,21 @@ void Gateway::learn_pmtu(const PmtuReport &r, uint64_t now)
         count(GwCounter::PmtuIgnored);
         return;
     }
-    pmtus_[SaKey{r.dst, r.spi}] = LearntPmtu{r.mtu, now + kPmtuLifetimeNs};
+    pmtus_[SaKey{r.dst, r.spi}] = LearntPmtu{r.mtu, now + options_.pmtu_expires_s * kSecondNs};
     count(GwCounter::PmtuLearnt);
     if (r.mtu == sa->path_mtu())
         return;
     sa->set_path_mtu(r.mtu);
     if (!min_pmtu_ || r.mtu < min_pmtu_)
         min_pmtu_ = r.mtu;
-    log(LogLevel::Notice, "%s: path MTU %u (ICMP from %s); tunnel MTU now %u for %llu s",
+    log(LogLevel::Notice, "%s: path MTU %u (ICMP from %s); tunnel MTU now %u for %u s",
         sa_label(sa->config()).c_str(), r.mtu, r.router.str().c_str(), sa->inner_mtu(r.mtu),
-        (unsigned long long)(kPmtuLifetimeNs / 1000000000));
+        options_.pmtu_expires_s);
 }
 
 void Gateway::age_pmtu(uint64_t now)
 {
-    constexpr uint64_t kSecond = 1000000000;
-    if (pmtus_.empty() || now - last_pmtu_age_ns_ < kSecond)
+    if (pmtus_.empty() || now - last_pmtu_age_ns_ < kSecondNs)
         return;
     last_pmtu_age_ns_ = now;
     size_t before = pmtus_.size();
