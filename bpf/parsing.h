@@ -1,0 +1,221 @@
+/* Packet parsing for the XDP classifier, after xdp-tools' parsing_helpers.h: a cursor, and
+ * parse_* helpers that bounds-check every header before reading it and move the cursor past
+ * it. They fill a struct flow: addresses, transport protocol and ports, offsets and lengths,
+ * and whether the packet is a fragment or its IP header lies about its length.
+ */
+#pragma once
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "bpf/xesp_xdp_abi.h"
+
+/* ---- Protocol constants ---------------------------------------------------------------- */
+
+#define ETH_P_8021Q_ 0x8100
+#define ETH_P_8021AD_ 0x88a8
+#define MAX_VLAN_TAGS 2
+#define MAX_IPV6_EXT 6              /* hop-by-hop, routing, destination options before ESP */
+#define IP_FRAG_MASK 0x3fff         /* MF | fragment offset */
+#define IPPROTO_SCTP_ 132
+#define IPPROTO_UDPLITE_ 136
+#define NEXTHDR_HOP_ 0
+#define NEXTHDR_ROUTING_ 43
+#define NEXTHDR_FRAGMENT_ 44
+#define NEXTHDR_DEST_ 60
+
+struct cursor {
+    void *pos;
+    void *end;
+};
+
+struct vlan_hdr_ {
+    __be16 tci;
+    __be16 proto;
+};
+
+struct ipv6_ext_ {
+    __u8 nexthdr;
+    __u8 hdrlen;                    /* 8-byte units, not counting the first 8 */
+};
+
+struct frag_hdr_ {
+    __u8 nexthdr;
+    __u8 reserved;
+    __be16 frag_off;
+    __be32 id;
+};
+
+/* The packet as the classifier sees it. */
+struct flow {
+    __be32 src[4];
+    __be32 dst[4];
+    __u8 family;
+    __u8 proto;                     /* transport protocol after extension headers */
+    __u8 fragment;                  /* no ports: a fragment or a cut-short transport header */
+    __u8 bad_length;                /* the IP header's length does not fit the frame */
+    __be16 sport, dport;
+    __u16 l3_off, l4_off;
+    __u32 ip_len;                   /* the IP datagram's length per its header */
+    __u32 ingress_ifindex;
+    __u8 tos;
+};
+
+/* ---- Parsing --------------------------------------------------------------------------- */
+
+/* Ethernet and up to two VLAN tags (802.1Q, 802.1ad). Returns the ethertype, host order,
+ * or -1 if the frame is too short, -2 if it has more tags than we look through. */
+static __always_inline int parse_eth(struct cursor *c)
+{
+    struct ethhdr *eth = c->pos;
+    if ((void *)(eth + 1) > c->end)
+        return -1;
+    c->pos = eth + 1;
+    __u16 proto = bpf_ntohs(eth->h_proto);
+
+#pragma unroll
+    for (int i = 0; i < MAX_VLAN_TAGS; i++) {
+        if (proto != ETH_P_8021Q_ && proto != ETH_P_8021AD_)
+            return proto;
+        struct vlan_hdr_ *vh = c->pos;
+        if ((void *)(vh + 1) > c->end)
+            return -1;
+        c->pos = vh + 1;
+        proto = bpf_ntohs(vh->proto);
+    }
+    if (proto == ETH_P_8021Q_ || proto == ETH_P_8021AD_)
+        return -2;
+    return proto;
+}
+
+/* IPv4 with options. Returns 0, or -1 if the header is malformed. A total length that does
+ * not fit the frame is noted in f->bad_length: fatal only if the packet turns out to be ESP
+ * for one of our SAs (dropped) or plaintext (passed to the kernel, which drops it). */
+static __always_inline int parse_ipv4(struct cursor *c, void *data, struct flow *f)
+{
+    struct iphdr *ip = c->pos;
+    if ((void *)(ip + 1) > c->end)
+        return -1;
+    __u32 hlen = ip->ihl * 4;
+    if (hlen < sizeof(*ip))
+        return -1;
+    if (c->pos + hlen > c->end)
+        return -1;
+    f->family = XESP_FAMILY_V4;
+    f->src[0] = ip->saddr;
+    f->dst[0] = ip->daddr;
+    f->proto = ip->protocol;
+    f->tos = ip->tos;
+    f->fragment = (bpf_ntohs(ip->frag_off) & IP_FRAG_MASK) != 0;
+    f->ip_len = bpf_ntohs(ip->tot_len);
+    if (f->ip_len < hlen || c->pos + f->ip_len > c->end)
+        f->bad_length = 1;
+    c->pos += hlen;
+    f->l4_off = c->pos - data;
+    return 0;
+}
+
+/* IPv6 and the extension headers in front of the transport header: hop-by-hop, routing,
+ * destination options, and a fragment header (after which we stop, as the kernel's xfrm
+ * does). Returns 0, -1 if malformed, -2 if the chain is longer than we follow. */
+static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow *f)
+{
+    struct ipv6hdr *ip6 = c->pos;
+    if ((void *)(ip6 + 1) > c->end)
+        return -1;
+    f->family = XESP_FAMILY_V6;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f->src[i] = ip6->saddr.in6_u.u6_addr32[i];
+        f->dst[i] = ip6->daddr.in6_u.u6_addr32[i];
+    }
+    f->tos = (bpf_ntohs(*(__be16 *)ip6) >> 4) & 0xff;
+    f->ip_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+    if (c->pos + f->ip_len > c->end)
+        f->bad_length = 1;
+    __u8 nh = ip6->nexthdr;
+    c->pos = ip6 + 1;
+
+    for (int i = 0; i < MAX_IPV6_EXT; i++) {
+        if (nh != NEXTHDR_HOP_ && nh != NEXTHDR_ROUTING_ && nh != NEXTHDR_DEST_)
+            break;
+        struct ipv6_ext_ *ext = c->pos;
+        if ((void *)(ext + 1) > c->end)
+            return -1;
+        __u32 len = ((__u32)ext->hdrlen + 1) * 8;
+        if (c->pos + len > c->end)
+            return -1;
+        nh = ext->nexthdr;
+        c->pos += len;
+    }
+    if (nh == NEXTHDR_HOP_ || nh == NEXTHDR_ROUTING_ || nh == NEXTHDR_DEST_)
+        return -2;
+    if (nh == NEXTHDR_FRAGMENT_) {
+        struct frag_hdr_ *fh = c->pos;
+        if ((void *)(fh + 1) > c->end)
+            return -1;
+        f->fragment = 1;
+        nh = fh->nexthdr;
+        c->pos = fh + 1;
+    }
+    f->proto = nh;
+    f->l4_off = c->pos - data;
+    if (f->l4_off > f->l3_off + f->ip_len)
+        return -1;
+    return 0;
+}
+
+/* What parse_ip found. */
+enum parse_result {
+    PARSE_OK = 0,
+    PARSE_MALFORMED = -1,
+    PARSE_VLAN_DEPTH = -2,          /* more VLAN tags than we look through */
+    PARSE_NON_IP = -3,
+    PARSE_EXT_DEPTH = -4,           /* more IPv6 extension headers than we follow */
+};
+
+/* Ethernet, VLAN tags and the IP header (with IPv4 options / IPv6 extension headers), into f;
+ * c ends at the transport header. */
+static __always_inline int parse_ip(struct cursor *c, void *data, struct flow *f)
+{
+    int proto = parse_eth(c);
+    if (proto == -2)
+        return PARSE_VLAN_DEPTH;
+    if (proto < 0)
+        return PARSE_MALFORMED;
+    f->l3_off = c->pos - data;
+    int rc;
+    if (proto == ETH_P_IP)
+        rc = parse_ipv4(c, data, f);
+    else if (proto == ETH_P_IPV6)
+        rc = parse_ipv6(c, data, f);
+    else
+        return PARSE_NON_IP;
+    if (rc == -2)
+        return PARSE_EXT_DEPTH;
+    return rc < 0 ? PARSE_MALFORMED : PARSE_OK;
+}
+
+/* Source and destination ports of the protocols that have them; a transport header too short
+ * to hold them makes the packet portless, as a fragment. */
+static __always_inline void parse_ports(struct cursor *c, struct flow *f)
+{
+    if (f->fragment)
+        return;
+    if (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP && f->proto != IPPROTO_SCTP_ &&
+        f->proto != IPPROTO_UDPLITE_)
+        return;
+    __be16 *ports = c->pos;
+    if ((void *)(ports + 2) > c->end || f->l4_off + 4 > f->l3_off + f->ip_len) {
+        f->fragment = 1;
+        return;
+    }
+    f->sport = ports[0];
+    f->dport = ports[1];
+}
