@@ -1,3 +1,5 @@
+// The daemon's side of the control socket (control.h): serving requests, the server loop,
+// and ConfigHandler, which applies changes to a Config all or nothing.
 #include "userspace/control.h"
 
 #include <fcntl.h>
@@ -16,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <openssl/crypto.h>
 
+#include "userspace/control_text.h"
 #include "userspace/sys_util.h"
 
 namespace xesp {
@@ -25,71 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-constexpr size_t kChunk = 64 * 1024;
-constexpr size_t kMaxAnswer = size_t(64) << 20;     // the client's bound on one answer line
-
-// ---- Buffers that may hold keys -----------------------------------------------------------
-
-void wipe(std::string &s)
-{
-    OPENSSL_cleanse(s.data(), s.size());
-    s.clear();
-}
-
-// Appends, and when the string must grow, moves it to a larger one by hand so that the old
-// storage is wiped instead of freed with the bytes still in it.
-void append_wiped(std::string &buf, std::string_view more)
-{
-    if (buf.size() + more.size() > buf.capacity()) {
-        std::string bigger;
-        bigger.reserve(std::max(buf.capacity() * 2, buf.size() + more.size()));
-        bigger.append(buf);
-        wipe(buf);
-        buf.swap(bigger);
-    }
-    buf.append(more);
-}
-
-// Drops the first n bytes; the bytes freed at the end are wiped.
-void consume_front(std::string &buf, size_t n)
-{
-    size_t rest = buf.size() - n;
-    std::memmove(buf.data(), buf.data() + n, rest);
-    OPENSSL_cleanse(buf.data() + rest, n);
-    buf.resize(rest);
-}
-
-// Wipes every string inside a parsed request.
-void wipe_json(json &j)
-{
-    if (j.is_string()) {
-        wipe(j.get_ref<std::string &>());
-    } else if (j.is_structured()) {
-        for (auto &item : j)
-            wipe_json(item);
-    }
-}
-
-// ---- JSON text, written by hand into buffers that are wiped ------------------------------
-
-void append_json_string(std::string &out, std::string_view s)
-{
-    static const char hex[] = "0123456789abcdef";
-    append_wiped(out, "\"");
-    for (char c : s) {
-        auto u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            const char esc[2] = {'\\', c};
-            append_wiped(out, {esc, 2});
-        } else if (u < 0x20) {
-            const char esc[6] = {'\\', 'u', '0', '0', hex[u >> 4], hex[u & 15]};
-            append_wiped(out, {esc, 6});
-        } else {
-            append_wiped(out, {&c, 1});
-        }
-    }
-    append_wiped(out, "\"");
-}
+using namespace control_text;
 
 std::string answer_line(const Result<std::string> &r)
 {
@@ -104,40 +43,6 @@ std::string answer_line(const Result<std::string> &r)
     }
     append_wiped(out, "}\n");
     return out;
-}
-
-// Where s stops being UTF-8 (JSON text must be: RFC 3629, no surrogates, no overlong forms),
-// or npos.
-size_t invalid_utf8_at(std::string_view s)
-{
-    auto byte = [&](size_t i) -> unsigned {
-        return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u;
-    };
-    size_t i = 0;
-    while (i < s.size()) {
-        unsigned c = byte(i);
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n = 0;               // continuation bytes
-        unsigned lo = 0x80, hi = 0xbf;  // the range of the first one
-        if (c >= 0xc2 && c <= 0xdf)
-            n = 1;
-        else if (c >= 0xe0 && c <= 0xef)
-            n = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-        else if (c >= 0xf0 && c <= 0xf4)
-            n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-        else
-            return i;
-        if (byte(i + 1) < lo || byte(i + 1) > hi)
-            return i;
-        for (size_t k = 2; k <= n; k++)
-            if ((byte(i + k) & 0xc0) != 0x80)
-                return i;
-        i += n + 1;
-    }
-    return std::string_view::npos;
 }
 
 // ---- Serving one request ------------------------------------------------------------------
@@ -260,17 +165,6 @@ std::string answer(ControlHandler &h, std::string_view line, bool *ok)
 }
 
 // ---- Sockets ------------------------------------------------------------------------------
-
-Result<sockaddr_un> unix_address(const std::string &path)
-{
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.empty() || path.size() >= sizeof(addr.sun_path))
-        return make_error("control socket path '" + path + "' is empty or longer than " +
-                          std::to_string(sizeof(addr.sun_path) - 1) + " bytes", ENAMETOOLONG);
-    std::memcpy(addr.sun_path, path.data(), path.size());
-    return addr;
-}
 
 // 0: nothing answers on path (no file, or a stale one); 1: a server answers; or an error.
 Result<bool> server_answers(const std::string &path, const sockaddr_un &addr)
@@ -626,192 +520,6 @@ Result<void> ControlServer::poll_once(int timeout_ms)
         s.accept_clients();
     std::erase_if(s.conns, [](const auto &c) { return c->dead; });
     return {};
-}
-
-// ---- ControlClient ------------------------------------------------------------------------
-
-void ControlResponse::wipe()
-{
-    xesp::wipe(output);
-}
-
-Result<ControlClient> ControlClient::connect(const std::string &path, int timeout_ms)
-{
-    auto addr = unix_address(path);
-    if (!addr)
-        return addr.error();
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return make_error(sys_error("cannot create a socket for", path), errno);
-    timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (::connect(fd, reinterpret_cast<const sockaddr *>(&*addr), sizeof(*addr)) != 0) {
-        int err = errno;
-        ::close(fd);
-        errno = err;
-        return make_error(sys_error("cannot connect to the xesp daemon at", path), err);
-    }
-    return ControlClient(fd, timeout_ms);
-}
-
-ControlClient::ControlClient(ControlClient &&o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), timeout_ms_(o.timeout_ms_), in_(std::move(o.in_))
-{
-}
-
-ControlClient &ControlClient::operator=(ControlClient &&o) noexcept
-{
-    if (this != &o) {
-        if (fd_ >= 0)
-            ::close(fd_);
-        wipe(in_);
-        fd_ = std::exchange(o.fd_, -1);
-        timeout_ms_ = o.timeout_ms_;
-        in_ = std::move(o.in_);
-    }
-    return *this;
-}
-
-ControlClient::~ControlClient()
-{
-    wipe(in_);
-    if (fd_ >= 0)
-        ::close(fd_);
-}
-
-Result<ControlResponse> ControlClient::ping()
-{
-    return exchange(R"({"cmd":"ping"})");
-}
-
-Result<ControlResponse> ControlClient::stats()
-{
-    return exchange(R"({"cmd":"stats"})");
-}
-
-Result<ControlResponse> ControlClient::iface(const std::vector<std::string> &words)
-{
-    json req = {{"cmd", "iface"}, {"words", words}};
-    return exchange(req.dump());
-}
-
-Result<ControlResponse> ControlClient::command(const std::vector<std::string> &words,
-                                              bool show_keys)
-{
-    std::string req;
-    req.reserve(256);
-    append_wiped(req, "{\"cmd\":\"command\",\"show_keys\":");
-    append_wiped(req, show_keys ? "true" : "false");
-    append_wiped(req, ",\"words\":[");
-    for (size_t i = 0; i < words.size(); i++) {
-        if (invalid_utf8_at(words[i]) != std::string_view::npos)
-            return make_error("word " + std::to_string(i + 1) + " is not UTF-8 text", EINVAL);
-        if (i)
-            append_wiped(req, ",");
-        append_json_string(req, words[i]);
-    }
-    append_wiped(req, "]}");
-    auto r = exchange(req);
-    wipe(req);
-    return r;
-}
-
-Result<ControlResponse> ControlClient::batch(std::string_view text, std::string_view name,
-                                            bool check_only)
-{
-    if (size_t bad = invalid_utf8_at(text); bad != std::string_view::npos) {
-        size_t line = 1 + size_t(std::count(text.begin(), text.begin() + ptrdiff_t(bad), '\n'));
-        return make_error(std::string(name) + ":" + std::to_string(line) +
-                              ": not UTF-8 text, which the daemon takes only",
-                          EINVAL);
-    }
-    std::string req;
-    req.reserve(text.size() + text.size() / 8 + name.size() + 64);
-    append_wiped(req, "{\"cmd\":\"batch\",\"check\":");
-    append_wiped(req, check_only ? "true" : "false");
-    append_wiped(req, ",\"name\":");
-    append_json_string(req, name);
-    append_wiped(req, ",\"text\":");
-    append_json_string(req, text);
-    append_wiped(req, "}");
-    auto r = exchange(req);
-    wipe(req);
-    return r;
-}
-
-Result<ControlResponse> ControlClient::exchange(std::string_view line)
-{
-    std::string buf;
-    buf.reserve(line.size() + 1);
-    buf.append(line);
-    buf.push_back('\n');
-    size_t done = 0;
-    while (done < buf.size()) {
-        ssize_t n = ::send(fd_, buf.data() + done, buf.size() - done, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int err = errno;
-            wipe(buf);
-            return make_error(std::string("cannot send to the xesp daemon: ") +
-                                  (err == EAGAIN ? "timed out" : std::strerror(err)),
-                              err);
-        }
-        done += size_t(n);
-    }
-    wipe(buf);
-    auto answer_text = read_line();
-    if (!answer_text)
-        return answer_text.error();
-    json j = json::parse(*answer_text, nullptr, false);
-    wipe(*answer_text);
-    ControlResponse r;
-    bool valid = j.is_object() && j.contains("ok") && j["ok"].is_boolean();
-    if (valid) {
-        r.ok = j["ok"].get<bool>();
-        if (auto e = j.find("error"); e != j.end() && e->is_string())
-            r.error = e->get<std::string>();
-        if (auto o = j.find("output"); o != j.end() && o->is_string())
-            r.output = o->get<std::string>();
-    }
-    wipe_json(j);
-    if (!valid)
-        return make_error("the xesp daemon sent an answer that is not one", EPROTO);
-    if (!r.ok && r.error.empty())
-        r.error = "the xesp daemon refused the request without saying why";
-    return r;
-}
-
-Result<std::string> ControlClient::read_line()
-{
-    size_t scanned = 0;
-    for (;;) {
-        size_t nl = in_.find('\n', scanned);
-        if (nl != std::string::npos) {
-            std::string line(in_.data(), nl);
-            consume_front(in_, nl + 1);
-            return line;
-        }
-        scanned = in_.size();
-        if (in_.size() > kMaxAnswer)
-            return make_error("the xesp daemon's answer is too large", EMSGSIZE);
-        char chunk[kChunk];
-        ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int err = errno;
-            return make_error(std::string("no answer from the xesp daemon: ") +
-                                  (err == EAGAIN ? "timed out" : std::strerror(err)),
-                              err);
-        }
-        if (n == 0)
-            return make_error("the xesp daemon closed the connection without answering",
-                              ECONNRESET);
-        append_wiped(in_, {chunk, size_t(n)});
-        OPENSSL_cleanse(chunk, size_t(n));
-    }
 }
 
 } // namespace xesp

@@ -1,0 +1,117 @@
+#include "userspace/control_text.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <openssl/crypto.h>
+
+namespace xesp::control_text {
+
+// ---- Buffers that may hold keys -----------------------------------------------------------
+
+void wipe(std::string &s)
+{
+    OPENSSL_cleanse(s.data(), s.size());
+    s.clear();
+}
+
+// When the string must grow, it moves to a larger one by hand, so that the old storage can be
+// wiped first.
+void append_wiped(std::string &buf, std::string_view more)
+{
+    if (buf.size() + more.size() > buf.capacity()) {
+        std::string bigger;
+        bigger.reserve(std::max(buf.capacity() * 2, buf.size() + more.size()));
+        bigger.append(buf);
+        wipe(buf);
+        buf.swap(bigger);
+    }
+    buf.append(more);
+}
+
+void consume_front(std::string &buf, size_t n)
+{
+    size_t rest = buf.size() - n;
+    std::memmove(buf.data(), buf.data() + n, rest);
+    OPENSSL_cleanse(buf.data() + rest, n);
+    buf.resize(rest);
+}
+
+void wipe_json(nlohmann::json &j)
+{
+    if (j.is_string()) {
+        wipe(j.get_ref<std::string &>());
+    } else if (j.is_structured()) {
+        for (auto &item : j)
+            wipe_json(item);
+    }
+}
+
+// ---- JSON text, written by hand into buffers that are wiped ------------------------------
+
+void append_json_string(std::string &out, std::string_view s)
+{
+    static const char hex[] = "0123456789abcdef";
+    append_wiped(out, "\"");
+    for (char c : s) {
+        auto u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+            const char esc[2] = {'\\', c};
+            append_wiped(out, {esc, 2});
+        } else if (u < 0x20) {
+            const char esc[6] = {'\\', 'u', '0', '0', hex[u >> 4], hex[u & 15]};
+            append_wiped(out, {esc, 6});
+        } else {
+            append_wiped(out, {&c, 1});
+        }
+    }
+    append_wiped(out, "\"");
+}
+
+size_t invalid_utf8_at(std::string_view s)
+{
+    auto byte = [&](size_t i) -> unsigned {
+        return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u;
+    };
+    size_t i = 0;
+    while (i < s.size()) {
+        unsigned c = byte(i);
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n = 0;               // continuation bytes
+        unsigned lo = 0x80, hi = 0xbf;  // the range of the first one
+        if (c >= 0xc2 && c <= 0xdf)
+            n = 1;
+        else if (c >= 0xe0 && c <= 0xef)
+            n = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+        else if (c >= 0xf0 && c <= 0xf4)
+            n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+        else
+            return i;
+        if (byte(i + 1) < lo || byte(i + 1) > hi)
+            return i;
+        for (size_t k = 2; k <= n; k++)
+            if ((byte(i + k) & 0xc0) != 0x80)
+                return i;
+        i += n + 1;
+    }
+    return std::string_view::npos;
+}
+
+Result<sockaddr_un> unix_address(const std::string &path)
+{
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.empty() || path.size() >= sizeof(addr.sun_path))
+        return make_error("control socket path '" + path + "' is empty or longer than " +
+                          std::to_string(sizeof(addr.sun_path) - 1) + " bytes", ENAMETOOLONG);
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    return addr;
+}
+
+} // namespace xesp::control_text
