@@ -1,11 +1,9 @@
 #include "userspace/nexthop.h"
-#include "userspace/rtnl.h"
 
 #include <libmnl/libmnl.h>
 #include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
-#include <net/if_arp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,9 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "userspace/rtnl.h"
+
 namespace xesp {
 
 namespace {
+
+using rtnl::Neigh;
+using rtnl::Route;
+using Dev = rtnl::Link;
 
 using Clock = std::chrono::steady_clock;
 using Mac = std::array<uint8_t, 6>;
@@ -59,16 +63,6 @@ uint32_t hash_hop(uint32_t ifindex, const IpAddr &a)
 
 int af_of(const IpAddr &a) { return a.family == 6 ? AF_INET6 : AF_INET; }
 
-// An address attribute of family `af`; family 0 when it does not fit.
-IpAddr addr_from(int af, const void *p, size_t len)
-{
-    if (af == AF_INET && len >= 4)
-        return IpAddr::v4(static_cast<const uint8_t *>(p));
-    if (af == AF_INET6 && len >= 16)
-        return IpAddr::v6(static_cast<const uint8_t *>(p));
-    return IpAddr{};
-}
-
 struct Dst {
     IpAddr addr;                        // family 0: a free slot
     HopState state = HopState::Unknown;
@@ -87,29 +81,6 @@ struct Hop {
     Mac mac{};
     uint32_t first = kNone;             // destinations through this hop
     uint64_t round = 0;                 // the refresh round that last sent NTF_USE
-};
-
-struct Dev {
-    uint32_t ifindex = 0;
-    uint32_t mtu = 0;
-    uint32_t flags = 0;
-    bool ether = false;
-    Mac mac{};
-};
-
-struct Route {
-    uint8_t type = RTN_UNSPEC;
-    uint32_t oif = 0;
-    uint32_t mtu = 0;
-    IpAddr via;                         // family 0: on-link
-};
-
-struct Neigh {
-    uint32_t ifindex = 0;
-    uint16_t nud = 0;
-    IpAddr addr;
-    bool has_mac = false;
-    Mac mac{};
 };
 
 bool usable(const Hop &h) { return (h.nud & kNudUsable) && h.has_mac; }
@@ -133,108 +104,6 @@ HopState route_state(uint8_t type)
     default:                            // unreachable, blackhole, prohibit, throw
         return HopState::Unreachable;
     }
-}
-
-// ---- Parsing rtnetlink messages -----------------------------------------------------------
-
-struct Attrs {
-    const nlattr **tb;
-    int max;
-};
-
-int store_attr(const nlattr *a, void *data)
-{
-    auto *t = static_cast<Attrs *>(data);
-    int type = mnl_attr_get_type(a);
-    if (type <= t->max)
-        t->tb[type] = a;
-    return MNL_CB_OK;
-}
-
-bool get_u32(const nlattr *a, uint32_t &out)
-{
-    if (!a || mnl_attr_get_payload_len(a) < 4)
-        return false;
-    out = mnl_attr_get_u32(a);
-    return true;
-}
-
-void parse_route(const nlmsghdr *nlh, Route &r)
-{
-    const auto *rtm = static_cast<const rtmsg *>(mnl_nlmsg_get_payload(nlh));
-    const nlattr *tb[RTA_MAX + 1] = {};
-    Attrs attrs{tb, RTA_MAX};
-    mnl_attr_parse(nlh, sizeof(*rtm), store_attr, &attrs);
-    r.type = rtm->rtm_type;
-    get_u32(tb[RTA_OIF], r.oif);
-    if (tb[RTA_GATEWAY]) {
-        r.via = addr_from(rtm->rtm_family, mnl_attr_get_payload(tb[RTA_GATEWAY]),
-                          mnl_attr_get_payload_len(tb[RTA_GATEWAY]));
-    } else if (tb[RTA_VIA] && mnl_attr_get_payload_len(tb[RTA_VIA]) >= sizeof(rtvia)) {
-        // An IPv4 route through an IPv6 gateway (RFC 5549): the neighbour is an ND entry.
-        const auto *via = static_cast<const rtvia *>(mnl_attr_get_payload(tb[RTA_VIA]));
-        r.via = addr_from(via->rtvia_family, via->rtvia_addr,
-                          mnl_attr_get_payload_len(tb[RTA_VIA]) - sizeof(rtvia));
-    }
-    // A route MTU that expires is path MTU the kernel learnt from an ICMP error, for its own
-    // packets. Forwarded packets go by the route's configured MTU, as the kernel's own
-    // forwarding does (net.ipv4.ip_forward_use_pmtu=0): a learnt value can be forged, and the
-    // gateway's own ICMP errors to its own traffic would otherwise shrink the tunnel's.
-    bool learnt = false;
-    if (tb[RTA_CACHEINFO] && mnl_attr_get_payload_len(tb[RTA_CACHEINFO]) >= sizeof(rta_cacheinfo))
-        learnt = static_cast<const rta_cacheinfo *>(mnl_attr_get_payload(tb[RTA_CACHEINFO]))
-                     ->rta_expires != 0;
-    if (tb[RTA_METRICS] && !learnt) {
-        const nlattr *mx[RTAX_MAX + 1] = {};
-        Attrs metrics{mx, RTAX_MAX};
-        mnl_attr_parse_nested(tb[RTA_METRICS], store_attr, &metrics);
-        get_u32(mx[RTAX_MTU], r.mtu);
-    }
-}
-
-bool parse_neigh(const nlmsghdr *nlh, Neigh &n)
-{
-    if (mnl_nlmsg_get_payload_len(nlh) < sizeof(ndmsg))
-        return false;
-    const auto *ndm = static_cast<const ndmsg *>(mnl_nlmsg_get_payload(nlh));
-    if ((ndm->ndm_family != AF_INET && ndm->ndm_family != AF_INET6) ||
-        (ndm->ndm_flags & NTF_PROXY))
-        return false;
-    const nlattr *tb[NDA_MAX + 1] = {};
-    Attrs attrs{tb, NDA_MAX};
-    mnl_attr_parse(nlh, sizeof(*ndm), store_attr, &attrs);
-    if (!tb[NDA_DST])
-        return false;
-    n.ifindex = uint32_t(ndm->ndm_ifindex);
-    n.nud = ndm->ndm_state;
-    n.addr = addr_from(ndm->ndm_family, mnl_attr_get_payload(tb[NDA_DST]),
-                       mnl_attr_get_payload_len(tb[NDA_DST]));
-    n.has_mac = tb[NDA_LLADDR] && mnl_attr_get_payload_len(tb[NDA_LLADDR]) == 6;
-    if (n.has_mac)
-        std::memcpy(n.mac.data(), mnl_attr_get_payload(tb[NDA_LLADDR]), 6);
-    return n.addr.family != 0;
-}
-
-// Updates `d` with what the message carries (events may leave attributes out).
-bool parse_link(const nlmsghdr *nlh, Dev &d)
-{
-    if (mnl_nlmsg_get_payload_len(nlh) < sizeof(ifinfomsg))
-        return false;
-    const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(nlh));
-    if (ifi->ifi_family != AF_UNSPEC)   // e.g. AF_BRIDGE port notifications
-        return false;
-    const nlattr *tb[IFLA_MAX + 1] = {};
-    Attrs attrs{tb, IFLA_MAX};
-    mnl_attr_parse(nlh, sizeof(*ifi), store_attr, &attrs);
-    d.ifindex = uint32_t(ifi->ifi_index);
-    d.flags = ifi->ifi_flags;
-    get_u32(tb[IFLA_MTU], d.mtu);
-    if (tb[IFLA_ADDRESS]) {
-        d.ether = ifi->ifi_type == ARPHRD_ETHER && mnl_attr_get_payload_len(tb[IFLA_ADDRESS]) == 6;
-        if (d.ether)
-            std::memcpy(d.mac.data(), mnl_attr_get_payload(tb[IFLA_ADDRESS]), 6);
-    }
-    return true;
 }
 
 // "WHAT: strerror(errno)", with errno read before anything else can change it.
@@ -268,7 +137,7 @@ const char *hop_state_name(HopState s)
 
 struct NextHops::State {
     Options opt;
-    RtnlRequests query;
+    rtnl::Requests query;
     mnl_socket *events = nullptr;
     int raw4 = -1;
     int raw6 = -1;
@@ -451,7 +320,7 @@ struct NextHops::State {
         Dst &d = dsts[slot];
         Route r;
         int err = get_route(d.addr, r);
-        if (err == RtnlRequests::kSocketError)
+        if (err == rtnl::Requests::kSocketError)
             return false;
         if (err || r.type != RTN_UNICAST) {
             d.state = err ? HopState::Unreachable : route_state(r.type);
@@ -459,7 +328,7 @@ struct NextHops::State {
         }
         const Dev *dev = nullptr;
         err = device(r.oif, dev);
-        if (err == RtnlRequests::kSocketError)
+        if (err == rtnl::Requests::kSocketError)
             return false;
         if (err || !dev->ether) {
             d.state = err ? HopState::Unreachable : HopState::ViaKernel;
@@ -481,7 +350,7 @@ struct NextHops::State {
         if (!h.ifindex) {
             Neigh n;
             int err = get_neigh(ifindex, via, n);   // -ENOENT: no entry yet
-            if (err == RtnlRequests::kSocketError)
+            if (err == rtnl::Requests::kSocketError)
                 return false;
             h.ifindex = ifindex;
             h.addr = via;

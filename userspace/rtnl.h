@@ -1,7 +1,10 @@
-// Requests to rtnetlink and their answers. Every request asks for an acknowledgement, so its
-// answers always end with NLMSG_ERROR (0 for success); they are matched to it by sequence
-// number, and a late answer to a request that timed out is skipped. NextHops resolves routes
-// and neighbours with one such socket; the local link makes and removes its veth pair.
+// rtnetlink for the gateway: requests and their answers, and the route, neighbour and link
+// messages as the next-hop resolver (nexthop.h) reads them, from answers and from events.
+//
+// Every request asks for an acknowledgement, so its answers always end with NLMSG_ERROR (0
+// for success); they are matched to it by sequence number, and a late answer to a request
+// that timed out is skipped. NextHops resolves routes and neighbours with one such socket;
+// the local link makes and removes its veth pair.
 #pragma once
 
 #include <libmnl/libmnl.h>
@@ -10,22 +13,57 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <ctime>
 #include <vector>
 
+#include "userspace/ip.h"
 #include "userspace/result.h"
 
-namespace xesp {
+namespace xesp::rtnl {
 
-class RtnlRequests {
+// What RTM_GETROUTE answers for a destination.
+struct Route {
+    uint8_t type = 0;                   // RTN_*
+    uint32_t oif = 0;
+    uint32_t mtu = 0;                   // configured (not learnt) route MTU; 0: none
+    IpAddr via;                         // family 0: on-link
+};
+
+// A neighbour entry (RTM_NEWNEIGH).
+struct Neigh {
+    uint32_t ifindex = 0;
+    uint16_t nud = 0;
+    IpAddr addr;
+    bool has_mac = false;
+    std::array<uint8_t, 6> mac{};
+};
+
+// A device (RTM_NEWLINK).
+struct Link {
+    uint32_t ifindex = 0;
+    uint32_t mtu = 0;
+    uint32_t flags = 0;
+    bool ether = false;                 // an Ethernet device: mac is its address
+    std::array<uint8_t, 6> mac{};
+};
+
+void parse_route(const nlmsghdr *nlh, Route &r);
+// False for what is not an IPv4/IPv6 neighbour with an address (proxy entries, other families).
+bool parse_neigh(const nlmsghdr *nlh, Neigh &n);
+// Updates `d` with what the message carries (events may leave attributes out); false for
+// messages of other families (e.g. AF_BRIDGE port notifications).
+bool parse_link(const nlmsghdr *nlh, Link &d);
+
+class Requests {
 public:
     // A round trip that failed in the socket (not an answer from the kernel): try again later.
     static constexpr int kSocketError = 1;
 
-    RtnlRequests() = default;
-    ~RtnlRequests();
-    RtnlRequests(const RtnlRequests &) = delete;
-    RtnlRequests &operator=(const RtnlRequests &) = delete;
+    Requests() = default;
+    ~Requests();
+    Requests(const Requests &) = delete;
+    Requests &operator=(const Requests &) = delete;
 
     // rtnetlink answers while sendto() runs; timeout_s only bounds a lost answer.
     Result<void> open(time_t timeout_s);
@@ -76,4 +114,4 @@ private:
     alignas(nlmsghdr) char qbuf_[512];
 };
 
-} // namespace xesp
+} // namespace xesp::rtnl

@@ -25,13 +25,13 @@ namespace {
 // own. These return 0 or a -errno.
 constexpr time_t kRtnlTimeoutSeconds = 1;
 
-int link_call(RtnlRequests &rtnl, const nlmsghdr *nlh)
+int link_call(rtnl::Requests &rtnl, const nlmsghdr *nlh)
 {
     int rc = rtnl.call(nlh);
-    return rc == RtnlRequests::kSocketError ? -EIO : rc;
+    return rc == rtnl::Requests::kSocketError ? -EIO : rc;
 }
 
-nlmsghdr *link_request(RtnlRequests &rtnl, uint16_t type, uint16_t flags, uint32_t ifindex)
+nlmsghdr *link_request(rtnl::Requests &rtnl, uint16_t type, uint16_t flags, uint32_t ifindex)
 {
     nlmsghdr *nlh = rtnl.request(type, flags);
     auto *ifi = static_cast<ifinfomsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
@@ -42,7 +42,7 @@ nlmsghdr *link_request(RtnlRequests &rtnl, uint16_t type, uint16_t flags, uint32
 
 int delete_link(uint32_t ifindex)
 {
-    RtnlRequests rtnl;
+    rtnl::Requests rtnl;
     if (auto r = rtnl.open(kRtnlTimeoutSeconds); !r)
         return -r.error().code.value();
     return link_call(rtnl, link_request(rtnl, RTM_DELLINK, 0, ifindex));
@@ -50,7 +50,7 @@ int delete_link(uint32_t ifindex)
 
 int create_pair()
 {
-    RtnlRequests rtnl;
+    rtnl::Requests rtnl;
     if (auto r = rtnl.open(kRtnlTimeoutSeconds); !r)
         return -r.error().code.value();
     nlmsghdr *nlh = link_request(rtnl, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0);
