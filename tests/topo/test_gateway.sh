@@ -185,15 +185,15 @@ sink_count() {
     wait "$SINK"
     printf -v "$1" '%s' "$(cat "$WORK/sink.count")"
 }
-# nodf_send FILL: the script for 20 datagrams of 1460 bytes from hostA to hostB without DF
-# (each starts with its number, then FILL).
+# nodf_send FILL [BYTES]: the script for 20 datagrams of BYTES (default 1460) from hostA to
+# hostB without DF (each starts with its number, then FILL).
 nodf_send() {
     echo "
 import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
 for i in range(20):
-    s.sendto(b'%04d' % i + b'$1' * 1456, ('$HOSTB_IP4', 5300))
+    s.sendto(b'%04d' % i + b'$1' * (${2:-1460} - 4), ('$HOSTB_IP4', 5300))
     time.sleep(0.01)"
 }
 
@@ -475,13 +475,13 @@ check "plaintext on the public side for a protected flow: dropped by XDP, counte
 # "fragmentation needed" / "packet too big" (scapy plays the router on the wire). gwA lowers
 # the SA's path MTU, and hostA then learns the smaller tunnel MTU from gwA. A report quoting a
 # sequence number the SA has not sent is ignored, and counted.
-report_to_gwA() { # SPI SEQ MTU: the report for gwA's SA SPI, IPv4 for 0x1001, IPv6 for 0x1002
+report_to_gwA() { # SPI SEQ MTU [--natt]: the report for gwA's SA SPI, IPv6 for 0x1002
     local mac addrs=(192.0.2.254 "$GWA_PUB_IP4" "$GWB_PUB_IP4")
     mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
     [ "$1" = 0x1002 ] && addrs=(2001:db8::fe "$GWA_PUB_IP6" "$GWB_PUB_IP6")
     "$TOPO" exec wire "$PY" "$HERE/icmp_report.py" --iface "$WIRE_A_IF" --mac "$mac" \
         --router "${addrs[0]}" --src "${addrs[1]}" --dst "${addrs[2]}" \
-        --spi "$1" --seq "$2" --mtu "$3" 2>/dev/null
+        --spi "$1" --seq "$2" --mtu "$3" "${@:4}" 2>/dev/null
 }
 tunnel_pmtu() {
     local oseq ignored learnt got
@@ -680,6 +680,29 @@ for i in range(5):
     [ "$got" = 5 ] && [ $((after - before)) = 5 ]
 }
 check "NAT-T: outer fragments from a peer are reassembled by the kernel and decrypted" natt_reassembled
+# A router reports a smaller path MTU for the NAT-T SA (quoting ESP in UDP; a report quoting
+# plain ESP for it is ignored). Datagrams without DF that fit the link but not the path are
+# then split before encryption too.
+natt_pmtu() {
+    local oseq before after got wire
+    oseq=$(stat gwA 'sas[spi=0x1001].oseq')
+    report_to_gwA 0x1001 "$oseq" 1300 || return 1                   # plain ESP: not this SA's
+    sleep 0.3
+    [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 0 ] || { echo "a plain ESP report was believed"; return 1; }
+    report_to_gwA 0x1001 "$oseq" 1300 --natt || return 1
+    sleep 0.3
+    [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 1300 ] || { echo "path MTU not learnt"; return 1; }
+    before=$(stat gwA 'gateway.fragmented-before-encryption')
+    "$TOPO" exec hostA ip route flush cache
+    sink_start hostB "$HOSTB_IP4" 3 || return 1
+    FILTERS=("frag" "esp")
+    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "$(nodf_send p 1300)")
+    sink_count got
+    after=$(stat gwA 'gateway.fragmented-before-encryption')
+    echo "hostB got $got of 20; on the wire: $wire(IP fragments, ESP); split $((after - before))"
+    [ "$got" = 20 ] && [ "${wire%% *}" = 0 ] && [ $((after - before)) = 20 ]
+}
+check "NAT-T: a reported path MTU applies to the split before encryption" natt_pmtu
 down_pair
 
 echo "$passed passed, $failed failed ($((SECONDS - start)) s)"
