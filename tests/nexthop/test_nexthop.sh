@@ -43,20 +43,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# require_netns found namespaces and veth pairs work: from here a failure is an error.
 for ns in "$GW" "$R1" "$R2" "$FAR"; do
-    if ! ip netns add "$ns" 2>/dev/null; then
-        echo "SKIP: cannot create network namespaces"
-        exit 77
-    fi
+    ip netns add "$ns" || exit 1
     ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.accept_dad=0 \
         net.ipv6.conf.default.accept_dad=0 net.ipv4.conf.all.rp_filter=0 \
         net.ipv4.conf.default.rp_filter=0
     ip -n "$ns" link set lo up
 done
-if ! ip link add gw0 netns "$GW" type veth peer name r1a netns "$R1" 2>/dev/null; then
-    echo "SKIP: cannot create veth pairs"
-    exit 77
-fi
+ip link add gw0 netns "$GW" type veth peer name r1a netns "$R1" || exit 1
 ip link add gw1 netns "$GW" type veth peer name r2a netns "$R2" || exit 1
 ip link add r1b netns "$R1" type veth peer name far0 netns "$FAR" || exit 1
 ip netns exec "$R1" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
