@@ -85,38 +85,6 @@ Sa *SaTable::find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const
     return sa;
 }
 
-uint32_t Spd::add(const PolicyConfig &p)
-{
-    uint32_t id = uint32_t(all_.size());
-    all_.push_back(p);
-    auto &v = by_dir_[size_t(p.dir)];
-    auto it = v.begin();
-    while (it != v.end() && all_[*it].priority <= p.priority)
-        ++it;
-    v.insert(it, id);
-    return id;
-}
-
-const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
-{
-    for (uint32_t id : by_dir_[size_t(dir)]) {
-        const PolicyConfig &p = all_[id];
-        const Selector &s = p.sel;
-        if (!f.fragment) {
-            if (s.matches(f.src, f.dst, f.proto, f.sport, f.dport))
-                return &p;
-            continue;
-        }
-        if (!s.src.contains(f.src) || !s.dst.contains(f.dst) || (s.proto && s.proto != f.proto))
-            continue;
-        if (!s.sport_set && !s.dport_set)
-            return &p;
-        if (unsure && (p.tmpl || p.action == Action::Block))
-            *unsure = true;
-    }
-    return nullptr;
-}
-
 bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
 {
     return (!t.spi || t.spi == sa.spi) && (!t.reqid || t.reqid == sa.reqid) &&

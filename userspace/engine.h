@@ -15,6 +15,7 @@
 #include "userspace/config.h"
 #include "userspace/esp.h"
 #include "userspace/sa.h"
+#include "userspace/spd.h"
 
 namespace xesp {
 
@@ -57,28 +58,6 @@ private:
     std::unordered_map<const Sa *, uint32_t> ids_;
     std::unordered_map<SaKey, Sa *, SaKeyHash> by_spi_;
     std::unordered_map<FlowSaKey, Sa *, SaKeyHash> by_flow_;
-};
-
-// Policies per direction in priority order (lower first, then the order they were added).
-// Linear: the gateway classifies with LPM tries in XDP; this serves `xesp pcap` and the check
-// after decryption. A policy's id is the order it was added in (0, 1, ...), whatever its
-// direction; pointers to policies stay valid until the next add().
-class Spd {
-public:
-    uint32_t add(const PolicyConfig &p);      // returns the policy's id
-    // The first policy that matches. A fragment carries no ports, so policies with port
-    // selectors cannot match it; if one of those that protects or blocks would have come
-    // first, *unsure is set (RFC 4301 7: such a fragment cannot be classified safely).
-    const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure = nullptr) const;
-    const PolicyConfig *by_id(uint32_t id) const
-    {
-        return id < all_.size() ? &all_[id] : nullptr;
-    }
-    size_t size() const { return all_.size(); }
-
-private:
-    std::vector<PolicyConfig> all_;           // by id
-    std::vector<uint32_t> by_dir_[4];         // ids, in lookup order
 };
 
 bool tmpl_matches(const PolicyTmpl &tmpl, const SaConfig &sa);

@@ -701,8 +701,11 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
         fk.dport = fragment ? 0 : dport;
         // The classifier's decision from the reference SPD (engine.cpp's classify, with the
         // in/fwd check on the public side only).
-        bool unsure = false;
+        bool unsure = false, unsure_linear = false;
         const PolicyConfig *pol = reference.lookup(Dir::Out, fk, &unsure);
+        // The tuple-space search agrees with the walk in priority order that defines it.
+        REQUIRE(reference.lookup_linear(Dir::Out, fk, &unsure_linear) == pol);
+        REQUIRE(unsure_linear == unsure);
         V want;
         uint32_t want_id = 0;
         if (pol && pol->tmpl) {

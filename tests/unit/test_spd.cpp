@@ -1,0 +1,148 @@
+// The SPD's tuple-space lookup (userspace/spd.h) against the walk in priority order that
+// defines it: hand-picked cases, then random policies and packets from a small address space,
+// so that prefixes overlap, priorities tie and port policies shadow fragments.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "esp_fixture.h"
+#include "userspace/spd.h"
+
+using namespace xesp;
+using namespace xesp::test;
+
+namespace {
+
+// A policy that protects (has a template), any protocol and port.
+PolicyConfig policy(Dir dir, const char *src, const char *dst, uint32_t priority)
+{
+    PolicyConfig p;
+    p.dir = dir;
+    p.sel.src = pfx(src);
+    p.sel.dst = pfx(dst);
+    p.priority = priority;
+    p.tmpl = PolicyTmpl{};
+    return p;
+}
+
+// The same for one protocol and destination port; `protect` false: it allows, no template.
+PolicyConfig port_policy(PolicyConfig p, uint8_t proto, uint16_t dport, bool protect)
+{
+    p.sel.proto = proto;
+    p.sel.dport_set = true;
+    p.sel.dport = dport;
+    if (!protect)
+        p.tmpl.reset();
+    return p;
+}
+
+FlowKey flow(const char *src, const char *dst, uint8_t proto, uint16_t dport, bool fragment = false)
+{
+    FlowKey f;
+    f.src = addr(src);
+    f.dst = addr(dst);
+    f.proto = proto;
+    f.sport = fragment ? 0 : 1000;
+    f.dport = fragment ? 0 : dport;
+    f.fragment = fragment;
+    return f;
+}
+
+} // namespace
+
+TEST_CASE("SPD lookup: priority, then the order added; longer prefixes do not win by length",
+          "[spd]")
+{
+    Spd spd;
+    uint32_t wide = spd.add(policy(Dir::Out, "10.0.0.0/8", "0.0.0.0/0", 10));
+    spd.add(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 20));    // narrower, lower priority
+    spd.add(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 10));    // same priority, added later
+    uint32_t web =
+        spd.add(port_policy(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 5), 6, 80, false));
+    uint32_t v6 = spd.add(policy(Dir::Out, "fd01::/48", "fd02::/48", 1));
+    spd.add(policy(Dir::In, "0.0.0.0/0", "0.0.0.0/0", 0));
+
+    CHECK(spd.lookup(Dir::Out, flow("10.1.0.2", "10.2.0.2", 17, 53)) == spd.by_id(wide));
+    CHECK(spd.lookup(Dir::Out, flow("10.1.0.2", "10.2.0.2", 6, 80)) == spd.by_id(web));
+    CHECK(spd.lookup(Dir::Out, flow("10.1.0.2", "192.0.2.1", 6, 80)) == spd.by_id(wide));
+    CHECK(spd.lookup(Dir::Out, flow("fd01::2", "fd02::2", 6, 80)) == spd.by_id(v6));
+    CHECK(spd.lookup(Dir::Out, flow("192.0.2.1", "10.2.0.2", 6, 80)) == nullptr);
+    CHECK(spd.lookup(Dir::Fwd, flow("10.1.0.2", "10.2.0.2", 6, 80)) == nullptr);
+
+    // A fragment cannot match the port policy; a blocking or protecting port policy that
+    // would have come first makes it unsure.
+    bool unsure = false;
+    CHECK(spd.lookup(Dir::Out, flow("10.1.0.2", "10.2.0.2", 6, 0, true), &unsure) ==
+          spd.by_id(wide));
+    CHECK_FALSE(unsure);                // the web policy allows: no doubt
+    Spd strict;
+    strict.add(port_policy(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 5), 6, 443, true));
+    uint32_t rest = strict.add(policy(Dir::Out, "10.0.0.0/8", "10.0.0.0/8", 10));
+    unsure = false;
+    CHECK(strict.lookup(Dir::Out, flow("10.1.0.2", "10.2.0.2", 6, 0, true), &unsure) ==
+          strict.by_id(rest));
+    CHECK(unsure);
+    unsure = false;
+    CHECK(strict.lookup(Dir::Out, flow("10.1.0.2", "10.2.0.2", 17, 0, true), &unsure) ==
+          strict.by_id(rest));
+    CHECK_FALSE(unsure);                // other protocol: the port policy is no shadow
+    CHECK(strict.shapes(Dir::Out) == 2);
+}
+
+TEST_CASE("SPD lookup agrees with the walk in priority order on random policies", "[spd]")
+{
+    std::mt19937 rng(4301);
+    auto pick = [&](uint32_t n) { return uint32_t(rng() % n); };
+    // A small universe, so that prefixes nest and collide: 10.a.b.c with a, b, c < 4.
+    auto v4 = [&] {
+        return "10." + std::to_string(pick(4)) + "." + std::to_string(pick(4)) + "." +
+               std::to_string(pick(4));
+    };
+    const uint8_t lens[] = {0, 8, 16, 24, 32};
+    const uint8_t protos[] = {0, 6, 17};
+    for (int round = 0; round < 20; round++) {
+        Spd spd;
+        size_t n = 1 + pick(300);
+        for (size_t i = 0; i < n; i++) {
+            PolicyConfig p;
+            p.dir = Dir(1 + pick(3));
+            p.sel.src = *Prefix::parse(v4() + "/" + std::to_string(lens[pick(5)]));
+            p.sel.dst = *Prefix::parse(v4() + "/" + std::to_string(lens[pick(5)]));
+            p.sel.proto = protos[pick(3)];
+            if (p.sel.proto && pick(2)) {
+                p.sel.dport_set = true;
+                p.sel.dport = uint16_t(1 + pick(3));
+            }
+            if (p.sel.proto && !pick(4)) {
+                p.sel.sport_set = true;
+                p.sel.sport = uint16_t(1000 + pick(2));
+            }
+            p.priority = pick(4) * 100;
+            if (pick(3) == 0)
+                p.action = Action::Block;
+            else if (pick(2))
+                p.tmpl = PolicyTmpl{};
+            spd.add(p);
+        }
+        for (int k = 0; k < 2000; k++) {
+            FlowKey f;
+            f.src = addr(v4().c_str());
+            f.dst = addr(v4().c_str());
+            f.proto = protos[pick(3)];
+            f.fragment = pick(5) == 0;
+            f.sport = f.fragment ? 0 : uint16_t(1000 + pick(2));
+            f.dport = f.fragment ? 0 : uint16_t(1 + pick(3));
+            for (Dir d : {Dir::In, Dir::Out, Dir::Fwd}) {
+                bool unsure = false, unsure_linear = false;
+                const PolicyConfig *got = spd.lookup(d, f, &unsure);
+                const PolicyConfig *want = spd.lookup_linear(d, f, &unsure_linear);
+                INFO("round " << round << " flow " << f.src.str() << " -> " << f.dst.str()
+                              << " proto " << int(f.proto) << " ports " << f.sport << "/"
+                              << f.dport << (f.fragment ? " fragment" : ""));
+                REQUIRE(got == want);
+                REQUIRE(unsure == unsure_linear);
+            }
+        }
+    }
+}
