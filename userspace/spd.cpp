@@ -49,11 +49,11 @@ uint32_t Spd::add(const PolicyConfig &p)
 {
     uint32_t id = uint32_t(all_.size());
     all_.push_back(p);
+    // After every policy of the same or a lower priority value: at the end, for a config
+    // written in priority order.
     auto &v = by_dir_[size_t(p.dir)];
-    auto it = v.begin();
-    while (it != v.end() && all_[*it].priority <= p.priority)
-        ++it;
-    v.insert(it, id);
+    auto before = [&](uint32_t prio, uint32_t other) { return prio < all_[other].priority; };
+    v.insert(std::upper_bound(v.begin(), v.end(), p.priority, before), id);
 
     const Selector &s = p.sel;
     if (s.src.addr.family != s.dst.addr.family)
