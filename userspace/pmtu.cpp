@@ -27,7 +27,8 @@ constexpr int kMaxSkipped = 64;
 // RFC 1191 7: the plateau below a packet that did not fit, for a report without an MTU.
 uint32_t plateau_below(uint32_t len)
 {
-    static constexpr uint32_t kPlateaus[] = {32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68};
+    static constexpr uint32_t kPlateaus[] = {32000, 17914, 8166, 4352, 2002,
+                                             1492,  1006,  508,  296,  68};
     for (uint32_t p : kPlateaus)
         if (p < len)
             return p;

@@ -60,7 +60,8 @@ uint32_t Spd::add(const PolicyConfig &p)
         return id;                      // matches no packet: nothing to index
     Shape shape{s.src.addr.family, s.src.len, s.dst.len, s.proto != 0, s.sport_set, s.dport_set};
     auto &bins = bins_[size_t(p.dir)];
-    auto bin = std::find_if(bins.begin(), bins.end(), [&](const Bin &b) { return b.shape == shape; });
+    auto same = [&](const Bin &b) { return b.shape == shape; };
+    auto bin = std::find_if(bins.begin(), bins.end(), same);
     if (bin == bins.end())
         bin = bins.insert(bins.end(), Bin{shape, kNone, {}, {}});
     Rank rank = Rank(p.priority) << 32 | id;
@@ -72,8 +73,8 @@ uint32_t Spd::add(const PolicyConfig &p)
     if (has_ports(s) && (p.tmpl || p.action == Action::Block)) {
         Shape portless = shape;
         portless.sport = portless.dport = false;
-        auto [pl, pl_fresh] =
-            bin->portless.try_emplace(key_of(portless, s.src.addr, s.dst.addr, s.proto, 0, 0), rank);
+        Key key_portless = key_of(portless, s.src.addr, s.dst.addr, s.proto, 0, 0);
+        auto [pl, pl_fresh] = bin->portless.try_emplace(key_portless, rank);
         if (!pl_fresh)
             pl->second = std::min(pl->second, rank);
     }

@@ -183,8 +183,9 @@ TEST_CASE("a report must quote a sequence number the SA sent lately", "[pmtu]")
     CHECK_FALSE(pmtu_seq_recent(101, 100));            // not sent yet
     CHECK_FALSE(pmtu_seq_recent(0, 100));              // never sent without ESN
     CHECK_FALSE(pmtu_seq_recent(1, 0));                // the SA sent nothing
-    CHECK(pmtu_seq_recent(uint32_t(5 * kPmtuSeqWindow - kPmtuSeqWindow + 1), 5ull * kPmtuSeqWindow));
-    CHECK_FALSE(pmtu_seq_recent(uint32_t(5 * kPmtuSeqWindow - kPmtuSeqWindow), 5ull * kPmtuSeqWindow));
+    const uint64_t sent = 5ull * kPmtuSeqWindow;        // the window's edge, both sides
+    CHECK(pmtu_seq_recent(uint32_t(sent - kPmtuSeqWindow + 1), sent));
+    CHECK_FALSE(pmtu_seq_recent(uint32_t(sent - kPmtuSeqWindow), sent));
     // ESN: only the low 32 bits are quoted; numbers across the 2^32 boundary still count.
     CHECK(pmtu_seq_recent(0xfffffff0u, (1ull << 32) + 5));
     CHECK(pmtu_seq_recent(2, (1ull << 32) + 5));
