@@ -69,6 +69,7 @@ uint32_t Spd::add(const PolicyConfig &p)
     auto [at, fresh] = bin->exact.try_emplace(key, rank);
     if (!fresh)
         at->second = std::min(at->second, rank);
+    bool reorder = rank < bin->best;    // a new bin, or a better best
     bin->best = std::min(bin->best, rank);
     if (has_ports(s) && (p.tmpl || p.action == Action::Block)) {
         Shape portless = shape;
@@ -78,8 +79,9 @@ uint32_t Spd::add(const PolicyConfig &p)
         if (!pl_fresh)
             pl->second = std::min(pl->second, rank);
     }
-    std::stable_sort(bins.begin(), bins.end(),
-                     [](const Bin &a, const Bin &b) { return a.best < b.best; });
+    if (reorder)
+        std::stable_sort(bins.begin(), bins.end(),
+                         [](const Bin &a, const Bin &b) { return a.best < b.best; });
     return id;
 }
 
