@@ -60,7 +60,16 @@ uint8_t TupleSpace::free_tuple_id() const
     }
 }
 
-Result<TupleChange> TupleSpace::add(uint32_t policy_id, const PolicyConfig &p)
+std::optional<uint32_t> TupleSpace::order_of(uint32_t policy_id) const
+{
+    auto it = by_id_.find(policy_id);
+    if (it == by_id_.end())
+        return std::nullopt;
+    return uint32_t(it->second.rank);
+}
+
+Result<TupleChange> TupleSpace::add(uint32_t policy_id, const PolicyConfig &p,
+                                    std::optional<uint32_t> order)
 {
     const std::string what = "xdp policy " + std::to_string(policy_id);
     const Selector &s = p.sel;
@@ -103,7 +112,7 @@ Result<TupleChange> TupleSpace::add(uint32_t policy_id, const PolicyConfig &p)
         tuple = tuples_.emplace(shape, Tuple{free_tuple_id(), {}}).first;
         ch.table_changed = true;
     }
-    uint64_t rank = uint64_t(p.priority) << 32 | seq_++;
+    uint64_t rank = uint64_t(p.priority) << 32 | (order ? *order : seq_++);
     if (tuple->second.ranks.empty() || rank < *tuple->second.ranks.begin())
         ch.table_changed = true;
     tuple->second.ranks.insert(rank);

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -28,8 +29,13 @@ struct TupleChange {
 
 class TupleSpace {
 public:
-    Result<TupleChange> add(uint32_t policy_id, const PolicyConfig &p);
+    // Among policies of equal priority the one added first wins; `order` instead puts the
+    // policy where an earlier one was (order_of() it before removing it), as an update in
+    // place keeps its position.
+    Result<TupleChange> add(uint32_t policy_id, const PolicyConfig &p,
+                            std::optional<uint32_t> order = std::nullopt);
     Result<TupleChange> remove(uint32_t policy_id);
+    std::optional<uint32_t> order_of(uint32_t policy_id) const;
 
     // The table to publish: the active tuples by best rank, lowest first.
     xesp_tuple_table table() const;

@@ -160,12 +160,14 @@ Result<void> XdpProgram::remove_policy(uint32_t policy_id)
 Result<void> XdpProgram::replace_policy(uint32_t old_id, const PolicyConfig &old, uint32_t new_id,
                                        const PolicyConfig &p)
 {
+    // The new policy takes the old one's place among equal priorities, as in the SPD.
+    std::optional<uint32_t> order = tuples_.order_of(old_id);
     auto rm = tuples_.remove(old_id);
     if (!rm)
         return rm.error();
-    auto add = tuples_.add(new_id, p);
+    auto add = tuples_.add(new_id, p, order);
     if (!add) {
-        (void)tuples_.add(old_id, old);     // it was there a moment ago: cannot fail
+        (void)tuples_.add(old_id, old, order);  // it was there a moment ago: cannot fail
         return add.error();
     }
     // Entries first (under the live tuple table they overwrite the old ones, or sit unseen in

@@ -84,7 +84,8 @@ public:
     Result<void> remove_policy(uint32_t policy_id);
     // Policy `old_id` (configured as `old`) becomes `new_id` (configured as `p`, same selector
     // and direction) with no moment in between where neither applies: the new entries are
-    // written over the old ones before anything is deleted. On error nothing changed.
+    // written over the old ones before anything is deleted. It keeps the old one's place among
+    // policies of equal priority, as `ip xfrm policy update` does. On error nothing changed.
     Result<void> replace_policy(uint32_t old_id, const PolicyConfig &old, uint32_t new_id,
                                 const PolicyConfig &p);
     size_t tuple_count() const { return tuples_.tuples(); }

@@ -780,6 +780,39 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
     CHECK(passed > 100);
 }
 
+TEST_CASE("an updated policy keeps its place among policies of equal priority")
+{
+    XdpOptions opt;
+    opt.fib_lookup = false;
+    auto loaded_prog = XdpProgram::load(opt);
+    REQUIRE(loaded_prog);
+    XdpProgram &prog = **loaded_prog;
+    REQUIRE(prog.set_iface_role(kLoIfindex, Prot));
+    // Both match 10.1.0.5 -> 10.2.0.5 at priority 10: the first added, `site`, wins.
+    PolicyConfig site = policy("10.1.0.0/16", "10.2.0.0/16", Dir::Out, 10, false);
+    PolicyConfig host = policy("10.1.0.0/24", "10.2.0.0/16", Dir::Out, 10, true);
+    REQUIRE(prog.add_policy(0, site));
+    REQUIRE(prog.add_policy(1, host));
+    auto frame = ipv4_frame(0x0a010005, 0x0a020005, 17, 1234, 53, false);
+    RunResult r = run(prog, frame.data(), frame.size());
+    CHECK(r.retval == XDP_PASS);
+    CHECK_FALSE(r.has_meta);
+
+    // `policy update` of `site` to block: still first, as `ip xfrm policy update` keeps it.
+    PolicyConfig blocked = site;
+    blocked.action = Action::Block;
+    REQUIRE(prog.replace_policy(0, site, 2, blocked));
+    r = run(prog, frame.data(), frame.size());
+    CHECK(r.retval == XDP_DROP);
+    CHECK_FALSE(r.has_meta);
+
+    // A policy added after it still comes after it.
+    REQUIRE(prog.remove_policy(1));
+    REQUIRE(prog.add_policy(3, host));
+    r = run(prog, frame.data(), frame.size());
+    CHECK(r.retval == XDP_DROP);
+}
+
 // ---- main: skip without the privileges to load BPF --------------------------------------
 
 int main(int argc, char **argv)
