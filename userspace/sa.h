@@ -16,6 +16,12 @@
 
 namespace xesp {
 
+// The smaller of two MTUs where 0 means "not known".
+inline uint32_t smaller_mtu(uint32_t a, uint32_t b)
+{
+    return a && (!b || a < b) ? a : b;
+}
+
 class Sa {
 public:
     // Prepares the runtime part: the cipher (backend resolved here), the replay window from
@@ -84,7 +90,7 @@ public:
     // learnt path MTU if that is smaller.
     uint32_t outer_mtu(uint32_t link_mtu) const
     {
-        return path_mtu_ && (!link_mtu || path_mtu_ < link_mtu) ? path_mtu_ : link_mtu;
+        return smaller_mtu(path_mtu_, link_mtu);
     }
 
 private:

@@ -45,6 +45,12 @@ Spd::Key Spd::key_of(const Shape &s, const IpAddr &src, const IpAddr &dst, uint8
                uint16_t(s.dport ? dport : 0), uint8_t(s.proto ? proto : 0)};
 }
 
+Spd::Key Spd::portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_t proto)
+{
+    s.sport = s.dport = false;
+    return key_of(s, src, dst, proto, 0, 0);
+}
+
 uint32_t Spd::add(const PolicyConfig &p)
 {
     uint32_t id = uint32_t(all_.size());
@@ -72,9 +78,7 @@ uint32_t Spd::add(const PolicyConfig &p)
     bool reorder = rank < bin->best;    // a new bin, or a better best
     bin->best = std::min(bin->best, rank);
     if (has_ports(s) && (p.tmpl || p.action == Action::Block)) {
-        Shape portless = shape;
-        portless.sport = portless.dport = false;
-        Key key_portless = key_of(portless, s.src.addr, s.dst.addr, s.proto, 0, 0);
+        Key key_portless = portless_key(shape, s.src.addr, s.dst.addr, s.proto);
         auto [pl, pl_fresh] = bin->portless.try_emplace(key_portless, rank);
         if (!pl_fresh)
             pl->second = std::min(pl->second, rank);
@@ -106,9 +110,7 @@ const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
             if (it != b.exact.end())
                 found = std::min(found, it->second);
         } else if (!b.portless.empty()) {
-            Shape portless = s;
-            portless.sport = portless.dport = false;
-            auto it = b.portless.find(key_of(portless, f.src, f.dst, f.proto, 0, 0));
+            auto it = b.portless.find(portless_key(s, f.src, f.dst, f.proto));
             if (it != b.portless.end())
                 shadow = std::min(shadow, it->second);
         }

@@ -75,6 +75,8 @@ private:
 
     static Key key_of(const Shape &s, const IpAddr &src, const IpAddr &dst, uint8_t proto,
                       uint16_t sport, uint16_t dport);
+    // The key of a shape with ports, the ports left out: where `portless` is searched.
+    static Key portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_t proto);
 
     std::vector<PolicyConfig> all_;           // by id
     std::vector<uint32_t> by_dir_[4];         // ids, in lookup order

@@ -638,19 +638,22 @@ counts_are "NAT-T: ESP in UDP/4500 on the wire, no plaintext" "=0 >=10 >=10" "${
 check "NAT-T: TCP hostB -> hostA over IPv6 (4 MiB)" tcp_python b2a 6
 # Too big without DF: split before encryption, since the far gateway could not reassemble
 # fragments of ESP in UDP. No IP fragment crosses the wire, and hostB gets every datagram.
-natt_prefragmented() {
+# split_before_encryption FILL [BYTES]: 20 datagrams without DF from hostA (nodf_send); each
+# must be split by gwA before encryption, no IP fragment may cross the wire, hostB gets all.
+split_before_encryption() {
     local before after got wire
     before=$(stat gwA 'gateway.fragmented-before-encryption')
     "$TOPO" exec hostA ip route flush cache
     sink_start hostB "$HOSTB_IP4" 3 || return 1
     FILTERS=("frag" "esp")
-    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "$(nodf_send n)")
+    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "$(nodf_send "$@")")
     sink_count got
     after=$(stat gwA 'gateway.fragmented-before-encryption')
     echo "hostB got $got of 20; on the wire: $wire(IP fragments, ESP); split $((after - before))"
     [ "$got" = 20 ] && [ "${wire%% *}" = 0 ] && [ $((after - before)) = 20 ]
 }
-check "NAT-T, too big, no DF: split before encryption, no outer fragments, all delivered" natt_prefragmented
+check "NAT-T, too big, no DF: split before encryption, no outer fragments, all delivered" \
+    split_before_encryption n
 # A peer that fragments the outer packet instead (the Linux kernel does): scapy encrypts with
 # gwA's SA and sends the fragments to gwB, whose kernel reassembles them; the gateway takes
 # the datagram from its raw UDP socket, decrypts it and hostB gets it.
@@ -684,7 +687,7 @@ check "NAT-T: outer fragments from a peer are reassembled by the kernel and decr
 # plain ESP for it is ignored). Datagrams without DF that fit the link but not the path are
 # then split before encryption too.
 natt_pmtu() {
-    local oseq before after got wire
+    local oseq
     oseq=$(stat gwA 'sas[spi=0x1001].oseq')
     report_to_gwA 0x1001 "$oseq" 1300 || return 1                   # plain ESP: not this SA's
     sleep 0.3
@@ -692,15 +695,7 @@ natt_pmtu() {
     report_to_gwA 0x1001 "$oseq" 1300 --natt || return 1
     sleep 0.3
     [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 1300 ] || { echo "path MTU not learnt"; return 1; }
-    before=$(stat gwA 'gateway.fragmented-before-encryption')
-    "$TOPO" exec hostA ip route flush cache
-    sink_start hostB "$HOSTB_IP4" 3 || return 1
-    FILTERS=("frag" "esp")
-    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "$(nodf_send p 1300)")
-    sink_count got
-    after=$(stat gwA 'gateway.fragmented-before-encryption')
-    echo "hostB got $got of 20; on the wire: $wire(IP fragments, ESP); split $((after - before))"
-    [ "$got" = 20 ] && [ "${wire%% *}" = 0 ] && [ $((after - before)) = 20 ]
+    split_before_encryption p 1300
 }
 check "NAT-T: a reported path MTU applies to the split before encryption" natt_pmtu
 down_pair

@@ -290,7 +290,7 @@ void Gateway::rx_one(Port &port)
         Pkt pieces[kBurst];
         Pkt *all[kBurst * 2];
         Classified all_cls[kBurst * 2];
-        size_t m = prefragment(port, ready, cls, k, pieces, all, all_cls);
+        size_t m = prefragment(port, split, ready, cls, k, pieces, all, all_cls);
         engine_->process_classified(all, all_cls, m);
         transmit(port, all, m);
     }
@@ -303,11 +303,11 @@ void Gateway::rx_one(Port &port)
 // packet for a NAT-T SA that may be fragmented (no DF) and would not fit once encrypted is
 // split before encryption (RFC 4301 8.1), each piece encrypted on its own, and the final
 // destination reassembles. The pieces take the packet's place in the burst: the SA's order
-// holds. `out` and `out_cls` have room for twice kBurst, `pieces` for kBurst.
-size_t Gateway::prefragment(Port &port, Pkt *const *in, const Classified *in_cls, size_t n,
-                            Pkt *pieces, Pkt **out, Classified *out_cls)
+// holds. `split` is split_mtu() for this burst. `out` and `out_cls` have room for twice
+// kBurst, `pieces` for kBurst.
+size_t Gateway::prefragment(Port &port, uint32_t split, Pkt *const *in, const Classified *in_cls,
+                            size_t n, Pkt *pieces, Pkt **out, Classified *out_cls)
 {
-    const uint32_t split = split_mtu();
     size_t m = 0, used = 0;
     for (size_t i = 0; i < n; i++) {
         Pkt &p = *in[i];

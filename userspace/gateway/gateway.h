@@ -151,8 +151,8 @@ private:
     void transmit(Port &rx, Pkt *const *pkts, size_t n);
     void to_kernel(Port &rx, Pkt &p);
     bool time_exceeded(Pkt &p);
-    size_t prefragment(Port &port, Pkt *const *in, const Classified *in_cls, size_t n,
-                       Pkt *pieces, Pkt **out, Classified *out_cls);
+    size_t prefragment(Port &port, uint32_t split, Pkt *const *in, const Classified *in_cls,
+                       size_t n, Pkt *pieces, Pkt **out, Classified *out_cls);
     Port *tx_port(uint32_t ifindex, uint32_t queue);
     void count(GwCounter c, uint64_t n = 1) { counters_[size_t(c)] += n; }
 

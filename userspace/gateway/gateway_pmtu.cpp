@@ -32,8 +32,7 @@ void Gateway::learn_pmtu(const PmtuReport &r, uint64_t now)
     if (r.mtu == sa->path_mtu())
         return;
     sa->set_path_mtu(r.mtu);
-    if (!min_pmtu_ || r.mtu < min_pmtu_)
-        min_pmtu_ = r.mtu;
+    min_pmtu_ = smaller_mtu(r.mtu, min_pmtu_);
     log(LogLevel::Notice, "%s: path MTU %u (ICMP from %s); tunnel MTU now %u for %u s",
         sa_label(sa->config()).c_str(), r.mtu, r.router.str().c_str(), sa->inner_mtu(r.mtu),
         options_.pmtu_expires_s);
@@ -62,8 +61,7 @@ void Gateway::age_pmtu(uint64_t now)
     if (pmtus_.size() != before) {
         min_pmtu_ = 0;
         for (const auto &[key, l] : pmtus_)
-            if (!min_pmtu_ || l.mtu < min_pmtu_)
-                min_pmtu_ = l.mtu;
+            min_pmtu_ = smaller_mtu(l.mtu, min_pmtu_);
     }
 }
 
@@ -71,8 +69,7 @@ void Gateway::age_pmtu(uint64_t now)
 // encryption (prefragment).
 uint32_t Gateway::split_mtu() const
 {
-    uint32_t link = engine_->options().link_mtu;
-    return min_pmtu_ && (!link || min_pmtu_ < link) ? min_pmtu_ : link;
+    return smaller_mtu(min_pmtu_, engine_->options().link_mtu);
 }
 
 } // namespace xesp
