@@ -143,7 +143,7 @@ struct DaemonOptions {
     std::string state;
     bool no_state = false;
     std::string crypto = "auto";
-    uint32_t ring_size = 1024;
+    uint32_t ring_size = kDefaultRingSize;
     bool busy_poll = false;
     uint32_t spin = 0;
     uint32_t pmtu_expires = kPmtuExpiresSeconds;

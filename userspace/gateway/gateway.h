@@ -72,10 +72,16 @@ constexpr std::array<std::string_view, size_t(GwCounter::Count)> kGwCounterNames
 #undef XESP_GW_NAME
 };
 
+// Entries in each AF_XDP ring. The fill ring is what a queue can take while the data thread
+// is not running: at 1024, a single TCP stream (about 100 kpps) on two shared CPUs overran it
+// in bursts (af_xdp rx-fill-ring-empty drops, then retransmissions); 2048 absorbed them. The
+// Umem holds two 4 KiB frames per ring entry per socket: 16 MiB per socket at 2048.
+inline constexpr uint32_t kDefaultRingSize = 2048;
+
 struct GatewayOptions {
     Backend backend = Backend::Auto;
     XdpOptions xdp;
-    uint32_t ring_size = 1024;      // each RX, TX, fill and completion ring
+    uint32_t ring_size = kDefaultRingSize;  // each RX, TX, fill and completion ring
     bool busy_poll = false;
     uint32_t pmtu_expires_s = kPmtuExpiresSeconds;  // how long a learnt path MTU lasts
 };
