@@ -29,6 +29,7 @@
 #define NEXTHDR_ROUTING_ 43
 #define NEXTHDR_FRAGMENT_ 44
 #define NEXTHDR_DEST_ 60
+#define NEXTHDR_ICMP_ 58
 
 struct cursor {
     void *pos;
@@ -65,6 +66,8 @@ struct flow {
     __u32 ip_len;                   /* the IP datagram's length per its header */
     __u32 ingress_ifindex;
     __u8 tos;
+    __u8 too_big;                   /* ICMP "fragmentation needed" / "packet too big" quoting
+                                       ESP or UDP (maybe ESP in UDP) */
 };
 
 /* ---- Parsing --------------------------------------------------------------------------- */
@@ -204,6 +207,29 @@ static __always_inline int parse_ip(struct cursor *c, void *data, struct flow *f
 
 /* Source and destination ports of the protocols that have them; a transport header too short
  * to hold them makes the packet portless, as a fragment. */
+/* ICMP "fragmentation needed" (type 3 code 4) or ICMPv6 "packet too big" (type 2) whose quoted
+ * packet is ESP or UDP: sets f->too_big. The quoted headers are read no further than their
+ * protocol; userspace checks the rest. */
+static __always_inline void parse_too_big(struct cursor *c, struct flow *f)
+{
+    __u8 *icmp = c->pos;
+    if (f->fragment)
+        return;
+    __u8 quoted;
+    if (f->family == XESP_FAMILY_V4 && f->proto == IPPROTO_ICMP) {
+        if ((void *)(icmp + 8 + 10) > c->end || icmp[0] != 3 || icmp[1] != 4)
+            return;
+        quoted = icmp[8 + 9];               /* the quoted IPv4 header's protocol */
+    } else if (f->family == XESP_FAMILY_V6 && f->proto == NEXTHDR_ICMP_) {
+        if ((void *)(icmp + 8 + 7) > c->end || icmp[0] != 2 || icmp[1] != 0)
+            return;
+        quoted = icmp[8 + 6];               /* the quoted IPv6 header's next header */
+    } else {
+        return;
+    }
+    f->too_big = quoted == IPPROTO_ESP || quoted == IPPROTO_UDP;
+}
+
 static __always_inline void parse_ports(struct cursor *c, struct flow *f)
 {
     if (f->fragment)

@@ -104,7 +104,6 @@ struct {
 #define NATT_PORT 4500              /* RFC 3948 */
 #define IKE_PORT 500
 #define ESP_HDR_LEN 8               /* SPI + sequence number */
-#define NEXTHDR_ICMP_ 58
 
 /* What a classify step decided: not its kind of packet, or a final verdict. */
 enum step { STEP_CONTINUE = 0, STEP_DONE = 1 };
@@ -401,9 +400,28 @@ static __always_inline void fib_next_hop(struct xdp_md *ctx, const struct flow *
     m->fib_mtu = p.mtu_result;
 }
 
+/* An ICMP too-big about ESP on its way to a host behind us. In transport mode the SA's
+ * addresses are the hosts', so routers report our packets' path MTU to the host, which has no
+ * such SA: the gateway reads the report instead (and hands back what is not about its SAs). */
+static __always_inline int redirect_report(struct xdp_md *ctx, const struct flow *f)
+{
+    struct xesp_meta m = {
+        .magic = XESP_META_MAGIC,
+        .kind = XESP_META_REPORT,
+        .flags = f->family == XESP_FAMILY_V6 ? XESP_META_F_IPV6 : 0,
+        .l3_off = f->l3_off,
+        .l4_off = f->l4_off,
+        .flow_hash = flow_hash_5tuple(f),
+        .ingress_ifindex = f->ingress_ifindex,
+    };
+    return redirect(ctx, &m, XESP_CTR_REDIRECT_REPORT);
+}
+
 /* Plaintext that no out policy claimed. On a public interface, what an in/fwd policy wants
- * protected should have come as ESP (RFC 4301 section 5.2). */
-static __always_inline int check_unprotected(const struct flow *f, int unsure, __u32 pass_ctr)
+ * protected should have come as ESP (RFC 4301 section 5.2); what may pass and is a too-big
+ * report for someone else goes to the gateway first. */
+static __always_inline int check_unprotected(struct xdp_md *ctx, const struct flow *f,
+                                             int unsure, __u32 pass_ctr)
 {
     if (iface_role(f->ingress_ifindex) != XESP_ROLE_PUBLIC)
         return unsure ? drop(XESP_CTR_DROP_PORTS_UNKNOWN) : pass(pass_ctr);
@@ -420,6 +438,8 @@ static __always_inline int check_unprotected(const struct flow *f, int unsure, _
         return drop(XESP_CTR_DROP_IN_UNPROTECTED);
     if (unsure)
         return drop(XESP_CTR_DROP_PORTS_UNKNOWN);
+    if (f->too_big && pass_ctr != XESP_CTR_PASS_LOCAL)
+        return redirect_report(ctx, f);
     return pass(r.found ? XESP_CTR_PASS_BYPASS : pass_ctr);
 }
 
@@ -454,7 +474,7 @@ static __always_inline int classify_plain(struct xdp_md *ctx, struct flow *f)
         if (r.found)
             return pass(XESP_CTR_PASS_BYPASS);
     }
-    return check_unprotected(f, unsure, local ? XESP_CTR_PASS_LOCAL : XESP_CTR_PASS_NO_POLICY);
+    return check_unprotected(ctx, f, unsure, local ? XESP_CTR_PASS_LOCAL : XESP_CTR_PASS_NO_POLICY);
 }
 
 /* ---- The program ----------------------------------------------------------------------- */
@@ -498,6 +518,7 @@ int xesp_xdp(struct xdp_md *ctx)
         if ((void *)(type + 1) <= c.end && *type >= 133 && *type <= 137)
             return pass(XESP_CTR_PASS_ND);
     }
+    parse_too_big(&c, &f);
     parse_ports(&c, &f);
     if (f.proto == IPPROTO_UDP && f.dport == bpf_htons(IKE_PORT) && is_local(&f))
         return pass(XESP_CTR_PASS_IKE);

@@ -144,6 +144,9 @@ struct xesp_addr_key {
 
 #define XESP_META_DECAP 1           /* ESP for one of our SAs: decrypt with SA `id` */
 #define XESP_META_ENCAP 2           /* plaintext that out-policy `id` protects: encrypt */
+#define XESP_META_REPORT 3          /* ICMP "fragmentation needed" / "packet too big" quoting
+                                       ESP or UDP, on its way to a host behind the gateway
+                                       (transport mode): the path MTU of one of our SAs? */
 
 #define XESP_META_F_IPV6 0x01       /* the IP header at l3_off is IPv6 */
 #define XESP_META_F_NATT 0x02       /* DECAP: the ESP header follows a UDP/4500 header */
@@ -153,12 +156,12 @@ struct xesp_addr_key {
 
 struct xesp_meta {
     __u16 magic;                    /* XESP_META_MAGIC */
-    __u8 kind;                      /* XESP_META_DECAP or _ENCAP */
+    __u8 kind;                      /* XESP_META_DECAP, _ENCAP or _REPORT */
     __u8 flags;                     /* XESP_META_F_* */
     __u32 id;                       /* SA id (DECAP) or policy id (ENCAP) */
     __u16 l3_off;                   /* IP header, bytes from the frame start (after VLAN tags) */
     __u16 l4_off;                   /* DECAP: ESP header; ENCAP: transport header (after
-                                       IPv4 options / IPv6 extension headers) */
+                                       IPv4 options / IPv6 extension headers); REPORT: ICMP */
     __u32 flow_hash;                /* spreads work; DECAP: (dst, SPI), ENCAP: the 5-tuple */
     __u32 ingress_ifindex;          /* where the frame came in */
     __u32 fib_ifindex;              /* FIB_OK or FIB_NO_NEIGH: egress device */
@@ -176,6 +179,7 @@ struct xesp_meta {
     X(RX, "rx")                                                                             \
     X(REDIRECT_DECAP, "redirect-decap")                                                     \
     X(REDIRECT_ENCAP, "redirect-encap")                                                     \
+    X(REDIRECT_REPORT, "redirect-report")       /* ICMP too big about ESP, to a host */    \
     X(XSK_MISSING, "xsk-missing")               /* no socket on the queue: dropped */       \
     X(META_FAILED, "meta-failed")               /* redirected without metadata */           \
     X(PASS_NON_IP, "pass-non-ip")               /* ARP, LLDP, ... */                        \

@@ -516,8 +516,9 @@ void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t 
             Pkt &p = *pkts[i];
             p.verdict = Verdict::Pass;
             owner[i] = nullptr;
-            dirn[i] = cls[i].kind == Classified::Decap ? resolve_decap(p, cls[i], &owner[i])
-                                                       : resolve_encap(p, cls[i], &owner[i]);
+            dirn[i] = cls[i].kind == Classified::Decap   ? resolve_decap(p, cls[i], &owner[i])
+                      : cls[i].kind == Classified::Encap ? resolve_encap(p, cls[i], &owner[i])
+                                                         : Dirn::None;     // Pass
         }
         dispatch(pkts, dirn, owner, k);
         pkts += k;
@@ -534,7 +535,8 @@ bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c)
         return false;
     xesp_meta m;
     std::memcpy(&m, meta, sizeof m);
-    if (m.magic != XESP_META_MAGIC || (m.kind != XESP_META_DECAP && m.kind != XESP_META_ENCAP))
+    if (m.magic != XESP_META_MAGIC ||
+        (m.kind != XESP_META_DECAP && m.kind != XESP_META_ENCAP && m.kind != XESP_META_REPORT))
         return false;
     // Offsets count from the frame start, which is where l3 points until we move it.
     uint32_t start = p.l3 - p.l2_len, frame = p.l2_len + p.len;
@@ -543,7 +545,9 @@ bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c)
     p.l3 = start + m.l3_off;
     p.l2_len = m.l3_off;
     p.len = frame - m.l3_off;
-    c->kind = m.kind == XESP_META_DECAP ? Classified::Decap : Classified::Encap;
+    c->kind = m.kind == XESP_META_DECAP   ? Classified::Decap
+              : m.kind == XESP_META_ENCAP ? Classified::Encap
+                                          : Classified::Report;
     c->id = m.id;
     c->l4 = uint16_t(m.l4_off - m.l3_off);
     c->natt = m.kind == XESP_META_DECAP && (m.flags & XESP_META_F_NATT);

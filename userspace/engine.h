@@ -71,10 +71,13 @@ struct EngineOptions {
 // What the XDP classifier found for a packet: the gateway translates struct xesp_meta
 // (bpf/xesp_xdp_abi.h) into this with classified_from_meta().
 struct Classified {
-    enum Kind : uint8_t { Decap, Encap } kind = Decap;
+    // Report: an ICMP too-big about ESP for a host behind the gateway; the gateway reads it
+    // (pmtu.h), the engine passes it.
+    enum Kind : uint8_t { Decap, Encap, Report } kind = Decap;
     uint32_t id = 0;        // Decap: SA id (Engine::sa_id); Encap: out-policy id (policy_by_id)
     uint16_t l4 = 0;        // Decap: ESP header, bytes from the IP header (behind UDP for NAT-T);
-                            // Encap: the transport header (not needed by the engine)
+                            // Encap: the transport header (not needed by the engine);
+                            // Report: the ICMP header
     bool natt = false;      // Decap: the ESP header follows a UDP header (RFC 3948)
 };
 

@@ -6,6 +6,8 @@
 // packets vanish: the path-MTU black hole.
 //
 // Raw ICMP sockets (filtered in the kernel to these two messages) get a copy of each report.
+// In transport mode the quoted source is a host behind the gateway, and so is the report's
+// destination: the XDP program hands such reports to the gateway (XESP_META_REPORT) instead.
 // The gateway checks it against the SA it names (pmtu_acceptable) and lowers that SA's path
 // MTU; from then on a DF packet too big for it is answered with the smaller tunnel MTU. A
 // learnt path MTU ages out (RFC 1191 6.3 suggests ten minutes; `xesp daemon --pmtu-expires`),

@@ -14,16 +14,17 @@ next to the SAs and policies it loads; the names here are the keys. Addresses us
 import struct
 import sys
 
-from scapy.all import (ARP, ESP, ICMPv6ND_NS, IP, IPOption_Router_Alert, IPv6,
-                       IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop,
-                       IPv6ExtHdrRouting, TCP, UDP, Dot1AD, Dot1Q, Ether, Padding, Raw, conf,
-                       raw)
+from scapy.all import (ARP, ESP, ICMP, ICMPv6ND_NS, ICMPv6PacketTooBig, IP,
+                       IPOption_Router_Alert, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment,
+                       IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, TCP, UDP, Dot1AD, Dot1Q, Ether,
+                       Padding, Raw, conf, raw)
 
 conf.verb = 0
 
 MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
 GW4, GW6 = "192.0.2.1", "2001:db8::1"
 PEER4, PEER6 = "198.51.100.2", "2001:db8:ffff::2"
+ROUTER4, ROUTER6 = "198.51.100.9", "2001:db8:ffff::9"
 SA_RAW4, SA_NATT4, SA_RAW6, SA_NATT6 = 0x1000, 0x2000, 0x3000, 0x4000
 
 
@@ -155,6 +156,30 @@ def fixtures():
         Raw(b"x" * 24))
     add("plain4_tcp_to_gateway", eth() / IP(src=PEER4, dst=GW4) / tcp(22))
     add("plain4_public_unmatched", eth() / IP(src=PEER4, dst="10.9.0.1") / tcp())
+
+    # ICMP too-big from a router, quoting a host's ESP (transport mode) or something else
+    host_esp4 = IP(src="10.1.0.5", dst="10.2.0.7", flags="DF", len=1500) / esp(0x5000)
+    host_esp6 = IPv6(src="fd00:1::5", dst="fd00:2::7", plen=1460) / esp(0x6000)
+    add("too_big4_for_host", eth() / IP(src=ROUTER4, dst="10.1.0.5") /
+        ICMP(type=3, code=4, nexthopmtu=1300) / host_esp4)
+    add("too_big4_natt_for_host", eth() / IP(src=ROUTER4, dst="10.1.0.5") /
+        ICMP(type=3, code=4, nexthopmtu=1300) /
+        IP(src="10.1.0.5", dst="10.2.0.7", flags="DF", len=1500) /
+        UDP(sport=4500, dport=4500) / esp(0x5000))
+    add("too_big4_quotes_tcp", eth() / IP(src=ROUTER4, dst="10.1.0.5") /
+        ICMP(type=3, code=4, nexthopmtu=1300) /
+        IP(src="10.1.0.5", dst="10.2.0.7", flags="DF") / tcp())
+    add("too_big4_port_unreachable", eth() / IP(src=ROUTER4, dst="10.1.0.5") /
+        ICMP(type=3, code=3) / host_esp4)
+    add("too_big4_to_gateway", eth() / IP(src=ROUTER4, dst="10.1.0.1") /
+        ICMP(type=3, code=4, nexthopmtu=1300) /
+        IP(src="10.1.0.1", dst="10.2.0.7", flags="DF", len=1500) / esp(0x5000))
+    add("too_big4_from_protected_net", eth() / IP(src="10.2.0.9", dst="10.1.0.5") /
+        ICMP(type=3, code=4, nexthopmtu=1300) / host_esp4)
+    add("too_big4_cut_short", eth() / IP(src=ROUTER4, dst="10.1.0.5") /
+        ICMP(type=3, code=4, nexthopmtu=1300) / Raw(raw(host_esp4)[:9]))   # no protocol byte
+    add("too_big6_for_host", eth() / IPv6(src=ROUTER6, dst="fd00:1::5") /
+        ICMPv6PacketTooBig(mtu=1400) / host_esp6)
     return f
 
 

@@ -157,7 +157,7 @@ std::unique_ptr<XdpProgram> loaded(XdpOptions opt = {})
 
 // ---- The fixture table -----------------------------------------------------------------
 
-enum class V { Pass, Drop, Decap, Encap };
+enum class V { Pass, Drop, Decap, Encap, Report };
 constexpr auto Prot = IfaceRole::Protected;
 constexpr auto Pub = IfaceRole::Public;
 using C = XdpCounter;
@@ -246,6 +246,17 @@ const Expect kTable[] = {
     {"plain4_tcp_to_gateway", Pub, V::Drop, C::DROP_IN_UNPROTECTED},
     {"plain4_public_unmatched", Pub, V::Pass, C::PASS_NO_POLICY},
     {"esp4_known", Pub, V::Decap, C::REDIRECT_DECAP, 101, 14, 34},
+    // Too-big reports for a host behind us go to the gateway (transport mode's path MTU) when
+    // they may pass at all; those for the gateway itself reach its raw sockets.
+    {"too_big4_for_host", Pub, V::Report, C::REDIRECT_REPORT, 0, 14, 34},
+    {"too_big4_natt_for_host", Pub, V::Report, C::REDIRECT_REPORT, 0, 14, 34},
+    {"too_big6_for_host", Pub, V::Report, C::REDIRECT_REPORT, 0, 14, 54, F6},
+    {"too_big4_for_host", Prot, V::Pass, C::PASS_NO_POLICY},
+    {"too_big4_quotes_tcp", Pub, V::Pass, C::PASS_NO_POLICY},
+    {"too_big4_port_unreachable", Pub, V::Pass, C::PASS_NO_POLICY},
+    {"too_big4_to_gateway", Pub, V::Pass, C::PASS_LOCAL},
+    {"too_big4_from_protected_net", Pub, V::Drop, C::DROP_IN_UNPROTECTED},
+    {"too_big4_cut_short", Pub, V::Pass, C::PASS_NO_POLICY},
 };
 
 const XdpFixturePacket *packet(const char *name)
@@ -268,7 +279,7 @@ void check_row(XdpProgram &prog, const Expect &e)
     XdpCounters after = counters(prog);
     INFO("counters moved: " << describe(before, after));
 
-    bool redirect = e.verdict == V::Decap || e.verdict == V::Encap;
+    bool redirect = e.verdict == V::Decap || e.verdict == V::Encap || e.verdict == V::Report;
     CHECK(r.retval == (e.verdict == V::Pass ? XDP_PASS : XDP_DROP));
     CHECK(after[C::RX] - before[C::RX] == 1);
     CHECK(after[e.counter] - before[e.counter] == 1);
@@ -284,7 +295,9 @@ void check_row(XdpProgram &prog, const Expect &e)
     CHECK(after[C::XSK_MISSING] - before[C::XSK_MISSING] == 1);
     const xesp_meta &m = r.meta;
     CHECK(m.magic == XESP_META_MAGIC);
-    CHECK(m.kind == (e.verdict == V::Decap ? XESP_META_DECAP : XESP_META_ENCAP));
+    CHECK(m.kind == (e.verdict == V::Decap   ? XESP_META_DECAP
+                     : e.verdict == V::Encap ? XESP_META_ENCAP
+                                             : XESP_META_REPORT));
     CHECK(m.id == e.id);
     CHECK(m.l3_off == e.l3);
     CHECK(m.l4_off == e.l4);
@@ -479,7 +492,7 @@ struct XskOnLoopback {
 
 } // namespace
 
-TEST_CASE("with a socket bound to the queue, ESP and protected plaintext are redirected")
+TEST_CASE("with a socket bound to the queue, ESP, protected plaintext and reports are redirected")
 {
     auto prog = loaded();
     XskOnLoopback sock;
@@ -496,7 +509,7 @@ TEST_CASE("with a socket bound to the queue, ESP and protected plaintext are red
         XdpCounters before = counters(*prog);
         RunResult r = run(*prog, p->data, p->len);
         XdpCounters after = counters(*prog);
-        if (e.verdict == V::Decap || e.verdict == V::Encap) {
+        if (e.verdict == V::Decap || e.verdict == V::Encap || e.verdict == V::Report) {
             CHECK(r.retval == XDP_REDIRECT);
             CHECK(r.has_meta);
             CHECK(after[C::XSK_MISSING] == before[C::XSK_MISSING]);

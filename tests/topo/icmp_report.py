@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Sends, from a wire, what a router between the gateways sends when an ESP packet is too big
 for its next link: ICMP "fragmentation needed" (IPv4, RFC 792/1191) or ICMPv6 "packet too big"
-(RFC 4443), to the gateway that sent the packet, quoting its outer header and ESP header.
+(RFC 4443), to the packet's source (a gateway; in transport mode a host), quoting its outer
+header and ESP header.
 scapy builds the message, independently of the gateway's parser.
 
 usage: icmp_report.py --iface DEV --mac MAC --router ADDR --src ADDR --dst ADDR
                       --spi N --seq N --mtu N [--natt]
-src/dst are the quoted (ESP) packet's addresses: src is the gateway the report goes to.
+src/dst are the quoted (ESP) packet's addresses: src is where the report goes.
 """
 import argparse
 import ipaddress

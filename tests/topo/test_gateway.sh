@@ -629,6 +629,45 @@ FILTERS=("icmp6 host $HOSTA_IP6 host $HOSTB_IP6" "esp host $HOSTA_IP6 host $HOST
 ping_cmd hostA "$HOSTB_IP6" -c 5 -i 0.05
 counts_are "transport mode IPv6: ESP between the hosts' addresses, no plaintext" "=0 >=10" "${PING[@]}"
 check "transport mode: TCP hostA -> hostB (4 MiB)" tcp_python a2b 4
+# In transport mode the SA's addresses are the hosts': a router's too-big report about gwA's
+# ESP goes to hostA, which has no such SA. gwA's XDP program hands it to the daemon on the
+# way, which learns the path MTU and keeps the report; hostA then learns the smaller tunnel
+# MTU from gwA. A report about ESP that is not gwA's goes on to hostA through the kernel.
+report_to_hostA() { # SPI SEQ MTU
+    local mac
+    mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
+    "$TOPO" exec wire "$PY" "$HERE/icmp_report.py" --iface "$WIRE_A_IF" --mac "$mac" \
+        --router 192.0.2.254 --src "$HOSTA_IP4" --dst "$HOSTB_IP4" --spi "$1" --seq "$2" \
+        --mtu "$3" 2>/dev/null
+}
+transport_pmtu() {
+    local mtu oseq kept ignored via_kernel got
+    ping_from hostA "$HOSTB_IP4" -c 2 -i 0.1 >/dev/null || return 1
+    mtu=$(stat gwA 'sas[spi=0x1001].tunnel_mtu')
+    kept=$(stat gwA 'gateway.pmtu-reports-kept')
+    ignored=$(stat gwA 'gateway.pmtu-ignored')
+    via_kernel=$(stat gwA 'gateway.tx-via-kernel')
+    report_to_hostA 0x9999 1 1200 || return 1                           # not gwA's ESP
+    oseq=$(stat gwA 'sas[spi=0x1001].oseq')
+    report_to_hostA 0x1001 "$oseq" 1300 || return 1
+    sleep 0.5
+    echo "path MTU $(stat gwA 'sas[spi=0x1001].path_mtu'), tunnel MTU" \
+        "$(stat gwA 'sas[spi=0x1001].tunnel_mtu') (was $mtu); reports kept" \
+        "$kept -> $(stat gwA 'gateway.pmtu-reports-kept'), ignored $ignored ->" \
+        "$(stat gwA 'gateway.pmtu-ignored'), via kernel $via_kernel ->" \
+        "$(stat gwA 'gateway.tx-via-kernel')"
+    [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 1300 ] &&
+        [ "$(stat gwA 'sas[spi=0x1001].tunnel_mtu')" = $((mtu - 200)) ] &&
+        [ "$(stat gwA 'gateway.pmtu-reports-kept')" = $((kept + 1)) ] &&
+        [ "$(stat gwA 'gateway.pmtu-ignored')" = $((ignored + 1)) ] &&
+        [ "$(stat gwA 'gateway.tx-via-kernel')" -gt "$via_kernel" ] || return 1
+    "$TOPO" exec hostA ip route flush cache
+    got=$(pmtu_learnt 2>&1)
+    echo "hostA's path MTU to hostB: $got"
+    [ "$got" = $((mtu - 200)) ]
+}
+check "transport mode: a router's report to hostA lowers gwA's path MTU; hostA learns it" \
+    transport_pmtu
 down_pair
 
 step "NAT-T: daemons up" up_pair natt

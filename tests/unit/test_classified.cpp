@@ -342,6 +342,15 @@ TEST_CASE("classified ids that name nothing fail closed", "[classified]")
         CHECK(g.bytes() == plain);
         CHECK(tx->stats().passed == 1);
     }
+    SECTION("a report is the gateway's business: the engine passes it untouched")
+    {
+        auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        Frame f(plain);
+        CHECK(run_classified(*tx, f, Classified{Classified::Report, 1, kIpv4Len}) ==
+              Verdict::Pass);
+        CHECK(f.bytes() == plain);
+        CHECK(tx->stats().encrypted == 0);
+    }
 }
 
 namespace {
@@ -416,6 +425,16 @@ TEST_CASE("classified_from_meta reads the XDP metadata", "[classified][meta]")
         CHECK(c.l4 == 20);
         CHECK(!c.natt);
         CHECK(std::memcmp(f.pkt.ip(), ip.data(), ip.size()) == 0);
+    }
+    SECTION("an ICMP report for a host behind the gateway")
+    {
+        RxFrame f(ip, 0);
+        f.set_meta(XESP_META_REPORT, 0, 20, XESP_META_F_IPV6);
+        REQUIRE(classified_from_meta(f.meta(), sizeof(xesp_meta), f.pkt, &c));
+        CHECK(f.pkt.l3 == kFrameHeadroom + 14);
+        CHECK(c.kind == Classified::Report);
+        CHECK(c.l4 == 20);
+        CHECK(!c.natt);
     }
     SECTION("no valid metadata: the packet is left alone")
     {

@@ -32,12 +32,6 @@ bool may_split(const Pkt &p, const Classified &c, uint32_t mtu)
            (p.ip()[0] >> 4) == 4 && may_fragment(p);
 }
 
-uint64_t now_ns()
-{
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
-}
 
 // Every address of every interface in this network namespace (IPv6 link-local ones too).
 std::vector<std::pair<std::string, IpAddr>> interface_addresses()
@@ -95,6 +89,13 @@ IpAddr ip_dst(const Pkt &p)
 }
 
 } // namespace
+
+uint64_t now_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+}
 
 Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
                                                  const GatewayOptions &options)
@@ -271,6 +272,10 @@ void Gateway::rx_one(Port &port)
         }
         m->magic = 0;                   // frames are reused
         Classified &c = cls[k];
+        if (c.kind == Classified::Report) {
+            take_report(port, pkts[i], c);
+            continue;
+        }
         if (c.kind == Classified::Encap && !port.local && !forward_hop(pkts[i])) {
             count(GwCounter::TtlExceeded);
             if (time_exceeded(pkts[i]))

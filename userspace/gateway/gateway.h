@@ -57,7 +57,10 @@ namespace xesp {
     X(IcmpLimited, "drop-icmp-rate-limit", true) /* ICMP errors over the rate limit */ \
     X(Prefragmented, "fragmented-before-encryption", false) /* NAT-T: inner IPv4 split */ \
     X(PmtuLearnt, "pmtu-learnt", false)         /* ICMP lowered an SA's path MTU */         \
-    X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */
+    X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */ \
+    X(ReportsTaken, "pmtu-reports-kept", false) /* for a host, about our SA: not passed on */
+
+uint64_t now_ns();      // CLOCK_MONOTONIC
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
@@ -150,7 +153,8 @@ private:
     void refresh_local_addresses();
     EngineOptions engine_options() const;
     void rx_one(Port &port);
-    void learn_pmtu(const PmtuReport &r, uint64_t now);
+    bool learn_pmtu(const PmtuReport &r, uint64_t now);
+    void take_report(Port &port, Pkt &p, const Classified &c);
     void age_pmtu(uint64_t now);
     uint32_t split_mtu() const;
     void rx_kernel();

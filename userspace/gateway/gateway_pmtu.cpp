@@ -12,30 +12,54 @@ constexpr uint64_t kSecondNs = 1000000000;
 
 // A report is believed for an SA of ours that sent the quoted packet: the same addresses and
 // encapsulation, a sequence number it sent lately. It can only lower the path MTU (RFC 1191
-// 6.3); the same value again keeps it for another lifetime.
-void Gateway::learn_pmtu(const PmtuReport &r, uint64_t now)
+// 6.3); the same value again keeps it for another lifetime. True if the report was about one
+// of our SAs, whether or not it lowered anything.
+bool Gateway::learn_pmtu(const PmtuReport &r, uint64_t now)
 {
     Sa *sa = engine_->sas().find_in(r.dst, r.spi);
     if (!sa || !(sa->config().src == r.src) || sa->natt() != r.natt ||
         !pmtu_seq_recent(r.seq, sa->oseq())) {
         count(GwCounter::PmtuIgnored);
-        return;
+        return false;
     }
     uint32_t link = engine_->options().link_mtu;
     uint32_t now_mtu = sa->outer_mtu(link);
     if (now_mtu && r.mtu > now_mtu) {
         count(GwCounter::PmtuIgnored);
-        return;
+        return true;
     }
     pmtus_[SaKey{r.dst, r.spi}] = LearntPmtu{r.mtu, now + options_.pmtu_expires_s * kSecondNs};
     count(GwCounter::PmtuLearnt);
     if (r.mtu == sa->path_mtu())
-        return;
+        return true;
     sa->set_path_mtu(r.mtu);
     min_pmtu_ = smaller_mtu(r.mtu, min_pmtu_);
     log(LogLevel::Notice, "%s: path MTU %u (ICMP from %s); tunnel MTU now %u for %u s",
         sa_label(sa->config()).c_str(), r.mtu, r.router.str().c_str(), sa->inner_mtu(r.mtu),
         options_.pmtu_expires_s);
+    return true;
+}
+
+// A report on its way to a host behind us (the XDP program sends those here; the ones for
+// the gateway's own addresses reach it through PmtuListener). In transport mode the SA's
+// addresses are the hosts': the host has no such SA and no use for the report, the gateway
+// has. About one of ours: learnt and kept from the host. Anything else goes on through the
+// kernel, as if the gateway had never looked.
+void Gateway::take_report(Port &port, Pkt &p, const Classified &c)
+{
+    PmtuReport r;
+    bool parsed = false;
+    if ((p.ip()[0] >> 4) == 4) {
+        parsed = parse_pmtu_report4(p.ip(), p.len, &r);
+    } else if (p.len >= 40 && c.l4 < p.len) {
+        parsed = parse_pmtu_report6(p.ip() + c.l4, p.len - c.l4, IpAddr::v6(p.ip() + 8), &r);
+    }
+    if (parsed && learn_pmtu(r, now_ns())) {
+        count(GwCounter::ReportsTaken);
+        port.x.recycle(p);
+        return;
+    }
+    to_kernel(port, p);
 }
 
 void Gateway::age_pmtu(uint64_t now)
