@@ -16,8 +16,8 @@
 # wire has reported a smaller path MTU for the SA; SAs and policies added and
 # removed under traffic lose no packet of the running flow; kill -9 of a daemon under traffic
 # lets no plaintext onto the wire, and the restarted daemon resumes the flow from its state
-# file (sequence numbers above what the peer has seen); SIGTERM detaches XDP. Then transport
-# mode (hostA <-> hostB SAs, the gateways as bumps in the wire) and NAT-T (ESP in UDP/4500).
+# file (sequence numbers above what the peer has seen); SIGTERM detaches XDP. Transport mode
+# and NAT-T are in test_gateway_modes.sh.
 #
 # Usage: bash test_gateway.sh XESP
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns/veth/XDP).
@@ -30,176 +30,7 @@ PY=/usr/bin/python3
 export XESP_TOPO_PREFIX=xesp-g$$-
 
 source "$HERE/lib.sh"
-
-declare -A DPID=()
-cleanup() {
-    local gw
-    for gw in "${!DPID[@]}"; do kill -9 "${DPID[$gw]}" 2>/dev/null; done
-    [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null
-    "$TOPO" down >/dev/null 2>&1
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# step NAME CMD...: as check, but CMD runs in this shell (it may start daemons and keep their
-# pids), its output kept in a file.
-step() {
-    local name=$1
-    shift
-    if "$@" >"$WORK/step.out" 2>&1; then
-        pass "$name"
-    else
-        fail "$name" "$(tail -n 3 "$WORK/step.out" | tr '\n' ' ')"
-    fi
-}
-
-# ---- Gateways --------------------------------------------------------------------------------
-
-cli() { # GW ARGS...: the xesp command against GW's daemon
-    local gw=$1
-    shift
-    XESP_SOCKET=$WORK/$gw.sock "$XESP" "$@"
-}
-
-# start_gw GW [daemon options...]: starts the daemon in GW's namespace and waits for its socket.
-start_gw() {
-    local gw=$1
-    shift
-    "$TOPO" exec "$gw" "$XESP" daemon --socket "$WORK/$gw.sock" --state "$WORK/$gw.state" "$@" \
-        >>"$WORK/$gw.log" 2>&1 &
-    DPID[$gw]=$!
-    for _ in $(seq 100); do
-        cli "$gw" iface list >/dev/null 2>&1 && return 0
-        kill -0 "${DPID[$gw]}" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "$gw: the daemon did not come up: $(tail -n 3 "$WORK/$gw.log")"
-    return 1
-}
-
-stop_gw() { # GW [SIGNAL]
-    local gw=$1 sig=${2:-TERM} rc
-    [ -n "${DPID[$gw]:-}" ] || return 1
-    kill -"$sig" "${DPID[$gw]}" 2>/dev/null
-    wait "${DPID[$gw]}" 2>/dev/null
-    rc=$?
-    unset "DPID[$gw]"
-    return $rc
-}
-
-# A learnt path MTU lasts this long here (600 s by default): long enough for the checks that
-# use it, short enough to see it expire.
-PMTU_EXPIRES=8
-
-# up_pair MODE-OPTIONS...: fresh daemons on both gateways with `xesp-topo config` for them.
-up_pair() {
-    local gw
-    rm -f "$WORK"/gw?.state
-    for gw in gwA gwB; do
-        "$TOPO" config "$gw" "$@" >"$WORK/$gw.conf" || return 1
-        start_gw "$gw" -b "$WORK/$gw.conf" --pmtu-expires "$PMTU_EXPIRES" || return 1
-    done
-    cli gwA iface add "$GWA_PROT_IF" role protected &&
-        cli gwA iface add "$GWA_PUB_IF" role public &&
-        cli gwB iface add "$GWB_PUB_IF" role public &&
-        cli gwB iface add "$GWB_PROT_IF" role protected
-}
-
-down_pair() {
-    stop_gw gwA
-    stop_gw gwB
-    return 0
-}
-
-# stat GW JQ-LIKE-PATH: one number from `xesp stats -j`, e.g. stat gwB 'drops.in-icv-fail'
-# or stat gwA 'sas[spi=0x1001].packets'.
-stat() {
-    cli "$1" stats -j | "$PY" -c '
-import json, re, sys
-j = json.load(sys.stdin)
-for part in sys.argv[1].split("."):
-    m = re.fullmatch(r"(\w+)\[spi=(\w+)\]", part)
-    if m:
-        j = next(s for s in j[m.group(1)] if s["spi"] == int(m.group(2), 0))
-    else:
-        j = j[part]
-print(j)' "$2"
-}
-
-# counts_are NAME "CMP CMP ..." CMD...: one comparison per filter in FILTERS, e.g. "=0 >=5".
-counts_are() {
-    local name=$1 want=($2) got i ok=1
-    shift 2
-    got=($(wire_counts "$@"))
-    for i in "${!want[@]}"; do
-        local w=${want[$i]} g=${got[$i]:-x} op val
-        op=${w%%[0-9]*} val=${w#"$op"}
-        case $op in
-        "=") [ "$g" = "$val" ] || ok=0 ;;
-        ">=") [ "$g" -ge "$val" ] 2>/dev/null || ok=0 ;;
-        esac
-    done
-    if [ "$ok" = 1 ]; then
-        pass "$name (${got[*]})"
-    else
-        fail "$name" "counts '${got[*]}', want '${want[*]}'; $(tail -n 2 "$WORK/capture.err" | tr '\n' ' ')"
-    fi
-}
-
-# udp_cmd NODE DST COUNT MARKER [INTERVAL]: sets UDP to the command that sends COUNT datagrams
-# carrying MARKER to DST port 5300 (for wire_capture.py).
-udp_cmd() {
-    UDP=("$TOPO" exec "$1" "$PY" -c "
-import socket, time
-fam = socket.AF_INET6 if ':' in '$2' else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM)
-for i in range($3):
-    s.sendto(b'$4 %d' % i, ('$2', 5300))
-    time.sleep(${5:-0.002})")
-}
-
-# udp_sink NODE ADDR SECONDS: counts the datagrams that reach ADDR port 5300 for SECONDS.
-udp_sink() {
-    "$TOPO" exec "$1" "$PY" -c "
-import socket, time
-fam = socket.AF_INET6 if ':' in '$2' else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM); s.bind(('$2', 5300)); s.settimeout(0.2)
-n, end = 0, time.time() + $3
-while time.time() < end:
-    try:
-        s.recv(2048); n += 1
-    except socket.timeout:
-        pass
-print(n)"
-}
-# sink_start NODE ADDR SECONDS: udp_sink in the background, bound when this returns;
-# sink_count VAR then waits for it and sets VAR to its count (not in a $(...): the sink is
-# this shell's child).
-sink_start() {
-    udp_sink "$@" >"$WORK/sink.count" &
-    SINK=$!
-    wait_listen "$1" 5300 udp
-}
-sink_count() {
-    wait "$SINK"
-    printf -v "$1" '%s' "$(cat "$WORK/sink.count")"
-}
-# nodf_send FILL [BYTES]: the script for 20 datagrams of BYTES (default 1460) from hostA to
-# hostB without DF (each starts with its number, then FILL).
-nodf_send() {
-    echo "
-import socket, time
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
-for i in range(20):
-    s.sendto(b'%04d' % i + b'$1' * (${2:-1460} - 4), ('$HOSTB_IP4', 5300))
-    time.sleep(0.01)"
-}
-
-xdp_attached() { # GW DEV
-    "$TOPO" exec "$1" ip -d link show dev "$2" | grep -q 'prog/xdp'
-}
+source "$HERE/gateway_lib.sh"
 
 # ---- Tunnel mode -----------------------------------------------------------------------------
 
@@ -278,21 +109,6 @@ check "stats: tunnel MTU per SA ($tunnel_mtu for a 1500-byte link)" test "$tunne
 check "stats text names the SAs" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' stats | grep -q 'esp spi 0x00001001'"
 
 # A DF packet that no longer fits once encrypted: hostA learns the tunnel MTU from gwA.
-pmtu_learnt() {
-    "$TOPO" exec hostA "$PY" -c "
-import socket, time
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IP, 10, 2)          # IP_MTU_DISCOVER = IP_PMTUDISC_DO
-s.connect(('$HOSTB_IP4', 5300))
-for _ in range(2):      # EMSGSIZE: hostA knows the path MTU already (TCP found it earlier)
-    try:
-        s.send(b'x' * 1460)
-    except OSError as e:
-        if e.errno != 90:
-            raise
-    time.sleep(0.5)
-print(s.getsockopt(socket.IPPROTO_IP, 14))      # IP_MTU"
-}
 got=$(pmtu_learnt 2>&1)
 check "DF too big: ICMP frag-needed gives hostA the tunnel MTU ($got)" test "$got" = "$tunnel_mtu"
 
@@ -475,14 +291,6 @@ check "plaintext on the public side for a protected flow: dropped by XDP, counte
 # "fragmentation needed" / "packet too big" (scapy plays the router on the wire). gwA lowers
 # the SA's path MTU, and hostA then learns the smaller tunnel MTU from gwA. A report quoting a
 # sequence number the SA has not sent is ignored, and counted.
-report_to_gwA() { # SPI SEQ MTU [--natt]: the report for gwA's SA SPI, IPv6 for 0x1002
-    local mac addrs=(192.0.2.254 "$GWA_PUB_IP4" "$GWB_PUB_IP4")
-    mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
-    [ "$1" = 0x1002 ] && addrs=(2001:db8::fe "$GWA_PUB_IP6" "$GWB_PUB_IP6")
-    "$TOPO" exec wire "$PY" "$HERE/icmp_report.py" --iface "$WIRE_A_IF" --mac "$mac" \
-        --router "${addrs[0]}" --src "${addrs[1]}" --dst "${addrs[2]}" \
-        --spi "$1" --seq "$2" --mtu "$3" "${@:4}" 2>/dev/null
-}
 tunnel_pmtu() {
     local oseq ignored learnt got
     ping_from hostA "$HOSTB_IP6" -c 2 -i 0.1 >/dev/null || return 1     # the IPv6 SA sends
@@ -619,128 +427,4 @@ check "SIGTERM: the tc egress guard detached too" bash -c "! '$TOPO' exec gwA tc
 check "SIGTERM: the local link is gone" bash -c "! '$TOPO' exec gwA ip link show xesp-local 2>/dev/null"
 stop_gw gwB
 
-# ---- Transport mode and NAT-T ----------------------------------------------------------------
-
-step "transport mode: daemons up" up_pair transport
-FILTERS=("icmp host $HOSTA_IP4 host $HOSTB_IP4" "esp host $HOSTA_IP4 host $HOSTB_IP4")
-ping_cmd hostA "$HOSTB_IP4" -c 5 -i 0.05
-counts_are "transport mode IPv4: ESP between the hosts' addresses, no plaintext" "=0 >=10" "${PING[@]}"
-FILTERS=("icmp6 host $HOSTA_IP6 host $HOSTB_IP6" "esp host $HOSTA_IP6 host $HOSTB_IP6")
-ping_cmd hostA "$HOSTB_IP6" -c 5 -i 0.05
-counts_are "transport mode IPv6: ESP between the hosts' addresses, no plaintext" "=0 >=10" "${PING[@]}"
-check "transport mode: TCP hostA -> hostB (4 MiB)" tcp_python a2b 4
-# In transport mode the SA's addresses are the hosts': a router's too-big report about gwA's
-# ESP goes to hostA, which has no such SA. gwA's XDP program hands it to the daemon on the
-# way, which learns the path MTU and keeps the report; hostA then learns the smaller tunnel
-# MTU from gwA. A report about ESP that is not gwA's goes on to hostA through the kernel.
-report_to_hostA() { # SPI SEQ MTU
-    local mac
-    mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
-    "$TOPO" exec wire "$PY" "$HERE/icmp_report.py" --iface "$WIRE_A_IF" --mac "$mac" \
-        --router 192.0.2.254 --src "$HOSTA_IP4" --dst "$HOSTB_IP4" --spi "$1" --seq "$2" \
-        --mtu "$3" 2>/dev/null
-}
-transport_pmtu() {
-    local mtu oseq kept ignored via_kernel got
-    ping_from hostA "$HOSTB_IP4" -c 2 -i 0.1 >/dev/null || return 1
-    mtu=$(stat gwA 'sas[spi=0x1001].tunnel_mtu')
-    kept=$(stat gwA 'gateway.pmtu-reports-kept')
-    ignored=$(stat gwA 'gateway.pmtu-ignored')
-    via_kernel=$(stat gwA 'gateway.tx-via-kernel')
-    report_to_hostA 0x9999 1 1200 || return 1                           # not gwA's ESP
-    oseq=$(stat gwA 'sas[spi=0x1001].oseq')
-    report_to_hostA 0x1001 "$oseq" 1300 || return 1
-    sleep 0.5
-    echo "path MTU $(stat gwA 'sas[spi=0x1001].path_mtu'), tunnel MTU" \
-        "$(stat gwA 'sas[spi=0x1001].tunnel_mtu') (was $mtu); reports kept" \
-        "$kept -> $(stat gwA 'gateway.pmtu-reports-kept'), ignored $ignored ->" \
-        "$(stat gwA 'gateway.pmtu-ignored'), via kernel $via_kernel ->" \
-        "$(stat gwA 'gateway.tx-via-kernel')"
-    [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 1300 ] &&
-        [ "$(stat gwA 'sas[spi=0x1001].tunnel_mtu')" = $((mtu - 200)) ] &&
-        [ "$(stat gwA 'gateway.pmtu-reports-kept')" = $((kept + 1)) ] &&
-        [ "$(stat gwA 'gateway.pmtu-ignored')" = $((ignored + 1)) ] &&
-        [ "$(stat gwA 'gateway.tx-via-kernel')" -gt "$via_kernel" ] || return 1
-    "$TOPO" exec hostA ip route flush cache
-    got=$(pmtu_learnt 2>&1)
-    echo "hostA's path MTU to hostB: $got"
-    [ "$got" = $((mtu - 200)) ]
-}
-check "transport mode: a router's report to hostA lowers gwA's path MTU; hostA learns it" \
-    transport_pmtu
-down_pair
-
-step "NAT-T: daemons up" up_pair natt
-FILTERS=("icmp host $HOSTA_IP4 host $HOSTB_IP4" "udp port 4500" "esp")
-ping_cmd hostA "$HOSTB_IP4" -c 5 -i 0.05
-counts_are "NAT-T: ESP in UDP/4500 on the wire, no plaintext" "=0 >=10 >=10" "${PING[@]}"
-check "NAT-T: TCP hostB -> hostA over IPv6 (4 MiB)" tcp_python b2a 6
-# Too big without DF: split before encryption, since the far gateway could not reassemble
-# fragments of ESP in UDP. No IP fragment crosses the wire, and hostB gets every datagram.
-# split_before_encryption FILL [BYTES]: 20 datagrams without DF from hostA (nodf_send); each
-# must be split by gwA before encryption, no IP fragment may cross the wire, hostB gets all.
-split_before_encryption() {
-    local before after got wire
-    before=$(stat gwA 'gateway.fragmented-before-encryption')
-    "$TOPO" exec hostA ip route flush cache
-    sink_start hostB "$HOSTB_IP4" 3 || return 1
-    FILTERS=("frag" "esp")
-    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "$(nodf_send "$@")")
-    sink_count got
-    after=$(stat gwA 'gateway.fragmented-before-encryption')
-    echo "hostB got $got of 20; on the wire: $wire(IP fragments, ESP); split $((after - before))"
-    [ "$got" = 20 ] && [ "${wire%% *}" = 0 ] && [ $((after - before)) = 20 ]
-}
-check "NAT-T, too big, no DF: split before encryption, no outer fragments, all delivered" \
-    split_before_encryption n
-# A peer that fragments the outer packet instead (the Linux kernel does): scapy encrypts with
-# gwA's SA and sends the fragments to gwB, whose kernel reassembles them; the gateway takes
-# the datagram from its raw UDP socket, decrypts it and hostB gets it.
-natt_reassembled() {
-    local key mac before after got
-    key=$(grep 'spi 0x1001 ' "$WORK/gwA.conf" | grep -o '0x[0-9a-f]\{40\}')
-    mac=$("$TOPO" exec gwB cat /sys/class/net/$GWB_PUB_IF/address)
-    before=$(stat gwB 'gateway.rx-reassembled')
-    sink_start hostB "$HOSTB_IP4" 3 || return 1
-    "$TOPO" exec wire "$PY" -c "
-from scapy.all import Ether, IP, UDP, Raw, fragment, sendp
-from scapy.layers.ipsec import SecurityAssociation, ESP
-sa = SecurityAssociation(ESP, spi=0x1001, crypt_algo='AES-GCM', crypt_key=bytes.fromhex('${key#0x}'),
-                         tunnel_header=IP(src='$GWA_PUB_IP4', dst='$GWB_PUB_IP4'),
-                         nat_t_header=UDP(sport=4500, dport=4500))
-for i in range(5):
-    inner = IP(src='$HOSTA_IP4', dst='$HOSTB_IP4', ttl=64) / UDP(sport=4242, dport=5300) / Raw(b'r' * 1400)
-    outer = sa.encrypt(inner, seq_num=1000000 + i)
-    outer[UDP].len = None           # scapy leaves the NAT-T UDP length at 8
-    outer[UDP].chksum = 0
-    outer = IP(bytes(outer))
-    sendp([Ether(dst='$mac') / f for f in fragment(outer, fragsize=800)], iface='$WIRE_B_IF', verbose=False)
-" || return 1
-    sink_count got
-    after=$(stat gwB 'gateway.rx-reassembled')
-    echo "hostB got $got of 5; gwB rx-reassembled $before -> $after"
-    [ "$got" = 5 ] && [ $((after - before)) = 5 ]
-}
-check "NAT-T: outer fragments from a peer are reassembled by the kernel and decrypted" natt_reassembled
-# A router reports a smaller path MTU for the NAT-T SA (quoting ESP in UDP; a report quoting
-# plain ESP for it is ignored). Datagrams without DF that fit the link but not the path are
-# then split before encryption too.
-natt_pmtu() {
-    local oseq
-    oseq=$(stat gwA 'sas[spi=0x1001].oseq')
-    report_to_gwA 0x1001 "$oseq" 1300 || return 1                   # plain ESP: not this SA's
-    sleep 0.3
-    [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 0 ] || { echo "a plain ESP report was believed"; return 1; }
-    report_to_gwA 0x1001 "$oseq" 1300 --natt || return 1
-    sleep 0.3
-    [ "$(stat gwA 'sas[spi=0x1001].path_mtu')" = 1300 ] || { echo "path MTU not learnt"; return 1; }
-    split_before_encryption p 1300
-}
-check "NAT-T: a reported path MTU applies to the split before encryption" natt_pmtu
-down_pair
-
-echo "$passed passed, $failed failed ($((SECONDS - start)) s)"
-if [ "$failed" != 0 ]; then
-    for gw in gwA gwB; do echo "--- $gw log"; tail -n 20 "$WORK/$gw.log"; done
-fi
-[ "$failed" = 0 ]
+finish

@@ -1,0 +1,213 @@
+# Shared by the gateway tests (test_gateway.sh, test_gateway_modes.sh): xesp daemons on both
+# gateways of the topology, their CLI and counters, UDP sinks and senders, and a router on the
+# wire that reports a smaller path MTU. Source it after lib.sh, with XESP (the xesp binary),
+# HERE, TOPO and PY set; set `start=$SECONDS` before the first check and end with `finish`.
+
+declare -A DPID=()
+cleanup() {
+    local gw
+    for gw in "${!DPID[@]}"; do kill -9 "${DPID[$gw]}" 2>/dev/null; done
+    [ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null
+    "$TOPO" down >/dev/null 2>&1
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# step NAME CMD...: as check, but CMD runs in this shell (it may start daemons and keep their
+# pids), its output kept in a file.
+step() {
+    local name=$1
+    shift
+    if "$@" >"$WORK/step.out" 2>&1; then
+        pass "$name"
+    else
+        fail "$name" "$(tail -n 3 "$WORK/step.out" | tr '\n' ' ')"
+    fi
+}
+
+# ---- Gateways --------------------------------------------------------------------------------
+
+cli() { # GW ARGS...: the xesp command against GW's daemon
+    local gw=$1
+    shift
+    XESP_SOCKET=$WORK/$gw.sock "$XESP" "$@"
+}
+
+# start_gw GW [daemon options...]: starts the daemon in GW's namespace and waits for its socket.
+start_gw() {
+    local gw=$1
+    shift
+    "$TOPO" exec "$gw" "$XESP" daemon --socket "$WORK/$gw.sock" --state "$WORK/$gw.state" "$@" \
+        >>"$WORK/$gw.log" 2>&1 &
+    DPID[$gw]=$!
+    for _ in $(seq 100); do
+        cli "$gw" iface list >/dev/null 2>&1 && return 0
+        kill -0 "${DPID[$gw]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "$gw: the daemon did not come up: $(tail -n 3 "$WORK/$gw.log")"
+    return 1
+}
+
+stop_gw() { # GW [SIGNAL]
+    local gw=$1 sig=${2:-TERM} rc
+    [ -n "${DPID[$gw]:-}" ] || return 1
+    kill -"$sig" "${DPID[$gw]}" 2>/dev/null
+    wait "${DPID[$gw]}" 2>/dev/null
+    rc=$?
+    unset "DPID[$gw]"
+    return $rc
+}
+
+# A learnt path MTU lasts this long here (600 s by default): long enough for the checks that
+# use it, short enough to see it expire.
+PMTU_EXPIRES=8
+
+# up_pair MODE-OPTIONS...: fresh daemons on both gateways with `xesp-topo config` for them.
+up_pair() {
+    local gw
+    rm -f "$WORK"/gw?.state
+    for gw in gwA gwB; do
+        "$TOPO" config "$gw" "$@" >"$WORK/$gw.conf" || return 1
+        start_gw "$gw" -b "$WORK/$gw.conf" --pmtu-expires "$PMTU_EXPIRES" || return 1
+    done
+    cli gwA iface add "$GWA_PROT_IF" role protected &&
+        cli gwA iface add "$GWA_PUB_IF" role public &&
+        cli gwB iface add "$GWB_PUB_IF" role public &&
+        cli gwB iface add "$GWB_PROT_IF" role protected
+}
+
+down_pair() {
+    stop_gw gwA
+    stop_gw gwB
+    return 0
+}
+
+# stat GW JQ-LIKE-PATH: one number from `xesp stats -j`, e.g. stat gwB 'drops.in-icv-fail'
+# or stat gwA 'sas[spi=0x1001].packets'.
+stat() {
+    cli "$1" stats -j | "$PY" -c '
+import json, re, sys
+j = json.load(sys.stdin)
+for part in sys.argv[1].split("."):
+    m = re.fullmatch(r"(\w+)\[spi=(\w+)\]", part)
+    if m:
+        j = next(s for s in j[m.group(1)] if s["spi"] == int(m.group(2), 0))
+    else:
+        j = j[part]
+print(j)' "$2"
+}
+
+# counts_are NAME "CMP CMP ..." CMD...: one comparison per filter in FILTERS, e.g. "=0 >=5".
+counts_are() {
+    local name=$1 want=($2) got i ok=1
+    shift 2
+    got=($(wire_counts "$@"))
+    for i in "${!want[@]}"; do
+        local w=${want[$i]} g=${got[$i]:-x} op val
+        op=${w%%[0-9]*} val=${w#"$op"}
+        case $op in
+        "=") [ "$g" = "$val" ] || ok=0 ;;
+        ">=") [ "$g" -ge "$val" ] 2>/dev/null || ok=0 ;;
+        esac
+    done
+    if [ "$ok" = 1 ]; then
+        pass "$name (${got[*]})"
+    else
+        fail "$name" "counts '${got[*]}', want '${want[*]}'; $(tail -n 2 "$WORK/capture.err" | tr '\n' ' ')"
+    fi
+}
+
+# udp_cmd NODE DST COUNT MARKER [INTERVAL]: sets UDP to the command that sends COUNT datagrams
+# carrying MARKER to DST port 5300 (for wire_capture.py).
+udp_cmd() {
+    UDP=("$TOPO" exec "$1" "$PY" -c "
+import socket, time
+fam = socket.AF_INET6 if ':' in '$2' else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM)
+for i in range($3):
+    s.sendto(b'$4 %d' % i, ('$2', 5300))
+    time.sleep(${5:-0.002})")
+}
+
+# udp_sink NODE ADDR SECONDS: counts the datagrams that reach ADDR port 5300 for SECONDS.
+udp_sink() {
+    "$TOPO" exec "$1" "$PY" -c "
+import socket, time
+fam = socket.AF_INET6 if ':' in '$2' else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM); s.bind(('$2', 5300)); s.settimeout(0.2)
+n, end = 0, time.time() + $3
+while time.time() < end:
+    try:
+        s.recv(2048); n += 1
+    except socket.timeout:
+        pass
+print(n)"
+}
+# sink_start NODE ADDR SECONDS: udp_sink in the background, bound when this returns;
+# sink_count VAR then waits for it and sets VAR to its count (not in a $(...): the sink is
+# this shell's child).
+sink_start() {
+    udp_sink "$@" >"$WORK/sink.count" &
+    SINK=$!
+    wait_listen "$1" 5300 udp
+}
+sink_count() {
+    wait "$SINK"
+    printf -v "$1" '%s' "$(cat "$WORK/sink.count")"
+}
+# nodf_send FILL [BYTES]: the script for 20 datagrams of BYTES (default 1460) from hostA to
+# hostB without DF (each starts with its number, then FILL).
+nodf_send() {
+    echo "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
+for i in range(20):
+    s.sendto(b'%04d' % i + b'$1' * (${2:-1460} - 4), ('$HOSTB_IP4', 5300))
+    time.sleep(0.01)"
+}
+
+xdp_attached() { # GW DEV
+    "$TOPO" exec "$1" ip -d link show dev "$2" | grep -q 'prog/xdp'
+}
+
+# pmtu_learnt: hostA sends a DF datagram that no longer fits once encrypted and prints the
+# path MTU it learnt (from gwA's "fragmentation needed").
+pmtu_learnt() {
+    "$TOPO" exec hostA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)          # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+s.connect(('$HOSTB_IP4', 5300))
+for _ in range(2):      # EMSGSIZE: hostA knows the path MTU already (TCP found it earlier)
+    try:
+        s.send(b'x' * 1460)
+    except OSError as e:
+        if e.errno != 90:
+            raise
+    time.sleep(0.5)
+print(s.getsockopt(socket.IPPROTO_IP, 14))      # IP_MTU"
+}
+
+# report_to_gwA SPI SEQ MTU [--natt]: a router on the wire (scapy) reports a smaller path MTU
+# for gwA's SA SPI (IPv6 for 0x1002), quoting sequence number SEQ.
+report_to_gwA() {
+    local mac addrs=(192.0.2.254 "$GWA_PUB_IP4" "$GWB_PUB_IP4")
+    mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
+    [ "$1" = 0x1002 ] && addrs=(2001:db8::fe "$GWA_PUB_IP6" "$GWB_PUB_IP6")
+    "$TOPO" exec wire "$PY" "$HERE/icmp_report.py" --iface "$WIRE_A_IF" --mac "$mac" \
+        --router "${addrs[0]}" --src "${addrs[1]}" --dst "${addrs[2]}" \
+        --spi "$1" --seq "$2" --mtu "$3" "${@:4}" 2>/dev/null
+}
+
+# finish: the summary, the daemons' last words if a check failed, and the exit status.
+finish() {
+    local gw
+    echo "$passed passed, $failed failed ($((SECONDS - start)) s)"
+    if [ "$failed" != 0 ]; then
+        for gw in gwA gwB; do echo "--- $gw log"; tail -n 20 "$WORK/$gw.log"; done
+    fi
+    [ "$failed" = 0 ]
+}
