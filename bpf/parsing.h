@@ -205,8 +205,6 @@ static __always_inline int parse_ip(struct cursor *c, void *data, struct flow *f
     return rc < 0 ? PARSE_MALFORMED : PARSE_OK;
 }
 
-/* Source and destination ports of the protocols that have them; a transport header too short
- * to hold them makes the packet portless, as a fragment. */
 /* ICMP "fragmentation needed" (type 3 code 4) or ICMPv6 "packet too big" (type 2) whose quoted
  * packet is ESP or UDP: sets f->too_big. The quoted headers are read no further than their
  * protocol; userspace checks the rest. */
@@ -230,6 +228,8 @@ static __always_inline void parse_too_big(struct cursor *c, struct flow *f)
     f->too_big = quoted == IPPROTO_ESP || quoted == IPPROTO_UDP;
 }
 
+/* Source and destination ports of the protocols that have them; a transport header too short
+ * to hold them makes the packet portless, as a fragment. */
 static __always_inline void parse_ports(struct cursor *c, struct flow *f)
 {
     if (f->fragment)

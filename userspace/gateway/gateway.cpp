@@ -32,7 +32,6 @@ bool may_split(const Pkt &p, const Classified &c, uint32_t mtu)
            (p.ip()[0] >> 4) == 4 && may_fragment(p);
 }
 
-
 // Every address of every interface in this network namespace (IPv6 link-local ones too).
 std::vector<std::pair<std::string, IpAddr>> interface_addresses()
 {
