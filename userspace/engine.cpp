@@ -115,6 +115,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
         prev->policy_sa_.assign(prev->policy_sa_.size(), nullptr);
     for (size_t i = 0; i < config.sas.size(); i++) {
         std::unique_ptr<Sa> sa = fresh[i] ? std::move(fresh[i]) : prev->sas_.take(config.sas[i]);
+        if (sa->config().lifetime.has_time())
+            e->timed_.push_back(sa.get());
         e->sas_.add(std::move(sa));
     }
     for (const PolicyConfig &p : config.policies)
@@ -132,6 +134,12 @@ void Engine::on_expire(Sa::ExpireFn fn)
 {
     for (auto &sa : sas_.all())
         sa->on_expire(fn);
+}
+
+void Engine::check_time(uint64_t now_ns)
+{
+    for (Sa *sa : timed_)
+        sa->check_time(now_ns);
 }
 
 Engine::Dirn Engine::classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,

@@ -160,6 +160,9 @@ public:
     const EngineOptions &options() const { return options_; }
     // Expire notifications (soft and hard lifetimes) as they happen.
     void on_expire(Sa::ExpireFn fn);
+    // Time limits (`limit time-*`): Sa::check_time() for every SA that has one. Call about
+    // once a second, off the data path.
+    void check_time(uint64_t now_ns);
 
     enum class Dirn : uint8_t { None, Encap, Decap };
 
@@ -183,6 +186,7 @@ private:
     // create() (the tables do not change afterwards). Transport templates that take the
     // addresses from the packet are looked up per packet.
     std::vector<Sa *> policy_sa_;
+    std::vector<Sa *> timed_;           // the SAs with time limits
     EngineStats stats_;
 };
 

@@ -1,5 +1,7 @@
 #include "userspace/sa.h"
 
+#include <chrono>
+
 #include "userspace/wire.h"
 
 namespace xesp {
@@ -27,6 +29,9 @@ Result<std::unique_ptr<Sa>> Sa::create(const SaConfig &cfg, Backend backend)
     sa->replay_.init(cfg.replay_window, cfg.esn,
                      cfg.esn ? (uint64_t(cfg.seq_hi) << 32 | cfg.seq) : cfg.seq);
     sa->build_outer();
+    sa->added_ns_ = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count());
     return sa;
 }
 
@@ -61,13 +66,35 @@ void Sa::build_outer()
     }
 }
 
+void Sa::expire(bool hard)
+{
+    bool &flag = hard ? hard_expired_ : soft_expired_;
+    if (flag)
+        return;
+    flag = true;
+    if (on_expire_)
+        on_expire_(*this, hard);
+}
+
 void Sa::seq_exhausted()
 {
-    if (hard_expired_)
-        return;
-    hard_expired_ = true;
-    if (on_expire_)
-        on_expire_(*this, true);
+    expire(true);
+}
+
+void Sa::check_time(uint64_t now_ns)
+{
+    constexpr uint64_t kSecond = 1'000'000'000;
+    const Lifetime &l = cfg_.lifetime;
+    if (!first_use_ns_ && life_packets_)
+        first_use_ns_ = now_ns;
+    auto seconds_since = [&](uint64_t t) { return now_ns > t ? (now_ns - t) / kSecond : 0; };
+    uint64_t added_s = seconds_since(added_ns_);
+    bool used = first_use_ns_ != 0;
+    uint64_t used_s = used ? seconds_since(first_use_ns_) : 0;
+    if (added_s >= l.soft_add_s || (used && used_s >= l.soft_use_s))
+        expire(false);
+    if (added_s >= l.hard_add_s || (used && used_s >= l.hard_use_s))
+        expire(true);
 }
 
 bool Sa::over_hard(uint64_t bytes) const
@@ -85,16 +112,11 @@ bool Sa::charge(uint64_t bytes)
     const Lifetime &l = cfg_.lifetime;
     bool crossed_soft = false;
     if (!soft_expired_ && (life_packets_ >= l.soft_packets || life_bytes_ >= l.soft_bytes)) {
-        soft_expired_ = true;
         crossed_soft = true;
-        if (on_expire_)
-            on_expire_(*this, false);
+        expire(false);
     }
-    if (!hard_expired_ && (life_packets_ >= l.hard_packets || life_bytes_ >= l.hard_bytes)) {
-        hard_expired_ = true;
-        if (on_expire_)
-            on_expire_(*this, true);
-    }
+    if (!hard_expired_ && (life_packets_ >= l.hard_packets || life_bytes_ >= l.hard_bytes))
+        expire(true);
     return crossed_soft;
 }
 

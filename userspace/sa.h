@@ -79,6 +79,14 @@ public:
     using ExpireFn = std::function<void(const Sa &sa, bool hard)>;
     void on_expire(ExpireFn fn) { on_expire_ = std::move(fn); }
 
+    // Time limits are checked off the data path: the owner calls check_time() about once a
+    // second with CLOCK_MONOTONIC in ns. The first call that sees the SA used since the one
+    // before starts its use time, so that is a second's resolution (as the kernel's). Added:
+    // when create() made it.
+    uint64_t added_ns() const { return added_ns_; }
+    uint64_t first_use_ns() const { return first_use_ns_; }
+    void check_time(uint64_t now_ns);
+
     // Effective MTU inside the tunnel for a given egress MTU, worst-case padding included.
     uint32_t inner_mtu(uint32_t link_mtu) const;
 
@@ -97,6 +105,7 @@ private:
     Sa() = default;
     void build_outer();
     void seq_exhausted();           // the SA is spent: hard-expire it, as the kernel does
+    void expire(bool hard);         // sets the flag and tells on_expire_, once each
 
     SaConfig cfg_;
     std::unique_ptr<SaCipher> cipher_;
@@ -109,6 +118,7 @@ private:
     ReplayWindow replay_;
     Counters counters_;
     uint64_t life_bytes_ = 0, life_packets_ = 0;
+    uint64_t added_ns_ = 0, first_use_ns_ = 0;
     bool soft_expired_ = false, hard_expired_ = false;
     uint32_t path_mtu_ = 0;
     ExpireFn on_expire_;

@@ -94,11 +94,25 @@ struct NatTEncap {                       // `encap espinudp SPORT DPORT OADDR` (
     IpAddr oaddr;
 };
 
-struct Lifetime {                        // `limit byte-soft|byte-hard|packet-soft|packet-hard N`
+// `limit WHAT N`, as ip xfrm: byte-soft|byte-hard|packet-soft|packet-hard count what the SA
+// carried; time-soft|time-hard are seconds since the SA was added, time-use-soft|time-use-hard
+// seconds since it first carried a packet. UINT64_MAX: no limit.
+struct Lifetime {
     uint64_t soft_bytes = UINT64_MAX;
     uint64_t hard_bytes = UINT64_MAX;
     uint64_t soft_packets = UINT64_MAX;
     uint64_t hard_packets = UINT64_MAX;
+    uint64_t soft_add_s = UINT64_MAX;
+    uint64_t hard_add_s = UINT64_MAX;
+    uint64_t soft_use_s = UINT64_MAX;
+    uint64_t hard_use_s = UINT64_MAX;
+
+    bool has_time() const
+    {
+        return soft_add_s != UINT64_MAX || hard_add_s != UINT64_MAX ||
+               soft_use_s != UINT64_MAX || hard_use_s != UINT64_MAX;
+    }
+    bool operator==(const Lifetime &) const = default;
 };
 
 struct SaConfig {

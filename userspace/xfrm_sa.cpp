@@ -187,21 +187,24 @@ Result<void> parse_sel(Cursor &c, SaDraft &d)
 
 Result<void> parse_limit(Cursor &c, SaDraft &d)
 {
-    auto kind = c.value("limit", "byte-soft|byte-hard|packet-soft|packet-hard N");
+    auto kind = c.value("limit", "byte-soft|byte-hard|packet-soft|packet-hard|time-soft|"
+                                 "time-hard|time-use-soft|time-use-hard N");
     if (!kind)
         return kind.error();
     Lifetime &l = d.sa.lifetime;
-    uint64_t *slot = *kind == "byte-soft"     ? &l.soft_bytes
-                     : *kind == "byte-hard"   ? &l.hard_bytes
-                     : *kind == "packet-soft" ? &l.soft_packets
-                     : *kind == "packet-hard" ? &l.hard_packets
-                                              : nullptr;
-    if (!slot && kind->substr(0, 5) == "time-")
-        return c.fail("limit " + shown(*kind) +
-                      ": time limits are not supported; use byte-* or packet-* limits");
+    uint64_t *slot = *kind == "byte-soft"       ? &l.soft_bytes
+                     : *kind == "byte-hard"     ? &l.hard_bytes
+                     : *kind == "packet-soft"   ? &l.soft_packets
+                     : *kind == "packet-hard"   ? &l.hard_packets
+                     : *kind == "time-soft"     ? &l.soft_add_s
+                     : *kind == "time-hard"     ? &l.hard_add_s
+                     : *kind == "time-use-soft" ? &l.soft_use_s
+                     : *kind == "time-use-hard" ? &l.hard_use_s
+                                                : nullptr;
     if (!slot)
         return c.fail("limit " + shown(*kind) +
-                      " is not one of byte-soft, byte-hard, packet-soft, packet-hard");
+                      " is not one of byte-soft, byte-hard, packet-soft, packet-hard, "
+                      "time-soft, time-hard, time-use-soft, time-use-hard");
     XESP_TRY(c.once("limit " + std::string(*kind)));
     auto n = c.number("limit " + std::string(*kind), UINT64_MAX);
     if (!n)
@@ -289,11 +292,17 @@ Result<void> check_transform(const Cursor &c, const SaDraft &d)
 
 Result<void> check_lifetime(const Cursor &c, const Lifetime &l)
 {
-    if (l.soft_bytes != UINT64_MAX && l.hard_bytes != UINT64_MAX && l.soft_bytes > l.hard_bytes)
-        return c.fail("limit byte-soft is above byte-hard; the soft limit must come first");
-    if (l.soft_packets != UINT64_MAX && l.hard_packets != UINT64_MAX &&
-        l.soft_packets > l.hard_packets)
-        return c.fail("limit packet-soft is above packet-hard; the soft limit must come first");
+    const struct {
+        uint64_t soft, hard;
+        const char *name;
+    } limits[] = {{l.soft_bytes, l.hard_bytes, "byte"},
+                  {l.soft_packets, l.hard_packets, "packet"},
+                  {l.soft_add_s, l.hard_add_s, "time"},
+                  {l.soft_use_s, l.hard_use_s, "time-use"}};
+    for (const auto &x : limits)
+        if (x.soft != UINT64_MAX && x.hard != UINT64_MAX && x.soft > x.hard)
+            return c.fail(std::string("limit ") + x.name + "-soft is above " + x.name +
+                          "-hard; the soft limit must come first");
     return {};
 }
 
@@ -401,9 +410,12 @@ std::string format_sa(const SaConfig &sa, bool show_keys)
                std::to_string(sa.encap->dport) + " " + sa.encap->oaddr.str();
     if (sa.sel)
         out += " sel " + format_selector(*sa.sel);
+    const Lifetime &l = sa.lifetime;
     const std::pair<const char *, uint64_t> limits[] = {
-        {"byte-soft", sa.lifetime.soft_bytes}, {"byte-hard", sa.lifetime.hard_bytes},
-        {"packet-soft", sa.lifetime.soft_packets}, {"packet-hard", sa.lifetime.hard_packets}};
+        {"byte-soft", l.soft_bytes},    {"byte-hard", l.hard_bytes},
+        {"packet-soft", l.soft_packets}, {"packet-hard", l.hard_packets},
+        {"time-soft", l.soft_add_s},    {"time-hard", l.hard_add_s},
+        {"time-use-soft", l.soft_use_s}, {"time-use-hard", l.hard_use_s}};
     for (const auto &[word, v] : limits)
         if (v != UINT64_MAX)
             out += std::string(" limit ") + word + " " + std::to_string(v);
@@ -426,11 +438,8 @@ bool same_sa(const SaConfig &a, const SaConfig &b)
     bool encap = a.encap.has_value() == b.encap.has_value() &&
                  (!a.encap || (a.encap->sport == b.encap->sport && a.encap->dport == b.encap->dport &&
                                a.encap->oaddr == b.encap->oaddr));
-    const Lifetime &l = a.lifetime, &m = b.lifetime;
-    bool life = l.soft_bytes == m.soft_bytes && l.hard_bytes == m.hard_bytes &&
-                l.soft_packets == m.soft_packets && l.hard_packets == m.hard_packets;
-    return xf && encap && life && a.src == b.src && a.dst == b.dst && a.spi == b.spi &&
-           a.reqid == b.reqid && a.mode == b.mode && a.esn == b.esn &&
+    return xf && encap && a.lifetime == b.lifetime && a.src == b.src && a.dst == b.dst &&
+           a.spi == b.spi && a.reqid == b.reqid && a.mode == b.mode && a.esn == b.esn &&
            a.replay_window == b.replay_window && a.seq == b.seq && a.seq_hi == b.seq_hi &&
            a.oseq == b.oseq && a.oseq_hi == b.oseq_hi && a.sel == b.sel && a.dir == b.dir;
 }

@@ -351,6 +351,24 @@ wrong_key() {
 }
 check "a wrong key is dropped and counted; the right key restores the tunnel" wrong_key
 
+# A time limit on gwA's outbound SA: it carries traffic until then, and afterwards drops and
+# counts it (out-expired); replacing the SA brings the tunnel back.
+time_limit() {
+    local before
+    eval "cli gwA $(sa_line 0x1001 update "" 300000) limit time-hard 2" || return 1
+    ping_from hostA "$HOSTB_IP4" -c 2 -i 0.2 >/dev/null ||
+        { echo "no traffic before the limit"; return 1; }
+    sleep 2.5
+    before=$(stat gwA 'drops.out-expired')
+    ping_from hostA "$HOSTB_IP4" -c 3 -W 1 && { echo "pings got through an expired SA"; return 1; }
+    echo "hard_expired $(stat gwA 'sas[spi=0x1001].hard_expired'), out-expired $before ->" \
+        "$(stat gwA 'drops.out-expired')"
+    [ "$(stat gwA 'drops.out-expired')" -ge $((before + 3)) ] || return 1
+    eval "cli gwA $(sa_line 0x1001 update "" 400000)" || return 1
+    ping_from hostA "$HOSTB_IP4" -c 3
+}
+check "limit time-hard 2: the SA stops after 2 s, counted; a new SA restores the tunnel" time_limit
+
 # SAs and policies come and go on both gateways while a flow runs: it loses nothing.
 churn() {
     local gw i n

@@ -383,6 +383,83 @@ TEST_CASE("lifetimes: soft limit notifies, hard limit stops the SA", "[esp][life
     CHECK(run(*tb, big) == Verdict::Drop);
 }
 
+TEST_CASE("lifetimes in time: since the SA was added, and since it was first used",
+          "[esp][lifetime]")
+{
+    constexpr uint64_t s = 1'000'000'000;
+    const auto &gcm = all_transforms()[0];
+    auto plain = udp_packet(4, "10.1.0.1", "10.2.0.1", 10);
+
+    SECTION("time-soft and time-hard count from the add")
+    {
+        SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
+        sa.lifetime.soft_add_s = 10;
+        sa.lifetime.hard_add_s = 20;
+        auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        std::vector<bool> events;
+        tx->on_expire([&](const Sa &, bool hard) { events.push_back(hard); });
+        const Sa &x = *tx->sas().all()[0];
+        uint64_t t0 = x.added_ns();
+        CHECK(t0 != 0);
+        tx->check_time(t0 + 10 * s - 1);
+        CHECK(events.empty());
+        tx->check_time(t0 + 10 * s);
+        CHECK(events == std::vector<bool>{false});
+        CHECK(x.soft_expired());
+        Frame f(plain);
+        CHECK(run(*tx, f) == Verdict::Encrypted);        // soft: still carries traffic
+        tx->check_time(t0 + 15 * s);
+        CHECK(events.size() == 1);                       // each limit tells once
+        tx->check_time(t0 + 20 * s);
+        CHECK(events == std::vector<bool>{false, true});
+        Frame g(plain);
+        CHECK(run(*tx, g) == Verdict::Drop);
+        CHECK(g.pkt.drop == Drop::OutExpired);
+        tx->check_time(t0 + 30 * s);
+        CHECK(events.size() == 2);
+    }
+    SECTION("time-use-hard counts from the first packet; an unused SA never expires")
+    {
+        SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
+        sa.lifetime.hard_use_s = 5;
+        auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        const Sa &x = *tx->sas().all()[0];
+        uint64_t t0 = x.added_ns();
+        tx->check_time(t0 + 100 * s);
+        CHECK(!x.hard_expired());
+        CHECK(x.first_use_ns() == 0);
+        Frame f(plain);
+        CHECK(run(*tx, f) == Verdict::Encrypted);
+        tx->check_time(t0 + 200 * s);                    // sees the use: the clock starts
+        CHECK(x.first_use_ns() == t0 + 200 * s);
+        tx->check_time(t0 + 204 * s);
+        CHECK(!x.hard_expired());
+        tx->check_time(t0 + 205 * s);
+        CHECK(x.hard_expired());
+        CHECK(!x.soft_expired());
+    }
+    SECTION("an SA that a reload keeps keeps its clock; one that changes starts again")
+    {
+        SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
+        sa.lifetime.hard_add_s = 20;
+        Config c = sender(sa, "10.1.0.0/16", "10.2.0.0/16");
+        auto tx = make_engine(c);
+        uint64_t t0 = tx->sas().all()[0]->added_ns();
+        auto same = Engine::create(c, Backend::Auto, {}, tx.get());
+        REQUIRE(same);
+        CHECK((*same)->sas().all()[0]->added_ns() == t0);
+        c.sas[0].lifetime.hard_add_s = 30;
+        auto changed = Engine::create(c, Backend::Auto, {}, same->get());
+        REQUIRE(changed);
+        const Sa &y = *(*changed)->sas().all()[0];
+        CHECK(y.added_ns() > t0);
+        (*changed)->check_time(t0 + 25 * s);
+        CHECK(!y.hard_expired());
+        (*changed)->check_time(y.added_ns() + 30 * s);
+        CHECK(y.hard_expired());
+    }
+}
+
 TEST_CASE("ECN on decapsulation follows RFC 6040", "[esp][ecn]")
 {
     // RFC 6040 Figure 4, indexed by codepoint: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE; -1 = drop

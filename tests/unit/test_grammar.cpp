@@ -278,6 +278,18 @@ TEST_CASE("valid SA lines set the fields")
          }},
         {kHead + kGcmAlg + " limit packet-hard 18446744073709551615",
          [](const SaConfig &s) { CHECK(s.lifetime.hard_packets == UINT64_MAX); }},
+        {kHead + kGcmAlg + " limit time-soft 3000 limit time-hard 3600 limit time-use-soft 50 "
+                           "limit time-use-hard 60",
+         [](const SaConfig &s) {
+             CHECK(s.lifetime.soft_add_s == 3000);
+             CHECK(s.lifetime.hard_add_s == 3600);
+             CHECK(s.lifetime.soft_use_s == 50);
+             CHECK(s.lifetime.hard_use_s == 60);
+             CHECK(s.lifetime.has_time());
+             CHECK(s.lifetime.soft_bytes == UINT64_MAX);
+         }},
+        {kHead + kGcmAlg + " limit byte-hard 10",
+         [](const SaConfig &s) { CHECK(!s.lifetime.has_time()); }},
         {"state add spi 0xffffffff " + kGcmAlg + " dst ::1 src ::2",   // any order, like ip xfrm
          [](const SaConfig &s) {
              CHECK(s.spi == 0xffffffff);
@@ -460,7 +472,11 @@ TEST_CASE("invalid lines say what is wrong")
         {kHead + kGcmAlg + " encap espinudp-nonike 4500 4500 0.0.0.0", "espinudp-nonike"},
         {kHead + kGcmAlg + " encap espintcp 4500 4500 0.0.0.0", "RFC 8229"},
         {kHead + kGcmAlg + " encap espinudp 4500", "'encap DPORT' needs a number"},
-        {kHead + kGcmAlg + " limit time-hard 60", "time limits are not supported"},
+        {kHead + kGcmAlg + " limit time-soft 61 limit time-hard 60",
+         "time-soft is above time-hard"},
+        {kHead + kGcmAlg + " limit time-use-soft 9 limit time-use-hard 8",
+         "time-use-soft is above time-use-hard"},
+        {kHead + kGcmAlg + " limit time-hard -1", "limit time-hard"},
         {kHead + kGcmAlg + " limit byte-soft 10 limit byte-soft 20", "'limit byte-soft' is given twice"},
         {kHead + kGcmAlg + " limit bytes 10", "is not one of byte-soft"},
         {kHead + kGcmAlg + " limit packet-soft 10 limit packet-hard 5", "packet-soft is above packet-hard"},
@@ -550,7 +566,7 @@ TEST_CASE("format then parse gives the same config")
         kHead + "reqid 9 mode tunnel aead rfc4106(gcm(aes)) " + kGcm256 + " 64 flag esn replay-window 128 "
                 "replay-seq 1 replay-oseq 2 replay-seq-hi 3 replay-oseq-hi 4 encap espinudp 4500 4500 0.0.0.0 "
                 "sel src 10.0.0.0/8 dst 10.0.0.0/8 proto udp sport 1 dport 2 limit byte-soft 5 "
-                "limit packet-hard 9 dir in",
+                "limit packet-hard 9 limit time-soft 10 limit time-use-hard 20 dir in",
         kHead + "aead rfc4543(gcm(aes)) " + kGcm128 + " 128 dir out",
         kHead + "aead rfc7539esp(chacha20,poly1305) " + kGcm256 + " 128",
         kHead + "enc cbc(aes) " + kAes128 + " auth sha1 " + kHmac,
