@@ -364,6 +364,8 @@ time_limit() {
     echo "hard_expired $(stat gwA 'sas[spi=0x1001].hard_expired'), out-expired $before ->" \
         "$(stat gwA 'drops.out-expired')"
     [ "$(stat gwA 'drops.out-expired')" -ge $((before + 3)) ] || return 1
+    cli gwA stats | grep -q 'spi 0x00001001 .*hard lifetime reached' ||
+        { echo "xesp stats does not say the SA's hard lifetime is reached"; return 1; }
     eval "cli gwA $(sa_line 0x1001 update "" 400000)" || return 1
     ping_from hostA "$HOSTB_IP4" -c 3
 }
