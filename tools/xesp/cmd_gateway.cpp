@@ -96,11 +96,13 @@ void print_stats(const json &s, const json *prev, double secs)
     for (const auto &sa : s["sas"]) {
         const json *p = find_sa(prev, sa);
         uint32_t path_mtu = sa.value("path_mtu", 0u);
-        std::string learnt = path_mtu ? " (path MTU " + std::to_string(path_mtu) + " from ICMP)" : "";
+        std::string learnt =
+            path_mtu ? " (path MTU " + std::to_string(path_mtu) + " from ICMP)" : "";
         const char *life = sa.value("hard_expired", false)   ? "  hard lifetime reached: no traffic"
                            : sa.value("soft_expired", false) ? "  soft lifetime reached"
                                                              : "";
-        std::printf("  esp spi 0x%08x %s -> %s %s %s  tunnel MTU %u%s%s\n    packets %s  bytes %s\n",
+        std::printf("  esp spi 0x%08x %s -> %s %s %s  tunnel MTU %u%s%s\n"
+                    "    packets %s  bytes %s\n",
                     sa.value("spi", 0u), sa.value("src", "").c_str(), sa.value("dst", "").c_str(),
                     sa.value("mode", "").c_str(), sa.value("transform", "").c_str(),
                     sa.value("tunnel_mtu", 0u), learnt.c_str(), life,
