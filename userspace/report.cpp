@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "userspace/clock.h"
+
 namespace xesp {
 
 std::string sa_label(const SaConfig &c)
@@ -55,6 +57,12 @@ nlohmann::json engine_json(const Engine &e, const EngineStats &s, uint32_t link_
         js["replay_top"] = sa->replay().highest();
         js["soft_expired"] = sa->soft_expired();
         js["hard_expired"] = sa->hard_expired();
+        if (c.lifetime.has_time()) {        // seconds to the time limits that are running
+            uint64_t now = now_ns();
+            for (bool hard : {false, true})
+                if (uint64_t left = sa->seconds_left(now, hard); left != UINT64_MAX)
+                    js[hard ? "hard_lifetime_s" : "soft_lifetime_s"] = left;
+        }
         js["link_mtu"] = link_mtu;
         js["path_mtu"] = sa->path_mtu();        // 0: none learnt
         js["tunnel_mtu"] = sa->inner_mtu(sa->outer_mtu(link_mtu));

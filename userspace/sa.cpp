@@ -1,7 +1,8 @@
 #include "userspace/sa.h"
 
-#include <chrono>
+#include <algorithm>
 
+#include "userspace/clock.h"
 #include "userspace/wire.h"
 
 namespace xesp {
@@ -29,9 +30,7 @@ Result<std::unique_ptr<Sa>> Sa::create(const SaConfig &cfg, Backend backend)
     sa->replay_.init(cfg.replay_window, cfg.esn,
                      cfg.esn ? (uint64_t(cfg.seq_hi) << 32 | cfg.seq) : cfg.seq);
     sa->build_outer();
-    sa->added_ns_ = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::steady_clock::now().time_since_epoch())
-                                 .count());
+    sa->added_ns_ = now_ns();
     return sa;
 }
 
@@ -81,19 +80,28 @@ void Sa::seq_exhausted()
     expire(true);
 }
 
-void Sa::check_time(uint64_t now_ns)
+uint64_t Sa::seconds_left(uint64_t now_ns, bool hard) const
 {
     constexpr uint64_t kSecond = 1'000'000'000;
     const Lifetime &l = cfg_.lifetime;
+    auto left = [&](uint64_t limit, uint64_t since) {
+        uint64_t s = now_ns > since ? (now_ns - since) / kSecond : 0;
+        return s >= limit ? 0 : limit - s;
+    };
+    uint64_t add = hard ? l.hard_add_s : l.soft_add_s, use = hard ? l.hard_use_s : l.soft_use_s;
+    uint64_t n = add != UINT64_MAX ? left(add, added_ns_) : UINT64_MAX;
+    if (use != UINT64_MAX && first_use_ns_)
+        n = std::min(n, left(use, first_use_ns_));
+    return n;
+}
+
+void Sa::check_time(uint64_t now_ns)
+{
     if (!first_use_ns_ && life_packets_)
         first_use_ns_ = now_ns;
-    auto seconds_since = [&](uint64_t t) { return now_ns > t ? (now_ns - t) / kSecond : 0; };
-    uint64_t added_s = seconds_since(added_ns_);
-    bool used = first_use_ns_ != 0;
-    uint64_t used_s = used ? seconds_since(first_use_ns_) : 0;
-    if (added_s >= l.soft_add_s || (used && used_s >= l.soft_use_s))
+    if (seconds_left(now_ns, false) == 0)
         expire(false);
-    if (added_s >= l.hard_add_s || (used && used_s >= l.hard_use_s))
+    if (seconds_left(now_ns, true) == 0)
         expire(true);
 }
 

@@ -86,6 +86,9 @@ public:
     uint64_t added_ns() const { return added_ns_; }
     uint64_t first_use_ns() const { return first_use_ns_; }
     void check_time(uint64_t now_ns);
+    // Whole seconds until the soft or hard time limit at now_ns (0: reached); UINT64_MAX when
+    // there is none, or only a use limit and no use seen yet.
+    uint64_t seconds_left(uint64_t now_ns, bool hard) const;
 
     // Effective MTU inside the tunnel for a given egress MTU, worst-case padding included.
     uint32_t inner_mtu(uint32_t link_mtu) const;

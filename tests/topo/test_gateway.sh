@@ -356,6 +356,10 @@ check "a wrong key is dropped and counted; the right key restores the tunnel" wr
 time_limit() {
     local before
     eval "cli gwA $(sa_line 0x1001 update "" 300000) limit time-hard 2" || return 1
+    [ "$(stat gwA 'sas[spi=0x1001].hard_lifetime_s')" -le 2 ] ||
+        { echo "stats: hard_lifetime_s $(stat gwA 'sas[spi=0x1001].hard_lifetime_s')"; return 1; }
+    cli gwA stats | grep -q 'spi 0x00001001 .*hard lifetime in [0-2] s' ||
+        { echo "xesp stats does not show the time left"; return 1; }
     ping_from hostA "$HOSTB_IP4" -c 2 -i 0.2 >/dev/null ||
         { echo "no traffic before the limit"; return 1; }
     sleep 2.5

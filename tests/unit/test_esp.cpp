@@ -401,6 +401,9 @@ TEST_CASE("lifetimes in time: since the SA was added, and since it was first use
         const Sa &x = *tx->sas().all()[0];
         uint64_t t0 = x.added_ns();
         CHECK(t0 != 0);
+        CHECK(x.seconds_left(t0, false) == 10);
+        CHECK(x.seconds_left(t0 + 10 * s - 1, false) == 1);
+        CHECK(x.seconds_left(t0 + 10 * s - 1, true) == 11);
         tx->check_time(t0 + 10 * s - 1);
         CHECK(events.empty());
         tx->check_time(t0 + 10 * s);
@@ -428,11 +431,14 @@ TEST_CASE("lifetimes in time: since the SA was added, and since it was first use
         tx->check_time(t0 + 100 * s);
         CHECK(!x.hard_expired());
         CHECK(x.first_use_ns() == 0);
+        CHECK(x.seconds_left(t0 + 100 * s, true) == UINT64_MAX);    // not started
+        CHECK(x.seconds_left(t0 + 100 * s, false) == UINT64_MAX);   // no soft limit at all
         Frame f(plain);
         CHECK(run(*tx, f) == Verdict::Encrypted);
         tx->check_time(t0 + 200 * s);                    // sees the use: the clock starts
         CHECK(x.first_use_ns() == t0 + 200 * s);
         tx->check_time(t0 + 204 * s);
+        CHECK(x.seconds_left(t0 + 204 * s, true) == 1);
         CHECK(!x.hard_expired());
         tx->check_time(t0 + 205 * s);
         CHECK(x.hard_expired());

@@ -98,14 +98,19 @@ void print_stats(const json &s, const json *prev, double secs)
         uint32_t path_mtu = sa.value("path_mtu", 0u);
         std::string learnt =
             path_mtu ? " (path MTU " + std::to_string(path_mtu) + " from ICMP)" : "";
-        const char *life = sa.value("hard_expired", false)   ? "  hard lifetime reached: no traffic"
-                           : sa.value("soft_expired", false) ? "  soft lifetime reached"
-                                                             : "";
+        std::string life;
+        if (sa.value("hard_expired", false))
+            life = "  hard lifetime reached: no traffic";
+        else if (sa.value("soft_expired", false))
+            life = "  soft lifetime reached";
+        if (!sa.value("hard_expired", false) && sa.contains("hard_lifetime_s"))
+            life += "  hard lifetime in " +
+                    std::to_string(sa.value("hard_lifetime_s", uint64_t(0))) + " s";
         std::printf("  esp spi 0x%08x %s -> %s %s %s  tunnel MTU %u%s%s\n"
                     "    packets %s  bytes %s\n",
                     sa.value("spi", 0u), sa.value("src", "").c_str(), sa.value("dst", "").c_str(),
                     sa.value("mode", "").c_str(), sa.value("transform", "").c_str(),
-                    sa.value("tunnel_mtu", 0u), learnt.c_str(), life,
+                    sa.value("tunnel_mtu", 0u), learnt.c_str(), life.c_str(),
                     with_rate(num(sa, "packets"), p, "packets", secs).c_str(),
                     with_rate(num(sa, "bytes"), p, "bytes", secs).c_str());
         for (auto d = sa["drops"].begin(); d != sa["drops"].end(); ++d)

@@ -89,13 +89,6 @@ IpAddr ip_dst(const Pkt &p)
 
 } // namespace
 
-uint64_t now_ns()
-{
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
-}
-
 Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
                                                  const GatewayOptions &options)
 {

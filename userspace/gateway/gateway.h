@@ -27,6 +27,7 @@
 
 #include "af_xdp/umem.h"
 #include "af_xdp/xsk_port.h"
+#include "userspace/clock.h"
 #include "bpf/xdp_program.h"
 #include "userspace/config.h"
 #include "userspace/engine.h"
@@ -59,8 +60,6 @@ namespace xesp {
     X(PmtuLearnt, "pmtu-learnt", false)         /* ICMP lowered an SA's path MTU */         \
     X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */ \
     X(ReportsTaken, "pmtu-reports-kept", false) /* for a host, about our SA: not passed on */
-
-uint64_t now_ns();      // CLOCK_MONOTONIC
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,

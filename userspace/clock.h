@@ -1,0 +1,18 @@
+// The clock of everything that ages: path MTUs, rate limits, SA lifetimes.
+#pragma once
+
+#include <time.h>
+
+#include <cstdint>
+
+namespace xesp {
+
+// CLOCK_MONOTONIC in nanoseconds: unaffected by changes to the wall clock.
+inline uint64_t now_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+}
+
+} // namespace xesp
