@@ -418,10 +418,10 @@ static __always_inline int redirect_report(struct xdp_md *ctx, const struct flow
 }
 
 /* Plaintext that no out policy claimed. On a public interface, what an in/fwd policy wants
- * protected should have come as ESP (RFC 4301 section 5.2); what may pass and is a too-big
- * report for someone else goes to the gateway first. */
+ * protected should have come as ESP (RFC 4301 section 5.2); what may pass and is a report
+ * (a too-big for someone else) goes to the gateway first. */
 static __always_inline int check_unprotected(struct xdp_md *ctx, const struct flow *f,
-                                             int unsure, __u32 pass_ctr)
+                                             int unsure, int report, __u32 pass_ctr)
 {
     if (iface_role(f->ingress_ifindex) != XESP_ROLE_PUBLIC)
         return unsure ? drop(XESP_CTR_DROP_PORTS_UNKNOWN) : pass(pass_ctr);
@@ -438,7 +438,7 @@ static __always_inline int check_unprotected(struct xdp_md *ctx, const struct fl
         return drop(XESP_CTR_DROP_IN_UNPROTECTED);
     if (unsure)
         return drop(XESP_CTR_DROP_PORTS_UNKNOWN);
-    if (f->too_big && pass_ctr != XESP_CTR_PASS_LOCAL)
+    if (report)
         return redirect_report(ctx, f);
     return pass(r.found ? XESP_CTR_PASS_BYPASS : pass_ctr);
 }
@@ -474,7 +474,8 @@ static __always_inline int classify_plain(struct xdp_md *ctx, struct flow *f)
         if (r.found)
             return pass(XESP_CTR_PASS_BYPASS);
     }
-    return check_unprotected(ctx, f, unsure, local ? XESP_CTR_PASS_LOCAL : XESP_CTR_PASS_NO_POLICY);
+    return check_unprotected(ctx, f, unsure, f->too_big && !local,
+                             local ? XESP_CTR_PASS_LOCAL : XESP_CTR_PASS_NO_POLICY);
 }
 
 /* ---- The program ----------------------------------------------------------------------- */

@@ -7,12 +7,14 @@
 
 namespace xesp {
 
+inline constexpr uint64_t kSecondNs = 1'000'000'000;
+
 // CLOCK_MONOTONIC in nanoseconds: unaffected by changes to the wall clock.
 inline uint64_t now_ns()
 {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+    return uint64_t(ts.tv_sec) * kSecondNs + uint64_t(ts.tv_nsec);
 }
 
 } // namespace xesp

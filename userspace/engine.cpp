@@ -136,10 +136,10 @@ void Engine::on_expire(Sa::ExpireFn fn)
         sa->on_expire(fn);
 }
 
-void Engine::check_time(uint64_t now_ns)
+void Engine::check_time(uint64_t now)
 {
     for (Sa *sa : timed_)
-        sa->check_time(now_ns);
+        sa->check_time(now);
 }
 
 Engine::Dirn Engine::classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,

@@ -162,7 +162,7 @@ public:
     void on_expire(Sa::ExpireFn fn);
     // Time limits (`limit time-*`): Sa::check_time() for every SA that has one. Call about
     // once a second, off the data path.
-    void check_time(uint64_t now_ns);
+    void check_time(uint64_t now);
 
     enum class Dirn : uint8_t { None, Encap, Decap };
 

@@ -42,6 +42,7 @@ nlohmann::json engine_json(const Engine &e, const EngineStats &s, uint32_t link_
     }
     j["xfrm_stat"] = xfrm;
     nlohmann::json sas = nlohmann::json::array();
+    const uint64_t now = now_ns();
     for (const auto &sa : e.sas().all()) {
         if (!sa)
             continue;
@@ -58,7 +59,6 @@ nlohmann::json engine_json(const Engine &e, const EngineStats &s, uint32_t link_
         js["soft_expired"] = sa->soft_expired();
         js["hard_expired"] = sa->hard_expired();
         if (c.lifetime.has_time()) {        // seconds to the time limits that are running
-            uint64_t now = now_ns();
             for (bool hard : {false, true})
                 if (uint64_t left = sa->seconds_left(now, hard); left != UINT64_MAX)
                     js[hard ? "hard_lifetime_s" : "soft_lifetime_s"] = left;

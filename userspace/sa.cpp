@@ -75,17 +75,11 @@ void Sa::expire(bool hard)
         on_expire_(*this, hard);
 }
 
-void Sa::seq_exhausted()
+uint64_t Sa::seconds_left(uint64_t now, bool hard) const
 {
-    expire(true);
-}
-
-uint64_t Sa::seconds_left(uint64_t now_ns, bool hard) const
-{
-    constexpr uint64_t kSecond = 1'000'000'000;
     const Lifetime &l = cfg_.lifetime;
     auto left = [&](uint64_t limit, uint64_t since) {
-        uint64_t s = now_ns > since ? (now_ns - since) / kSecond : 0;
+        uint64_t s = now > since ? (now - since) / kSecondNs : 0;
         return s >= limit ? 0 : limit - s;
     };
     uint64_t add = hard ? l.hard_add_s : l.soft_add_s, use = hard ? l.hard_use_s : l.soft_use_s;
@@ -95,13 +89,13 @@ uint64_t Sa::seconds_left(uint64_t now_ns, bool hard) const
     return n;
 }
 
-void Sa::check_time(uint64_t now_ns)
+void Sa::check_time(uint64_t now)
 {
     if (!first_use_ns_ && life_packets_)
-        first_use_ns_ = now_ns;
-    if (seconds_left(now_ns, false) == 0)
+        first_use_ns_ = now;
+    if (seconds_left(now, false) == 0)
         expire(false);
-    if (seconds_left(now_ns, true) == 0)
+    if (seconds_left(now, true) == 0)
         expire(true);
 }
 

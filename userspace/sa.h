@@ -54,7 +54,7 @@ public:
     {
         uint64_t limit = cfg_.esn ? UINT64_MAX : UINT32_MAX;
         if (oseq_ >= limit) [[unlikely]] {
-            seq_exhausted();
+            expire(true);           // the SA is spent: hard-expire it, as the kernel does
             return false;
         }
         *seq = ++oseq_;
@@ -85,10 +85,10 @@ public:
     // when create() made it.
     uint64_t added_ns() const { return added_ns_; }
     uint64_t first_use_ns() const { return first_use_ns_; }
-    void check_time(uint64_t now_ns);
+    void check_time(uint64_t now);
     // Whole seconds until the soft or hard time limit at now_ns (0: reached); UINT64_MAX when
     // there is none, or only a use limit and no use seen yet.
-    uint64_t seconds_left(uint64_t now_ns, bool hard) const;
+    uint64_t seconds_left(uint64_t now, bool hard) const;
 
     // Effective MTU inside the tunnel for a given egress MTU, worst-case padding included.
     uint32_t inner_mtu(uint32_t link_mtu) const;
@@ -107,7 +107,6 @@ public:
 private:
     Sa() = default;
     void build_outer();
-    void seq_exhausted();           // the SA is spent: hard-expire it, as the kernel does
     void expire(bool hard);         // sets the flag and tells on_expire_, once each
 
     SaConfig cfg_;

@@ -99,11 +99,12 @@ void print_stats(const json &s, const json *prev, double secs)
         std::string learnt =
             path_mtu ? " (path MTU " + std::to_string(path_mtu) + " from ICMP)" : "";
         std::string life;
-        if (sa.value("hard_expired", false))
+        bool hard = sa.value("hard_expired", false);
+        if (hard)
             life = "  hard lifetime reached: no traffic";
         else if (sa.value("soft_expired", false))
             life = "  soft lifetime reached";
-        if (!sa.value("hard_expired", false) && sa.contains("hard_lifetime_s"))
+        if (!hard && sa.contains("hard_lifetime_s"))
             life += "  hard lifetime in " +
                     std::to_string(sa.value("hard_lifetime_s", uint64_t(0))) + " s";
         std::printf("  esp spi 0x%08x %s -> %s %s %s  tunnel MTU %u%s%s\n"

@@ -491,9 +491,9 @@ void Gateway::housekeeping()
     PmtuReport report;
     for (int i = 0; i < 64 && pmtu_ok_ && pmtu_.receive(&report); i++)
         learn_pmtu(report, now);
-    age_pmtu(now);
-    if (now - last_time_check_ns_ >= 1'000'000'000) {   // SA time limits, at 1 s resolution
-        last_time_check_ns_ = now;
+    if (now - last_second_ns_ >= kSecondNs) {   // learnt path MTUs and SA time limits age
+        last_second_ns_ = now;
+        age_pmtu(now);
         engine_->check_time(now);
     }
     if (now - last_refresh_ns_ > kRefreshNs) {

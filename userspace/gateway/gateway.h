@@ -184,8 +184,7 @@ private:
     };
     std::unordered_map<SaKey, LearntPmtu, SaKeyHash> pmtus_;
     uint32_t min_pmtu_ = 0;         // the smallest of them, 0: none
-    uint64_t last_pmtu_age_ns_ = 0;
-    uint64_t last_time_check_ns_ = 0;
+    uint64_t last_second_ns_ = 0;   // housekeeping's once-a-second step
     std::vector<GatewayIface> ifaces_;
     std::vector<IpAddr> local_;
     LocalLink local_link_;

@@ -6,10 +6,6 @@
 
 namespace xesp {
 
-namespace {
-constexpr uint64_t kSecondNs = 1000000000;
-}
-
 // A report is believed for an SA of ours that sent the quoted packet: the same addresses and
 // encapsulation, a sequence number it sent lately. It can only lower the path MTU (RFC 1191
 // 6.3); the same value again keeps it for another lifetime. True if the report was about one
@@ -64,9 +60,8 @@ void Gateway::take_report(Port &port, Pkt &p, const Classified &c)
 
 void Gateway::age_pmtu(uint64_t now)
 {
-    if (pmtus_.empty() || now - last_pmtu_age_ns_ < kSecondNs)
+    if (pmtus_.empty())
         return;
-    last_pmtu_age_ns_ = now;
     size_t before = pmtus_.size();
     for (auto it = pmtus_.begin(); it != pmtus_.end();) {
         if (now < it->second.until_ns) {
