@@ -10,6 +10,7 @@
 #include <bpf/libbpf.h>
 #include <linux/if_link.h>
 #include <net/if.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "xesp_xdp.skel.h"
@@ -91,12 +92,12 @@ int XdpProgram::sas_fd() const { return bpf_map__fd(skel_->maps.sas); }
 int XdpProgram::policies_fd() const { return bpf_map__fd(skel_->maps.policies); }
 int XdpProgram::counters_fd() const { return bpf_map__fd(skel_->maps.counters); }
 
-Result<void> XdpProgram::add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id, bool natt)
+Result<void> XdpProgram::add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id, uint32_t flags)
 {
     if (dst.family != 4 && dst.family != 6)
         return make_error("xdp sa " + std::to_string(sa_id) + ": destination has no family");
     xesp_sa_key k = sa_key(dst, spi);
-    xesp_sa_val v{sa_id, natt ? uint32_t(XESP_SA_F_NATT) : 0u};
+    xesp_sa_val v{sa_id, flags};
     return update(sas_fd(), &k, &v, BPF_ANY, ("xdp sa add dst " + dst.str()).c_str());
 }
 
@@ -229,6 +230,17 @@ Result<void> XdpProgram::set_local_link(uint32_t ifindex)
                   "xdp: set the local link");
 }
 
+Result<void> XdpProgram::add_own_socket(int fd)
+{
+    uint64_t cookie = 0;
+    socklen_t len = sizeof(cookie);
+    if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0)
+        return bpf_error("xdp: the cookie of socket " + std::to_string(fd), errno);
+    uint32_t one = 1;
+    return update(bpf_map__fd(skel_->maps.own_sockets), &cookie, &one, BPF_ANY,
+                  "xdp: register one of the gateway's sockets");
+}
+
 Result<void> XdpProgram::remove_iface(uint32_t ifindex)
 {
     if (bpf_map_delete_elem(bpf_map__fd(skel_->maps.ifaces), &ifindex) != 0 && errno != ENOENT)
@@ -297,6 +309,22 @@ Result<void> XdpProgram::detach(int ifindex)
     return {};
 }
 
+bool XdpProgram::attached_to(int ifindex)
+{
+    uint32_t id = 0;
+    if (bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &id) != 0 || !id)
+        return false;
+    int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0)
+        return false;
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    bool ours = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 &&
+                std::strncmp(info.name, "xesp_xdp", sizeof(info.name)) == 0;
+    close(fd);
+    return ours;
+}
+
 Result<void> XdpProgram::attach_egress(int ifindex)
 {
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
@@ -315,7 +343,7 @@ Result<void> XdpProgram::detach_egress(int ifindex)
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
     int err = bpf_tc_detach(&hook, &opts);
-    if (err && err != -ENOENT)
+    if (err && err != -ENOENT && err != -EINVAL)    // no filter, or no clsact qdisc at all
         return bpf_error("tc: detach the egress program from " + ifname(ifindex), err);
     return {};
 }

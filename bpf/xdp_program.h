@@ -73,9 +73,11 @@ public:
     int policies_fd() const;
     int counters_fd() const;
 
-    // Inbound SAs: ESP to (dst, spi) is redirected with `sa_id` in its metadata. `natt`: the
-    // SA is ESP-in-UDP/4500; raw ESP for it (or the reverse) is dropped.
-    Result<void> add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id, bool natt);
+    // SAs that may decrypt: ESP to (dst, spi) is redirected with `sa_id` in its metadata.
+    // `flags` (XESP_SA_F_*): NATT, the SA is ESP-in-UDP/4500 and raw ESP for it (or the
+    // reverse) is dropped; DIR_IN, the SA is `dir in` and decrypts whatever its destination.
+    // Without DIR_IN it decrypts only ESP to one of the gateway's own addresses.
+    Result<void> add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id, uint32_t flags);
     Result<void> remove_sa(const IpAddr &dst, uint32_t spi);
 
     // Policies by the caller's id. Selector, direction, priority, action and whether there is
@@ -110,6 +112,8 @@ public:
     // program on the interface (such as the one a crashed gateway left).
     Result<void> attach(int ifindex);
     static Result<void> detach(int ifindex);
+    // Whether an xesp classifier (this program, or one a stopped daemon left) is attached.
+    static bool attached_to(int ifindex);
 
     // The tc egress program (xesp_tc_egress) on a public interface: the kernel's own plaintext
     // that an out policy protects or blocks is dropped there. Stays after this process exits.
@@ -118,6 +122,9 @@ public:
     // Where the egress program sends the kernel's own plaintext that an out policy protects:
     // a device whose far end is one of the gateway's protected interfaces. 0: nowhere (dropped).
     Result<void> set_local_link(uint32_t ifindex);
+    // A socket of the gateway's that sends ESP through the kernel (transport-mode ESP carries
+    // the hosts' addresses): the egress program lets what it sends leave as it is.
+    Result<void> add_own_socket(int fd);
 
 private:
     XdpProgram() = default;

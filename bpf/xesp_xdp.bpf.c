@@ -4,9 +4,15 @@
  *   plaintext an out policy protects ............ redirect to this queue's AF_XDP socket (encap)
  *   plaintext an out/in/fwd policy blocks ........ drop
  *   plaintext on a public interface that an
- *   in/fwd policy wants protected ............... drop (it should have come as ESP)
- *   IKE, NAT keepalives, ARP/ND, foreign ESP,
- *   traffic for the gateway, the unmatched ...... pass to the kernel
+ *   out policy would protect, or an in/fwd
+ *   policy wants protected ...................... drop (only protected interfaces feed
+ *                                                 the encryption; inbound should be ESP)
+ *   ESP of an SA that is not inbound ............ drop (our own ESP reflected back)
+ *   IKE, NAT keepalives, ESP of SPIs we do not
+ *   own: to the gateway itself .................. pass to the kernel
+ *   ... to anyone else .......................... the policies, as any plaintext
+ *   ARP/ND, traffic for the gateway, the
+ *   unmatched ................................... pass to the kernel
  *
  * A redirect carries a struct xesp_meta in the metadata area (see xesp_xdp_abi.h). Its
  * fallback is XDP_DROP: a queue without a socket drops protected traffic instead of letting
@@ -93,6 +99,13 @@ struct {
 } local_link SEC(".maps");                      /* where tc egress sends the gateway's own */
 
 struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16);
+    __type(key, __u64);                         /* socket cookie */
+    __type(value, __u32);
+} own_sockets SEC(".maps");                     /* the daemon's sockets that send ESP */
+
+struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, XESP_CTR__COUNT);
     __type(key, __u32);
@@ -157,13 +170,25 @@ static __always_inline __u32 flow_hash_5tuple(const struct flow *f)
     return mix(h, f->proto | ((__u32)f->sport << 8 ^ (__u32)f->dport << 16));
 }
 
-static __always_inline int is_local(const struct flow *f)
+static __always_inline int is_local_addr(__u8 family, const __be32 *addr)
 {
-    struct xesp_addr_key k = {.family = f->family};
+    struct xesp_addr_key k = {.family = family};
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        k.addr[i] = f->dst[i];
+        k.addr[i] = addr[i];
     return bpf_map_lookup_elem(&local_addrs, &k) != NULL;
+}
+
+/* Addressed to the gateway itself. */
+static __always_inline int is_local(const struct flow *f)
+{
+    return is_local_addr(f->family, f->dst);
+}
+
+/* Sent by the gateway itself. */
+static __always_inline int is_local_src(const struct flow *f)
+{
+    return is_local_addr(f->family, f->src);
 }
 
 static __always_inline __u32 iface_role(__u32 ifindex)
@@ -197,30 +222,53 @@ static __always_inline int redirect(struct xdp_md *ctx, struct xesp_meta *m, __u
 
 /* ---- ESP ------------------------------------------------------------------------------- */
 
-/* ESP (natt = 0) or ESP-in-UDP (natt = 1) whose header starts at c->pos. */
+/* ESP (natt = 0) or ESP-in-UDP (natt = 1) whose header starts at c->pos, `local` if it is
+ * addressed to the gateway. ESP of an SA of ours is decrypted, or dropped; what is nobody's
+ * is the kernel's business only when it is for the gateway itself (the kernel may have the SA):
+ * anything else returns STEP_CONTINUE and is classified as plaintext, so that a protected host
+ * cannot send through the gateway in the clear by dressing its traffic up as ESP. */
 static __always_inline int classify_esp(struct xdp_md *ctx, struct cursor *c, void *data,
-                                        struct flow *f, int natt)
+                                        struct flow *f, int natt, int local, int *verdict)
 {
     __be32 *spi = c->pos;
-    if ((void *)(spi + 1) > c->end)
-        return pass(XESP_CTR_PASS_MALFORMED);   /* not even an SPI: nobody's ESP */
+    if ((void *)(spi + 1) > c->end) {
+        if (!local)
+            return STEP_CONTINUE;
+        *verdict = pass(XESP_CTR_PASS_MALFORMED);   /* not even an SPI: nobody's ESP */
+        return STEP_DONE;
+    }
 
     struct xesp_sa_key k = {.family = f->family, .spi = *spi};
 #pragma unroll
     for (int i = 0; i < 4; i++)
         k.dst[i] = f->dst[i];
     struct xesp_sa_val *sa = bpf_map_lookup_elem(&sas, &k);
-    if (!sa)
-        return pass(XESP_CTR_PASS_ESP_UNKNOWN_SPI);
+    if (!sa) {
+        if (!local)
+            return STEP_CONTINUE;
+        *verdict = pass(XESP_CTR_PASS_ESP_UNKNOWN_SPI);
+        return STEP_DONE;
+    }
 
     /* Ours from here on: whatever is wrong with it, the kernel must not see it either. */
-    if (f->bad_length)
-        return drop(XESP_CTR_DROP_ESP_BAD_LENGTH);
+    *verdict = XDP_DROP;
+    if (!(sa->flags & XESP_SA_F_DIR_IN) && !local) {
+        count(XESP_CTR_DROP_ESP_REFLECTED);         /* an outbound SA's: not to be opened */
+        return STEP_DONE;
+    }
+    if (f->bad_length) {
+        count(XESP_CTR_DROP_ESP_BAD_LENGTH);
+        return STEP_DONE;
+    }
     __u32 esp_off = c->pos - data;
-    if (c->pos + ESP_HDR_LEN > c->end || esp_off + ESP_HDR_LEN > f->l3_off + f->ip_len)
-        return drop(XESP_CTR_DROP_ESP_TRUNCATED);
-    if (!!(sa->flags & XESP_SA_F_NATT) != natt)
-        return drop(XESP_CTR_DROP_ENCAP_MISMATCH);
+    if (c->pos + ESP_HDR_LEN > c->end || esp_off + ESP_HDR_LEN > f->l3_off + f->ip_len) {
+        count(XESP_CTR_DROP_ESP_TRUNCATED);
+        return STEP_DONE;
+    }
+    if (!!(sa->flags & XESP_SA_F_NATT) != natt) {
+        count(XESP_CTR_DROP_ENCAP_MISMATCH);
+        return STEP_DONE;
+    }
 
     struct xesp_meta m = {
         .magic = XESP_META_MAGIC,
@@ -237,13 +285,16 @@ static __always_inline int classify_esp(struct xdp_md *ctx, struct cursor *c, vo
     for (int i = 0; i < 4; i++)
         h = mix(h, f->dst[i]);
     m.flow_hash = mix(h, k.spi);
-    return redirect(ctx, &m, XESP_CTR_REDIRECT_DECAP);
+    *verdict = redirect(ctx, &m, XESP_CTR_REDIRECT_DECAP);
+    return STEP_DONE;
 }
 
 /* UDP to port 4500 (RFC 3948 section 2): a 1-byte 0xff NAT keepalive, IKE behind the 4-byte
- * zero non-ESP marker, or ESP. Returns STEP_CONTINUE if it is none of these. */
+ * zero non-ESP marker, or ESP. Keepalives and IKE are the kernel's only when they are for the
+ * gateway itself. Returns STEP_CONTINUE if it is none of these, or not ours to pass. */
 static __always_inline int classify_udp_4500(struct xdp_md *ctx, struct cursor *c,
-                                             void *data, struct flow *f, int *verdict)
+                                             void *data, struct flow *f, int local,
+                                             int *verdict)
 {
     struct udphdr *udp = c->pos;
     if ((void *)(udp + 1) > c->end)
@@ -255,22 +306,23 @@ static __always_inline int classify_udp_4500(struct xdp_md *ctx, struct cursor *
     __u32 ip_end = f->l3_off + f->ip_len;
     __u32 payload = ip_end > payload_off ? ip_end - payload_off : 0;
 
-    __u8 *b = c->pos;
-    if (!f->bad_length && payload == 1 && (void *)(b + 1) <= c->end && b[0] == 0xff) {
-        *verdict = pass(XESP_CTR_PASS_KEEPALIVE);
-        return STEP_DONE;
+    if (local) {
+        __u8 *b = c->pos;
+        if (!f->bad_length && payload == 1 && (void *)(b + 1) <= c->end && b[0] == 0xff) {
+            *verdict = pass(XESP_CTR_PASS_KEEPALIVE);
+            return STEP_DONE;
+        }
+        __u32 *marker = c->pos;
+        if (!f->bad_length && payload >= 4 && (void *)(marker + 1) <= c->end && *marker == 0) {
+            *verdict = pass(XESP_CTR_PASS_IKE);
+            return STEP_DONE;
+        }
+        if (!f->bad_length && payload == 0) {
+            *verdict = pass(XESP_CTR_PASS_MALFORMED);
+            return STEP_DONE;
+        }
     }
-    __u32 *marker = c->pos;
-    if (!f->bad_length && payload >= 4 && (void *)(marker + 1) <= c->end && *marker == 0) {
-        *verdict = pass(XESP_CTR_PASS_IKE);
-        return STEP_DONE;
-    }
-    if (!f->bad_length && payload == 0) {
-        *verdict = pass(XESP_CTR_PASS_MALFORMED);
-        return STEP_DONE;
-    }
-    *verdict = classify_esp(ctx, c, data, f, 1);
-    return STEP_DONE;
+    return classify_esp(ctx, c, data, f, 1, local, verdict);
 }
 
 /* ---- Policies -------------------------------------------------------------------------- */
@@ -443,16 +495,19 @@ static __always_inline int check_unprotected(struct xdp_md *ctx, const struct fl
     return pass(r.found ? XESP_CTR_PASS_BYPASS : pass_ctr);
 }
 
-static __always_inline int classify_plain(struct xdp_md *ctx, struct flow *f)
+static __always_inline int classify_plain(struct xdp_md *ctx, struct flow *f, int local)
 {
     int unsure = 0;
-    int local = is_local(f);
     if (!local) {
         struct spd_match r;
         spd_init(&r);
         spd_lookup(f, XESP_DIR_OUT, &r);
         unsure = r.shadow_rank < r.rank;
         if (r.found && (r.flags & XESP_POL_F_TMPL) && r.action == XESP_ACTION_ALLOW) {
+            /* Only the protected side (and the local link) feeds the encryption: plaintext
+             * for a protected flow that shows up on the public side was injected there. */
+            if (iface_role(f->ingress_ifindex) == XESP_ROLE_PUBLIC)
+                return drop(XESP_CTR_DROP_PUBLIC_PLAINTEXT);
             struct xesp_meta m = {
                 .magic = XESP_META_MAGIC,
                 .kind = XESP_META_ENCAP,
@@ -500,15 +555,20 @@ int xesp_xdp(struct xdp_md *ctx)
     if (rc < 0)
         return pass(XESP_CTR_PASS_MALFORMED);
 
+    int local = is_local(&f);
+    int verdict;
     if (f.proto == IPPROTO_ESP) {
-        if (f.fragment)
-            return pass(XESP_CTR_PASS_ESP_FRAGMENT);
-        return classify_esp(ctx, &c, data, &f, 0);
+        struct cursor ec = c;
+        if (f.fragment) {
+            if (local)
+                return pass(XESP_CTR_PASS_ESP_FRAGMENT);
+        } else if (classify_esp(ctx, &ec, data, &f, 0, local, &verdict) == STEP_DONE) {
+            return verdict;
+        }
     }
     if (f.proto == IPPROTO_UDP && !f.fragment) {
-        int verdict;
         struct cursor uc = c;
-        if (classify_udp_4500(ctx, &uc, data, &f, &verdict) == STEP_DONE)
+        if (classify_udp_4500(ctx, &uc, data, &f, local, &verdict) == STEP_DONE)
             return verdict;
     }
     if (f.bad_length)
@@ -521,9 +581,9 @@ int xesp_xdp(struct xdp_md *ctx)
     }
     parse_too_big(&c, &f);
     parse_ports(&c, &f);
-    if (f.proto == IPPROTO_UDP && f.dport == bpf_htons(IKE_PORT) && is_local(&f))
+    if (f.proto == IPPROTO_UDP && f.dport == bpf_htons(IKE_PORT) && local)
         return pass(XESP_CTR_PASS_IKE);
-    return classify_plain(ctx, &f);
+    return classify_plain(ctx, &f, local);
 }
 
 char LICENSE[] SEC("license") = "GPL";
@@ -551,13 +611,23 @@ int xesp_tc_egress(struct __sk_buff *skb)
         count(XESP_CTR_DROP_EGRESS_PLAINTEXT);      /* cannot tell: fail closed */
         return TC_ACT_SHOT;
     }
-    if (rc < 0 || f.proto == IPPROTO_ESP)
+    if (rc < 0)
         return TC_ACT_OK;
     parse_ports(&c, &f);
-    if (f.proto == IPPROTO_UDP && !f.fragment &&
-        (f.sport == bpf_htons(NATT_PORT) || f.dport == bpf_htons(NATT_PORT) ||
-         f.sport == bpf_htons(IKE_PORT) || f.dport == bpf_htons(IKE_PORT)))
-        return TC_ACT_OK;                           /* IKE, NAT-T keepalives, ESP in UDP */
+    /* IKE, NAT-T keepalives and ESP (in UDP or not) leave as they are only when the gateway
+     * sends them: from one of its addresses, or from the daemon's own sockets (transport-mode
+     * ESP carries the hosts' addresses). Anything else of that shape, forwarded from a
+     * protected host, is plaintext like the rest and goes through the policies. */
+    if (f.proto == IPPROTO_ESP ||
+        (f.proto == IPPROTO_UDP && !f.fragment &&
+         (f.sport == bpf_htons(NATT_PORT) || f.dport == bpf_htons(NATT_PORT) ||
+          f.sport == bpf_htons(IKE_PORT) || f.dport == bpf_htons(IKE_PORT)))) {
+        __u64 cookie = bpf_get_socket_cookie(skb);
+        if (is_local_src(&f) || (cookie && bpf_map_lookup_elem(&own_sockets, &cookie))) {
+            count(XESP_CTR_PASS_EGRESS_OWN);
+            return TC_ACT_OK;
+        }
+    }
 
     struct spd_match r;
     spd_init(&r);

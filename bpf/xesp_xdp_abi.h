@@ -24,6 +24,10 @@
 /* ---- Inbound SAs: (family, destination, SPI) -> SA id --------------------------------- */
 
 #define XESP_SA_F_NATT 0x1          /* the SA is ESP-in-UDP (RFC 3948), not raw ESP */
+#define XESP_SA_F_DIR_IN 0x2        /* `dir in`: decrypts whatever its destination. Without it
+                                       the SA decrypts only ESP addressed to the gateway itself,
+                                       as the kernel does: anything else is our own outbound
+                                       ESP reflected back at us */
 
 struct xesp_sa_key {
     __u8 family;                    /* XESP_FAMILY_V4 or _V6 */
@@ -127,7 +131,9 @@ struct xesp_iface {
     __u32 xsk_base;                 /* first xsks slot: slot number * XESP_MAX_QUEUES */
 };
 
-/* The gateway's own addresses: plaintext to them is never encapsulated. */
+/* The gateway's own addresses. Plaintext to them is never encapsulated; the exceptions for
+ * IKE, NAT-T and ESP of SPIs we do not own hold only for packets to them, as does decryption
+ * by an SA without `dir` (XESP_SA_F_DIR_IN). */
 struct xesp_addr_key {
     __u32 family;
     __be32 addr[4];
@@ -171,8 +177,8 @@ struct xesp_meta {
 
 /* ---- Counters: one per-CPU array slot each ---------------------------------------------
  * Every packet counts `rx` and exactly one verdict counter (redirect-*, pass-*, drop-*);
- * xsk-missing and meta-failed count alongside a redirect verdict. drop-egress-plaintext is
- * counted by the tc egress program, outside `rx`.
+ * xsk-missing and meta-failed count alongside a redirect verdict. drop-egress-plaintext,
+ * pass-egress-own and egress-local are counted by the tc egress program, outside `rx`.
  *
  *   X(enumerator suffix, name shown to the operator) */
 #define XESP_XDP_FOREACH_COUNTER(X)                                                         \
@@ -187,7 +193,7 @@ struct xesp_meta {
     X(PASS_IKE, "pass-ike")                                                                 \
     X(PASS_KEEPALIVE, "pass-keepalive")                                                     \
     X(PASS_ESP_UNKNOWN_SPI, "pass-esp-unknown-spi")                                         \
-    X(PASS_ESP_FRAGMENT, "pass-esp-fragment")   /* the kernel reassembles first */         \
+    X(PASS_ESP_FRAGMENT, "pass-esp-fragment")   /* to us: the kernel reassembles first */  \
     X(PASS_ND, "pass-nd")                       /* IPv6 neighbour/router discovery */      \
     X(PASS_LOCAL, "pass-local")                 /* plaintext to the gateway itself */      \
     X(PASS_BYPASS, "pass-bypass")               /* an allow policy without template */     \
@@ -199,9 +205,12 @@ struct xesp_meta {
     X(DROP_ESP_TRUNCATED, "drop-esp-truncated")                                             \
     X(DROP_ESP_BAD_LENGTH, "drop-esp-bad-length")                                           \
     X(DROP_ENCAP_MISMATCH, "drop-encap-mismatch") /* raw ESP for a NAT-T SA, or reverse */ \
+    X(DROP_ESP_REFLECTED, "drop-esp-reflected") /* ESP of an SA that is not inbound */     \
+    X(DROP_PUBLIC_PLAINTEXT, "drop-public-plaintext") /* to protect, from a public side */ \
     X(DROP_VLAN_DEPTH, "drop-vlan-depth")       /* more than two VLAN tags */              \
     X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth") /* too many extension headers to see */ \
     X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */ \
+    X(PASS_EGRESS_OWN, "pass-egress-own")       /* tc egress: our own IKE, NAT-T, ESP */  \
     X(EGRESS_LOCAL, "egress-local")             /* tc egress: the kernel's own, to encrypt */
 
 enum xesp_xdp_counter {

@@ -12,6 +12,7 @@ namespace xesp {
 
 #define XESP_FOREACH_DROP(X)                                                           \
     X(InNoStates, "in-no-state", "XfrmInNoStates")                                     \
+    X(InReflected, "in-reflected", "XfrmInNoStates")                                   \
     X(InTruncated, "in-truncated", "XfrmInHdrError")                                   \
     X(InBadLength, "in-bad-length", "XfrmInHdrError")                                  \
     X(InShortIcv, "in-short-icv", "XfrmInHdrError")                                    \
@@ -26,6 +27,7 @@ namespace xesp {
     X(InEcnDrop, "in-ecn-drop", "XfrmInError")                                         \
     X(InSelectorMismatch, "in-selector-mismatch", "XfrmInStateMismatch")               \
     X(InTmplMismatch, "in-tmpl-mismatch", "XfrmInTmplMismatch")                        \
+    X(InNoPolicy, "in-no-policy", "XfrmInNoPols")                                      \
     X(InEncapMismatch, "in-encap-mismatch", "XfrmInStateMismatch")                     \
     X(InUnprotected, "in-unprotected", "XfrmInTmplMismatch")                           \
     X(InPolBlock, "in-policy-block", "XfrmInPolBlock")                                 \

@@ -1,5 +1,6 @@
 #include "userspace/engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "bpf/xesp_xdp_abi.h"
@@ -154,12 +155,26 @@ Engine::Dirn Engine::classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, b
         stats_.esp_unknown_spi++;       // somebody else's SA: the kernel's business
         return Dirn::None;
     }
+    if (!inbound(**sa)) {
+        p.set_drop(Drop::InReflected);
+        return Dirn::None;
+    }
     if ((*sa)->natt() != udp) {
         p.set_drop(Drop::InEncapMismatch);
         return Dirn::None;
     }
     p.l4 = uint16_t(esp_off);
     return Dirn::Decap;
+}
+
+bool Engine::inbound(const Sa &sa) const
+{
+    const SaConfig &c = sa.config();
+    if (c.dir != Dir::Unspec)
+        return c.dir == Dir::In;
+    return !options_.local ||
+           std::find(options_.local->begin(), options_.local->end(), c.dst) !=
+               options_.local->end();
 }
 
 // An IP header whose lengths lie. If it claims to carry ESP it is dropped and counted here;
@@ -273,7 +288,9 @@ Engine::Dirn Engine::check_unprotected(Pkt &p, const FlowKey &flow)
     return Dirn::None;
 }
 
-// RFC 4301 5.2: what came out of an SA must be what the inbound policy expects from it.
+// RFC 4301 5.2: what came out of an SA must be what an inbound policy expects from it. A
+// packet no in or fwd policy covers is dropped (the kernel's XfrmInNoPols): an SA carries
+// only the traffic a policy put in it, whichever peer holds its keys.
 void Engine::inbound_policy_check(Sa &sa, Pkt &p)
 {
     FlowKey flow;
@@ -284,8 +301,10 @@ void Engine::inbound_policy_check(Sa &sa, Pkt &p)
     const PolicyConfig *pol = spd_.lookup(Dir::In, flow);
     if (!pol)
         pol = spd_.lookup(Dir::Fwd, flow);
-    if (!pol)
+    if (!pol) {
+        p.set_drop(Drop::InNoPolicy);
         return;
+    }
     if (pol->action == Action::Block)
         p.set_drop(Drop::InPolBlock);
     else if (pol->tmpl ? !tmpl_matches(*pol->tmpl, sa.config()) : sa.tunnel())
@@ -446,6 +465,10 @@ Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
         return Dirn::None;
     }
     *sa = s;
+    if (!inbound(*s)) {
+        p.set_drop(Drop::InReflected);
+        return Dirn::None;
+    }
     if (s->natt() != c.natt) {
         p.set_drop(Drop::InEncapMismatch);
         return Dirn::None;

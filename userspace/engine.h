@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -66,6 +67,11 @@ bool tmpl_matches(const PolicyTmpl &tmpl, const SaConfig &sa);
 struct EngineOptions {
     uint32_t link_mtu = 0;      // MTU of the side encrypted packets leave on; 0 = no check
     IpAddr icmp_src4, icmp_src6;   // source of the ICMP errors we send; else the SA's own address
+    // The gateway's own addresses. An SA without `dir` decrypts only ESP addressed to one of
+    // them, as the kernel decrypts only what is delivered to it; its ESP to anywhere else is
+    // our own outbound traffic reflected back (in-reflected). Unset (`xesp pcap` without
+    // --local): every SA destination counts as ours.
+    std::optional<std::vector<IpAddr>> local;
 };
 
 // What the XDP classifier found for a packet: the gateway translates struct xesp_meta
@@ -158,6 +164,10 @@ public:
     const SaTable &sas() const { return sas_; }
     const EngineStats &stats() const { return stats_; }
     const EngineOptions &options() const { return options_; }
+    // The gateway's addresses changed (EngineOptions::local).
+    void set_local(std::vector<IpAddr> local) { options_.local = std::move(local); }
+    // Whether sa may decrypt: `dir in`, or no `dir` and its destination is ours.
+    bool inbound(const Sa &sa) const;
     // Expire notifications (soft and hard lifetimes) as they happen.
     void on_expire(Sa::ExpireFn fn);
     // Time limits (`limit time-*`): Sa::check_time() for every SA that has one. Call about

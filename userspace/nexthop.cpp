@@ -592,6 +592,15 @@ size_t NextHops::pending() const { return s_->q_len; }
 
 const NextHops::Stats &NextHops::stats() const { return s_->stats; }
 
+std::vector<int> NextHops::send_fds() const
+{
+    std::vector<int> fds;
+    for (int fd : {s_->raw4, s_->raw6})
+        if (fd >= 0)
+            fds.push_back(fd);
+    return fds;
+}
+
 Result<void> NextHops::send_via_kernel(const uint8_t *ip, size_t len)
 {
     State &s = *s_;

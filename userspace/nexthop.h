@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "userspace/ip.h"
 #include "userspace/result.h"
@@ -109,6 +110,8 @@ public:
     // queues it until ARP/ND finishes. Errors (EMSGSIZE for a packet over the route's MTU,
     // ENETUNREACH, ENOBUFS, ...) are counted in Stats::kernel_send_errors.
     Result<void> send_via_kernel(const uint8_t *ip, size_t len);
+    // The sockets send_via_kernel() sends from (the XDP program's egress guard knows them).
+    std::vector<int> send_fds() const;
 
     const Stats &stats() const;
 

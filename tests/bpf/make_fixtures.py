@@ -6,6 +6,8 @@ The expected verdict, counter and metadata of each frame live in the table of te
 next to the SAs and policies it loads; the names here are the keys. Addresses used:
 
     192.0.2.1, 2001:db8::1     the gateway's public addresses (SAs 101-104 point at them)
+    192.0.2.2                  the peer gateway: SA 105, without `dir`, is our outbound SA to it
+    10.1.0.5                   a host behind us: SA 106 (`dir in`, transport) points at it
     10.1.0.0/16, fd00:1::/48   the protected side      10.1.0.1 the gateway's LAN address
     10.2.0.0/16, fd00:2::/48   the remote protected side, behind the tunnel
     10.3.0.0/16                UDP/53 protected, everything else bypassed
@@ -26,6 +28,9 @@ GW4, GW6 = "192.0.2.1", "2001:db8::1"
 PEER4, PEER6 = "198.51.100.2", "2001:db8:ffff::2"
 ROUTER4, ROUTER6 = "198.51.100.9", "2001:db8:ffff::9"
 SA_RAW4, SA_NATT4, SA_RAW6, SA_NATT6 = 0x1000, 0x2000, 0x3000, 0x4000
+PEER_GW4, SA_OUT4 = "192.0.2.2", 0x5000
+HOST4, SA_IN_HOST4 = "10.1.0.5", 0x6000
+FOREIGN_SPI = 0x9999
 
 
 def eth(**kw):
@@ -117,6 +122,28 @@ def fixtures():
         IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / esp(SA_RAW6))
 
     # not IP, neighbour discovery
+    # Attacks. Our own outbound ESP sent back to us; ESP of an SA with `dir in` to a host
+    # behind us. From a protected host to the remote site: ESP of an SPI we do not own, ESP
+    # fragments, IKE and NAT-T keepalives are plaintext like any other (an out policy
+    # protects them); from the gateway itself they are its own.
+    add("esp4_reflected", eth() / IP(src=GW4, dst=PEER_GW4) / esp(SA_OUT4))
+    add("esp4_dir_in_host", eth() / IP(src="10.2.0.7", dst=HOST4) / esp(SA_IN_HOST4))
+    add("esp4_transit", eth() / IP(src=HOST4, dst="10.2.0.7") / esp(FOREIGN_SPI))
+    add("esp6_transit", eth() / IPv6(src="fd00:1::5", dst="fd00:2::7") / esp(FOREIGN_SPI))
+    add("esp4_fragment_transit", eth() / IP(src=HOST4, dst="10.2.0.7", flags="MF", id=7) / esp(FOREIGN_SPI))
+    add("espinudp4_transit", eth() / IP(src=HOST4, dst="10.2.0.7") / UDP(sport=4500, dport=4500) /
+        esp(FOREIGN_SPI))
+    add("ike4_natt_transit", eth() / IP(src=HOST4, dst="10.2.0.7") / UDP(sport=4500, dport=4500) /
+        Raw(ike_natt()))
+    add("keepalive4_transit", eth() / IP(src=HOST4, dst="10.2.0.7") / UDP(sport=4500, dport=4500) /
+        Raw(b"\xff"))
+    add("ike4_500_transit", eth() / IP(src=HOST4, dst="10.2.0.7") / UDP(sport=500, dport=500) /
+        Raw(b"\x11" * 28))
+    add("esp4_gw_to_subnet", eth() / IP(src=GW4, dst="192.0.2.9") / esp(FOREIGN_SPI))
+    add("ike4_gw_to_subnet", eth() / IP(src=GW4, dst="192.0.2.9") / UDP(sport=500, dport=500) /
+        Raw(b"\x11" * 28))
+    add("esp4_host_to_subnet", eth() / IP(src=HOST4, dst="192.0.2.9") / esp(FOREIGN_SPI))
+
     add("arp", eth(type=0x0806) / ARP(psrc="10.1.0.5", pdst="10.1.0.1"))
     add("arp_vlan", eth() / Dot1Q(vlan=10) / ARP(psrc="10.1.0.5", pdst="10.1.0.1"))
     add("nd6_ns", eth() / IPv6(src="fd00:1::5", dst="fd00:2::1", hlim=255) / ICMPv6ND_NS(tgt="fd00:2::1"))

@@ -160,12 +160,36 @@ inline Config sender(const SaConfig &sa, const char *inner_src_pfx, const char *
     return c;
 }
 
-inline Config receiver(const SaConfig &sa)
+// The fwd policy that accepts what comes out of sa, whatever the inner addresses, below any
+// other policy: an SA carries only what a policy lets out of it (RFC 4301 5.2).
+inline PolicyConfig accept_from(const SaConfig &sa, const char *inner_pfx)
+{
+    PolicyConfig p;
+    p.sel.src = pfx(inner_pfx);
+    p.sel.dst = pfx(inner_pfx);
+    p.dir = Dir::Fwd;
+    p.priority = UINT32_MAX;
+    PolicyTmpl t;
+    t.src = sa.mode == Mode::Tunnel ? sa.src : IpAddr{};
+    t.dst = sa.mode == Mode::Tunnel ? sa.dst : IpAddr{};
+    t.reqid = sa.reqid;
+    t.mode = sa.mode;
+    p.tmpl = t;
+    return p;
+}
+
+// Receiver config: the SA, and unless told otherwise policies that accept any inner IPv4 and
+// IPv6 through it.
+inline Config receiver(const SaConfig &sa, bool accept_any = true)
 {
     Config c;
     SaConfig s = sa;
     s.dir = Dir::In;
     c.sas.push_back(s);
+    if (accept_any) {
+        c.policies.push_back(accept_from(sa, "0.0.0.0/0"));
+        c.policies.push_back(accept_from(sa, "::/0"));
+    }
     return c;
 }
 

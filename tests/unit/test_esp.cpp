@@ -555,9 +555,57 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         CHECK(run(*rx, bad) == Verdict::Drop);
         CHECK(bad.pkt.drop == Drop::InSelectorMismatch);
     }
+    SECTION("what comes out of an SA and matches no in or fwd policy is dropped")
+    {
+        auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        auto rx = make_engine(receiver(sa, false));
+        Frame f(plain);
+        REQUIRE(run(*tx, f) == Verdict::Encrypted);
+        CHECK(run(*rx, f) == Verdict::Drop);
+        CHECK(f.pkt.drop == Drop::InNoPolicy);
+        CHECK(rx->stats().drops[Drop::InNoPolicy] == 1);
+    }
+    SECTION("an SA without dir decrypts only ESP to the gateway's own addresses")
+    {
+        auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        Config rc = receiver(sa);
+        EngineOptions theirs, ours;
+        theirs.local = std::vector<IpAddr>{sa.src};             // the sender's side
+        ours.local = std::vector<IpAddr>{addr("10.9.9.9"), sa.dst};
+        struct Case {
+            const char *name;
+            Dir dir;
+            const EngineOptions &opt;
+            Verdict verdict;
+        } cases[] = {
+            {"no dir, to us", Dir::Unspec, ours, Verdict::Decrypted},
+            {"no dir, reflected", Dir::Unspec, theirs, Verdict::Drop},
+            {"dir in, not to us", Dir::In, theirs, Verdict::Decrypted},
+            {"dir out, to us", Dir::Out, ours, Verdict::Drop},
+        };
+        for (const Case &c : cases) {
+            INFO(c.name);
+            rc.sas[0].dir = c.dir;
+            auto rx = Engine::create(rc, Backend::Auto, c.opt);
+            REQUIRE(rx);
+            Frame f(plain), g(plain);
+            REQUIRE(run(*tx, f) == Verdict::Encrypted);
+            REQUIRE(run(*tx, g) == Verdict::Encrypted);
+            CHECK(run(**rx, f) == c.verdict);
+            // The same through the classifier's path.
+            Pkt *p = &g.pkt;
+            Classified cls{Classified::Decap, 0, kIpv4Len, false};
+            (*rx)->process_classified(&p, &cls, 1);
+            CHECK(g.pkt.verdict == c.verdict);
+            if (c.verdict == Verdict::Drop) {
+                CHECK(f.pkt.drop == Drop::InReflected);
+                CHECK(g.pkt.drop == Drop::InReflected);
+            }
+        }
+    }
     SECTION("inbound policy that expects another SA")
     {
-        Config rc = receiver(sa);
+        Config rc = receiver(sa, false);
         PolicyConfig in;
         in.sel.src = pfx("10.1.0.0/16");
         in.sel.dst = pfx("10.2.0.0/16");
@@ -626,7 +674,7 @@ TEST_CASE("fragments and unprotected plaintext never leak", "[esp][policy][fragm
     }
     SECTION("plaintext an inbound policy says must come protected is dropped")
     {
-        Config rc = receiver(sa);
+        Config rc = receiver(sa, false);
         PolicyConfig in;
         in.sel.src = pfx("10.1.0.0/16");
         in.sel.dst = pfx("10.2.0.0/16");

@@ -18,6 +18,7 @@ struct PcapOptions {
     bool json = false;
     uint32_t mtu = 0;
     std::vector<std::string> icmp_src;
+    std::vector<std::string> local;
 };
 
 constexpr size_t kBurst = 32;
@@ -50,6 +51,15 @@ void run_pcap(const PcapOptions &o)
         if (!addr)
             throw Failure("pcap: --icmp-src '" + a + "' is not an IPv4 or IPv6 address");
         (addr->family == 4 ? eo.icmp_src4 : eo.icmp_src6) = *addr;
+    }
+    if (!o.local.empty()) {
+        eo.local.emplace();
+        for (const auto &a : o.local) {
+            auto addr = IpAddr::parse(a);
+            if (!addr)
+                throw Failure("pcap: --local '" + a + "' is not an IPv4 or IPv6 address");
+            eo.local->push_back(*addr);
+        }
     }
     auto engine = Engine::create(*config, *backend, eo);
     if (!engine)
@@ -165,6 +175,9 @@ void register_pcap_command(CLI::App &app)
                   "fragmented is answered with ICMP fragmentation needed / packet too big");
     c->add_option("--icmp-src", o->icmp_src,
                   "Source address of those ICMP errors (one per family; default: the SA's)");
+    c->add_option("--local", o->local,
+                  "The gateway's own addresses (repeatable): an SA without `dir` decrypts only "
+                  "ESP to one of them (default: ESP to any SA's destination)");
     c->callback([o] { run_pcap(*o); });
 }
 

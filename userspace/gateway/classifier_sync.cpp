@@ -7,16 +7,16 @@ namespace xesp {
 Result<void> ClassifierSync::stage_sa(const SaConfig &c, std::vector<Undo> &undo)
 {
     std::string key = describe_sa(c.dst, c.spi);
-    bool natt = c.encap.has_value();
+    uint32_t flags = (c.encap ? XESP_SA_F_NATT : 0) | (c.dir == Dir::In ? XESP_SA_F_DIR_IN : 0);
     auto it = sas_.find(key);
-    if (it != sas_.end() && it->second.natt == natt)
+    if (it != sas_.end() && it->second.flags == flags)
         return {};
-    SaEntry e = it != sas_.end() ? it->second : SaEntry{next_slot_, natt, c.dst, c.spi};
-    if (auto r = prog_.add_sa(c.dst, c.spi, e.slot, natt); !r)
+    SaEntry e = it != sas_.end() ? it->second : SaEntry{next_slot_, flags, c.dst, c.spi};
+    if (auto r = prog_.add_sa(c.dst, c.spi, e.slot, flags); !r)
         return make_error(key + ": " + r.error().message);
     if (it != sas_.end()) {
         undo.push_back({Undo::FlippedSa, key, it->second, {}});
-        it->second.natt = natt;
+        it->second.flags = flags;
     } else {
         next_slot_++;
         sas_.emplace(key, e);
@@ -60,7 +60,7 @@ void ClassifierSync::rollback(std::vector<Undo> &undo)
             sas_.erase(u->key);
             break;
         case Undo::FlippedSa:
-            (void)prog_.add_sa(u->sa.dst, u->sa.spi, u->sa.slot, u->sa.natt);
+            (void)prog_.add_sa(u->sa.dst, u->sa.spi, u->sa.slot, u->sa.flags);
             sas_[u->key] = u->sa;
             break;
         case Undo::AddedPolicy:

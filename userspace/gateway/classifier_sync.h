@@ -45,7 +45,7 @@ public:
 private:
     struct SaEntry {
         uint32_t slot;
-        bool natt;
+        uint32_t flags;             // XESP_SA_F_*
         IpAddr dst;
         uint32_t spi;
     };

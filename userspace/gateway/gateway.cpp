@@ -112,6 +112,10 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
     else
         log(LogLevel::Warning, "%s: path MTUs to the peers will not be learnt from ICMP",
             r.error().message.c_str());
+    g->refresh_local_addresses();
+    for (int fd : g->hops_->send_fds())
+        if (auto r = g->prog_->add_own_socket(fd); !r)
+            return r.error();
     if (auto r = g->apply(config); !r)
         return r.error();
     return g;
@@ -125,6 +129,7 @@ Gateway::~Gateway()
 EngineOptions Gateway::engine_options() const
 {
     EngineOptions o;
+    o.local = local_;
     for (const auto &i : ifaces_)
         if (i.role == IfaceRole::Public && i.mtu && (!o.link_mtu || i.mtu < o.link_mtu))
             o.link_mtu = i.mtu;
@@ -187,6 +192,8 @@ void Gateway::refresh_local_addresses()
             if (auto r = prog_->add_local_address(a); !r)
                 log(LogLevel::Warning, "%s", r.error().message.c_str());
     local_ = std::move(now);
+    if (engine_)
+        engine_->set_local(local_);
 }
 
 // ---- The data path ---------------------------------------------------------------------------
