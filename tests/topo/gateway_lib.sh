@@ -51,11 +51,15 @@ start_gw() {
 }
 
 stop_gw() { # GW [SIGNAL]
-    local gw=$1 sig=${2:-TERM} rc
-    [ -n "${DPID[$gw]:-}" ] || return 1
-    kill -"$sig" "${DPID[$gw]}" 2>/dev/null
-    wait "${DPID[$gw]}" 2>/dev/null
+    local gw=$1 sig=${2:-TERM} rc pid=${DPID[$1]:-}
+    [ -n "$pid" ] || return 1
+    kill -"$sig" "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
     rc=$?
+    if [ "$rc" = 127 ]; then        # not this shell's child (started from a subshell)
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+        rc=0
+    fi
     unset "DPID[$gw]"
     return $rc
 }

@@ -1,8 +1,9 @@
 // `xesp daemon`: runs the gateway in the foreground (userspace/gateway/gateway.h) and serves
 // the control socket that `xesp sa|policy|iface|stats` talk to. Logs go to stderr, one line per
-// event (userspace/log.h). SIGTERM or SIGINT: saves the state, detaches from every interface
-// and exits. After a crash the classifier stays attached and keeps protected traffic dropped;
-// the next start reads the state file and resumes.
+// event (userspace/log.h). SIGTERM or SIGINT: saves the state and exits. After a stop, as
+// after a crash, the classifier stays attached and keeps protected traffic dropped (fail
+// closed); the next start reads the state file and resumes. --detach-on-exit, or `xesp iface
+// del`, hands an interface back to the kernel.
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -147,6 +148,7 @@ struct DaemonOptions {
     bool busy_poll = false;
     uint32_t spin = 0;
     uint32_t pmtu_expires = kPmtuExpiresSeconds;
+    bool detach_on_exit = false;
 };
 
 // What to start with: the state file (a restart) and/or the config file.
@@ -238,9 +240,9 @@ void run_daemon(const DaemonOptions &o)
             pfds.push_back({fd, POLLIN, 0});
         ::poll(pfds.data(), pfds.size(), 10);
     }
-    log(LogLevel::Info, "stopping: saving the state and detaching");
+    log(LogLevel::Info, "stopping: saving the state");
     handler.save();
-    g.shutdown();
+    g.shutdown(o.detach_on_exit);
 }
 
 } // namespace
@@ -265,6 +267,9 @@ void register_daemon_command(CLI::App &app)
     sub->add_option("--pmtu-expires", o->pmtu_expires,
                     "seconds a path MTU learnt from ICMP lasts (default 600, RFC 1191)")
         ->check(CLI::Range(1u, 86400u));
+    sub->add_flag("--detach-on-exit", o->detach_on_exit,
+                  "on SIGTERM/SIGINT, hand the interfaces back to the kernel (default: the "
+                  "classifier stays and drops protected traffic until the next daemon)");
     sub->callback([o] { run_daemon(*o); });
 }
 

@@ -12,7 +12,8 @@
 //
 // Fail closed. The classifier is attached with a netlink attach, which outlives this process:
 // after a crash it keeps dropping what it would redirect (the sockets are gone, so the
-// redirect fails to XDP_DROP) until the next daemon replaces it. Only shutdown() detaches.
+// redirect fails to XDP_DROP) until the next daemon replaces it. A clean stop does the same
+// (shutdown()); only `iface del` or --detach-on-exit hands an interface back to the kernel.
 #pragma once
 
 #include <array>
@@ -121,9 +122,11 @@ public:
     // What to wait on when idle: the sockets and the routing events.
     std::vector<int> wait_fds() const;
 
-    // Detaches from every interface: protected traffic then goes to the kernel. For a clean
-    // stop only; a crash leaves the classifier attached and dropping.
-    void shutdown();
+    // A stop. The sockets close; the classifier and the egress guard stay attached (as after
+    // a crash) and drop what they would hand to the gateway, until the next daemon takes the
+    // interfaces over: protected traffic never leaves in the clear. With `detach`, every
+    // interface goes back to the kernel instead, and with it whatever no policy stops.
+    void shutdown(bool detach);
 
     nlohmann::json stats_json() const;
 
@@ -146,6 +149,7 @@ private:
     Result<void> attach_iface(const std::string &name, IfaceRole role, bool local);
     void open_local_link();
     void forget_iface(std::vector<GatewayIface>::iterator it);
+    Result<void> release_leftover(const std::string &name);
     Result<void> rebuild_ports();
     void close_ports();
     Result<void> rebuild_engine(const Config &next);

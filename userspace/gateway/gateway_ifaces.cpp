@@ -195,7 +195,7 @@ Result<void> Gateway::del_iface(const std::string &name)
     auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
                            [&](const GatewayIface &i) { return i.name == name; });
     if (it == ifaces_.end())
-        return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+        return release_leftover(name);
     if (it->local)
         return make_error("iface del " + name + ": the gateway's own local link, not an "
                           "interface to detach");
@@ -222,11 +222,33 @@ void Gateway::forget_iface(std::vector<GatewayIface>::iterator it)
     (void)prog_->remove_iface(gone.ifindex);
 }
 
-void Gateway::shutdown()
+// An interface this daemon did not add but an earlier one left its classifier on (a stop
+// leaves it attached, dropping protected traffic): `iface del` hands it back to the kernel.
+Result<void> Gateway::release_leftover(const std::string &name)
+{
+    int ifindex = int(if_nametoindex(name.c_str()));
+    if (!ifindex || !XdpProgram::attached_to(ifindex))
+        return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+    if (auto r = XdpProgram::detach(ifindex); !r)
+        return make_error("iface del " + name + ": " + r.error().message);
+    if (auto r = XdpProgram::detach_egress(ifindex); !r)
+        return make_error("iface del " + name + ": " + r.error().message);
+    log(LogLevel::Info, "%s: detached the classifier an earlier daemon left; the kernel "
+        "forwards its traffic now", name.c_str());
+    return {};
+}
+
+void Gateway::shutdown(bool detach)
 {
     close_ports();
-    (void)prog_->set_local_link(0);
+    (void)prog_->set_local_link(0);     // the gateway's own protected traffic: dropped
+    std::string names;
     for (const auto &i : ifaces_) {
+        if (i.local)
+            continue;
+        names += (names.empty() ? "" : ", ") + i.name;
+        if (!detach)
+            continue;
         if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
         if (i.role == IfaceRole::Public)
@@ -234,6 +256,15 @@ void Gateway::shutdown()
                 log(LogLevel::Warning, "%s", r.error().message.c_str());
     }
     local_link_ = LocalLink();
+    if (names.empty())
+        return;
+    if (detach)
+        log(LogLevel::Notice, "detached from %s (--detach-on-exit): the kernel forwards their "
+            "traffic now, protected flows included, in the clear", names.c_str());
+    else
+        log(LogLevel::Notice, "left the classifier on %s: protected traffic is dropped until "
+            "the next daemon takes over (`xesp iface del` hands an interface back to the "
+            "kernel)", names.c_str());
 }
 
 } // namespace xesp

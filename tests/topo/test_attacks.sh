@@ -1,0 +1,220 @@
+#!/bin/bash
+# Attacks on a pair of running gateways, with scapy as the attacker (attacker.py), judged from
+# a capture on the wire namespace, where XDP on either gateway cannot hide a frame.
+#
+#   hostA ---- gwA ===== wire ===== gwB ---- hostB
+#   10.1.0.2   xesp      192.0.2.x   xesp      10.2.0.2
+#                        ^ the attacker sends on wire-a (towards gwA) and captures there
+#
+# The configuration is `xesp-topo config` (tunnel mode, SAs without `dir`), as the README shows.
+#
+#  #  attack                                           counter that must rise (gwA)   leaked delivered
+#  1  gwA's own outbound ESP sent back to gwA's        xdp.drop-esp-reflected          0      -
+#     public interface (reflection)
+#  2  ESP on the peer's own SA whose inner packet no    drops.in-no-policy              -      0
+#     policy allows (source in gwA's own site)
+#  3  from hostA to hostB: IKE on 4500 and 500, ESP in  xdp.redirect-encap (encrypted)  0      -
+#     UDP and raw ESP of an SPI nobody owns, an ESP
+#     fragment: the exceptions are for gwA itself only
+#  4  plaintext from site A to site B injected on the   xdp.drop-public-plaintext       0      0
+#     public side, to gwA's MAC
+#  5  SIGTERM of gwA's daemon, and a restart, under     xdp.xsk-missing (while stopped) 0      -
+#     traffic: the classifier stays and drops
+#
+# "leaked": frames on the wire carrying the attack's plaintext marker (or, for 4, ESP that gwA
+# made of it). "delivered": datagrams the attack got to a host. Each row also checks that the
+# counter rose, and rows 2 and 4 have a control: the same path with what the policies allow
+# gets through, so the zero is not the test's own doing.
+#
+# Usage: bash test_attacks.sh XESP
+# Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns/veth/XDP).
+set -u
+
+XESP=${1:?usage: test_attacks.sh XESP}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOPO=$HERE/../../tools/xesp-topo
+PY=/usr/bin/python3
+export XESP_TOPO_PREFIX=xesp-a$$-
+
+source "$HERE/lib.sh"
+source "$HERE/gateway_lib.sh"
+
+ATTACKER=$HERE/attacker.py
+declare -A ROW=()           # the summary: attack number -> "counter +N, leaked L, delivered D"
+
+start=$SECONDS
+check "topology up" "$TOPO" up
+step "daemons up with the tunnel config, interfaces added" up_pair
+if [ "$failed" != 0 ]; then
+    finish
+    exit 1
+fi
+check "the tunnel carries a ping" ping_from hostA "$HOSTB_IP4" -c 2
+GWA_MAC=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
+
+# delta GW PATH CMD...: runs CMD and sets DELTA to how much counter PATH of GW rose.
+delta() {
+    local gw=$1 path=$2 before
+    shift 2
+    before=$(stat "$gw" "$path")
+    "$@"
+    DELTA=$(($(stat "$gw" "$path") - before))
+}
+
+# ---- 1: reflection ---------------------------------------------------------------------------
+reflection() {
+    local marker=refl$$ n=5 leaked
+    "$TOPO" exec wire "$PY" "$ATTACKER" capture --iface "$WIRE_A_IF" --src "$GWA_PUB_IP4" \
+        --spi 0x1001 --count $n --out "$WORK/gwA-esp.pcap" >/dev/null &
+    local cap=$!
+    sleep 1
+    udp_cmd hostA "$HOSTB_IP4" 20 "$marker" 0.05
+    "${UDP[@]}"
+    wait $cap || { echo "did not capture $n of gwA's ESP frames"; return 1; }
+    FILTERS=("contains $marker")
+    delta gwA xdp.drop-esp-reflected wire_counts_into leaked \
+        "$TOPO" exec wire "$PY" "$ATTACKER" replay --iface "$WIRE_A_IF" --mac "$GWA_MAC" \
+        --pcap "$WORK/gwA-esp.pcap"
+    ROW[1]="xdp.drop-esp-reflected +$DELTA, leaked $leaked, delivered -"
+    echo "${ROW[1]}"
+    [ "$leaked" = 0 ] && [ "$DELTA" -ge $n ]
+}
+# wire_counts_into VAR CMD...: wire_counts, its first count into VAR.
+wire_counts_into() {
+    local var=$1 got
+    shift
+    got=$(wire_counts "$@")
+    printf -v "$var" '%s' "${got%% *}"
+}
+step "1 reflected ESP is not decrypted: dropped and counted, nothing in clear" reflection
+
+# ---- 2: what comes out of an SA must match a policy ------------------------------------------
+KEY_BA=$(grep -o 'spi 0x2001 .*' "$WORK/gwA.conf" | grep -o '0x[0-9a-f]\{40\}')
+forge_to_hostA() { # INNER_SRC SEQ MARKER: 10 forged packets through SA 0x2001, counted at hostA
+    local n
+    sink_start hostA "$HOSTA_IP4" 3
+    "$TOPO" exec wire "$PY" "$ATTACKER" forge --iface "$WIRE_A_IF" --mac "$GWA_MAC" \
+        --src "$GWB_PUB_IP4" --dst "$GWA_PUB_IP4" --spi 0x2001 --key "$KEY_BA" --seq "$2" \
+        --inner-src "$1" --inner-dst "$HOSTA_IP4" --marker "$3" --count 10 >/dev/null
+    sink_count n
+    DELIVERED=$n
+}
+no_policy() {
+    forge_to_hostA "$HOSTB_IP4" 1000000 ctl$$        # control: what the fwd policy allows
+    [ "$DELIVERED" = 10 ] || { echo "control: $DELIVERED of 10 allowed packets arrived"; return 1; }
+    delta gwA drops.in-no-policy forge_to_hostA 10.1.0.99 1000100 forged$$
+    ROW[2]="drops.in-no-policy +$DELTA, leaked -, delivered $DELIVERED (control: 10 of 10)"
+    echo "${ROW[2]}"
+    [ "$DELIVERED" = 0 ] && [ "$DELTA" = 10 ]
+}
+step "2 an inner packet no policy allows is dropped as in-no-policy" no_policy
+
+# ---- 3: the exceptions hold for the gateway's own addresses only -----------------------------
+exceptions() {
+    local marker=exc$$ leaked esp
+    FILTERS=("contains $marker" "esp src $GWA_PUB_IP4")
+    delta gwA xdp.redirect-encap wire_counts_into leaked \
+        "$TOPO" exec hostA "$PY" "$ATTACKER" exceptions --dst "$HOSTB_IP4" --marker "$marker"
+    ROW[3]="xdp.redirect-encap +$DELTA, leaked $leaked, delivered -"
+    echo "${ROW[3]}"
+    [ "$leaked" = 0 ] && [ "$DELTA" -ge 5 ]
+}
+step "3 IKE, NAT-T and foreign ESP from a protected host are encrypted, never in clear" exceptions
+
+# ---- 4: plaintext injected on the public side ------------------------------------------------
+inject() {
+    local marker=inj$$ esp n
+    sink_start hostB "$HOSTB_IP4" 3
+    FILTERS=("esp src $GWA_PUB_IP4 dst $GWB_PUB_IP4")
+    delta gwA xdp.drop-public-plaintext wire_counts_into esp \
+        "$TOPO" exec wire "$PY" "$ATTACKER" inject --iface "$WIRE_A_IF" --mac "$GWA_MAC" \
+        --src "$HOSTA_IP4" --dst "$HOSTB_IP4" --marker "$marker" --count 10
+    sink_count n
+    ROW[4]="xdp.drop-public-plaintext +$DELTA, leaked $esp, delivered $n"
+    echo "${ROW[4]}"
+    [ "$esp" = 0 ] && [ "$n" = 0 ] && [ "$DELTA" = 10 ]
+}
+step "4 plaintext injected on the public side is dropped, never encrypted" inject
+# The control: the same datagrams from hostA itself are encrypted and delivered.
+control_inject() {
+    local n
+    sink_start hostB "$HOSTB_IP4" 2
+    udp_cmd hostA "$HOSTB_IP4" 10 ctl$$ 0.02
+    "${UDP[@]}"
+    sink_count n
+    [ "$n" = 10 ] || { echo "$n of 10 arrived"; return 1; }
+}
+check "4 control: the same flow from hostA is delivered" control_inject
+
+# ---- 5: a clean stop fails closed ------------------------------------------------------------
+# term_under_traffic: 2 s of UDP from hostA to hostB; gwA's daemon gets SIGTERM after 0.5 s
+# and comes back from its state file after 1.2 s. Sets LEAKED.
+term_under_traffic() {
+    local marker=$1 got
+    (sleep 0.5; stop_gw gwA TERM; sleep 0.7; start_gw gwA >/dev/null) &
+    local stopper=$!
+    FILTERS=("contains $marker" "icmp host $HOSTA_IP4 host $HOSTB_IP4")
+    ping_cmd hostA "$HOSTB_IP4" -c 20 -i 0.1 -W 1
+    "${PING[@]}" >/dev/null 2>&1 &
+    local pinger=$!
+    udp_cmd hostA "$HOSTB_IP4" 1000 "$marker" 0.002
+    got=$(wire_counts "${UDP[@]}")
+    wait $stopper $pinger
+    LEAKED=$(($(echo "$got" | tr ' ' '+' | sed 's/+$//')))
+}
+# The stopper runs in a subshell: its start_gw's pid is not ours. Find the daemon by socket.
+adopt_gwA() {
+    local pid
+    pid=$(pgrep -f -- "--socket $WORK/gwA.sock" | head -n 1)
+    [ -n "$pid" ] && DPID[gwA]=$pid
+}
+sigterm() {
+    term_under_traffic stop$$
+    adopt_gwA || { echo "gwA did not come back"; return 1; }
+    ROW[5]="leaked $LEAKED, delivered -"
+    echo "${ROW[5]}"
+    [ "$LEAKED" = 0 ]
+}
+step "5 SIGTERM and restart under traffic: zero plaintext on the wire" sigterm
+check "5 the log says the classifier stayed" grep -q "left the classifier on $GWA_PROT_IF, $GWA_PUB_IF" "$WORK/gwA.log"
+resume() {
+    for _ in $(seq 20); do ping_from hostA "$HOSTB_IP4" -c 1 -W 1 >/dev/null 2>&1 && return 0; done
+    return 1
+}
+check "5 after the restart the tunnel carries traffic again" resume
+
+step "5 SIGTERM with no daemon to follow" stop_gw gwA TERM
+check "5 stopped: XDP stays on gwA's interfaces" bash -c "
+    '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp &&
+    '$TOPO' exec gwA ip -d link show dev $GWA_PROT_IF | grep -q prog/xdp"
+check "5 stopped: the tc egress guard stays" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
+# With no daemon to ask, the counter is read from the classifier's own map.
+stopped_drops() {
+    local before after
+    before=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" xsk-missing) || return 1
+    ! "$TOPO" exec hostA "$PY" "$HERE/ping.py" -c 3 -i 0.2 -W 1 "$HOSTB_IP4" || return 1
+    after=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" xsk-missing) || return 1
+    ROW[5]="xdp.xsk-missing +$((after - before)) (stopped), ${ROW[5]}"
+    echo "${ROW[5]}"
+    [ $((after - before)) -ge 3 ]
+}
+step "5 stopped: protected traffic is dropped and counted, not forwarded" stopped_drops
+# A daemon without the state file does not know the interfaces; `iface del` hands them back.
+step "5 a daemon without state" start_gw gwA --no-state
+check "5 iface del hands a leftover interface back to the kernel" bash -c "
+    XESP_SOCKET=$WORK/gwA.sock '$XESP' iface del $GWA_PROT_IF &&
+    ! '$TOPO' exec gwA ip -d link show dev $GWA_PROT_IF | grep -q prog/xdp"
+check "5 iface del of an interface with no classifier is an error" bash -c "
+    ! XESP_SOCKET=$WORK/gwA.sock '$XESP' iface del $GWA_PROT_IF"
+stop_gw gwA
+# --detach-on-exit: the explicit way back to the kernel, and the log says so.
+step "5 a daemon with --detach-on-exit" start_gw gwA --detach-on-exit
+stop_gw gwA TERM
+check "5 --detach-on-exit: XDP is gone from gwA's interfaces" bash -c "
+    ! '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp"
+check "5 --detach-on-exit: the log says which happened" grep -q "detached from .*--detach-on-exit" "$WORK/gwA.log"
+stop_gw gwB
+
+echo "attack table (gwA):"
+for i in 1 2 3 4 5; do echo "  $i  ${ROW[$i]:-not run}"; done
+finish
