@@ -21,7 +21,7 @@
 //
 // Unknown fields are ignored; a missing "show_keys"/"check" is false. A line that is not such
 // an object is answered with an error and the connection stays usable. A request line longer
-// than ControlServer::Options::max_request (1 MiB) is answered with an error and the
+// than ControlServer::Options::max_request (32 MiB) is answered with an error and the
 // connection is closed, since the rest of the line cannot be told from the next request.
 //
 // The server never blocks on a client: sockets are non-blocking, a client holds a slot only
@@ -101,7 +101,7 @@ class ControlServer {
 public:
     struct Options {
         std::string path = kDefaultControlSocket;
-        size_t max_request = size_t(1) << 20;   // bytes in one request line
+        size_t max_request = size_t(32) << 20;  // bytes in one request line (a batch)
         int idle_timeout_ms = 10000;            // a client making no progress is dropped
         size_t max_clients = 16;                // more wait in the listen backlog
     };

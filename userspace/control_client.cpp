@@ -145,6 +145,18 @@ Result<ControlResponse> ControlClient::exchange(std::string_view line)
         if (n < 0) {
             int err = errno;
             wipe(buf);
+            // The daemon stops reading a request it refuses (too large) and closes after
+            // saying why: its answer is the better error.
+            if (err == EPIPE || err == ECONNRESET)
+                if (auto a = read_line(); a) {
+                    json j = json::parse(*a, nullptr, false);
+                    wipe(*a);
+                    bool said = j.is_object() && j.contains("error") && j["error"].is_string();
+                    std::string why = said ? j["error"].get<std::string>() : std::string();
+                    wipe_json(j);
+                    if (said)
+                        return make_error(why, err);
+                }
             return make_error(std::string("cannot send to the xesp daemon: ") +
                                   (err == EAGAIN ? "timed out" : std::strerror(err)),
                               err);

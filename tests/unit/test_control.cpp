@@ -355,17 +355,39 @@ TEST_CASE("control: an oversized request is refused", "[control]")
     auto server = ControlServer::listen(handler, dir.sock());
     REQUIRE(server.ok());
 
+    // A batch of 10,000 configuration lines (some 1.5 MB) is one request: the default limit
+    // leaves room for many times that.
+    CHECK(ControlServer::Options{}.max_request >= size_t(16) << 20);
+    ControlServer::Options opt;
+    opt.path = dir.path + "/small.sock";
+    opt.max_request = size_t(1) << 20;
+    auto small = ControlServer::listen(handler, opt);
+    REQUIRE(small.ok());
+
     std::string huge = R"({"cmd":"batch","name":"big","text":")" +
                        std::string((size_t(1) << 20) + 100, '#') + "\"}\n";
-    std::string got = raw_exchange(*server, huge, true);
+    std::string got = raw_exchange(*small, huge, true);
     CHECK(count_lines(got) == 1);
     CHECK(got.find("\"ok\":false") != std::string::npos);
     CHECK(got.find("request too large") != std::string::npos);
 
+    // Through the client the daemon's reason is the error, not a broken pipe.
+    std::string failure;
+    with_client(*small, [&] {
+        auto c = ControlClient::connect(small->path(), 5000);
+        if (!c) {
+            failure = c.error().message;
+            return;
+        }
+        auto r = c->batch(std::string((size_t(2) << 20), ' '), "big", false);
+        failure = r ? std::string("accepted") : r.error().message;
+    });
+    CHECK(failure.find("request too large") != std::string::npos);
+
     // Through the client, a batch of just under the limit still goes through.
     std::string text(1000 * 1000, ' ');
     text += "\n";
-    auto r = ask(*server, [&](ControlClient &c) { return c.batch(text, "spaces", false); });
+    auto r = ask(*small, [&](ControlClient &c) { return c.batch(text, "spaces", false); });
     CHECK(r.ok);
     CHECK(ask(*server, [](ControlClient &c) { return c.ping(); }).ok);
     CHECK(clients_after_settling(*server) == 0);
