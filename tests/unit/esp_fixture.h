@@ -139,6 +139,17 @@ inline Verdict run(Engine &e, Frame &f)
     return f.pkt.verdict;
 }
 
+// The template of a policy that names sa: its addresses in tunnel mode, its reqid and mode.
+inline PolicyTmpl tmpl_for(const SaConfig &sa)
+{
+    PolicyTmpl t;
+    t.src = sa.mode == Mode::Tunnel ? sa.src : IpAddr{};
+    t.dst = sa.mode == Mode::Tunnel ? sa.dst : IpAddr{};
+    t.reqid = sa.reqid;
+    t.mode = sa.mode;
+    return t;
+}
+
 // Sender config: the SA plus the outbound policy that selects the given inner flow.
 inline Config sender(const SaConfig &sa, const char *inner_src_pfx, const char *inner_dst_pfx)
 {
@@ -150,12 +161,7 @@ inline Config sender(const SaConfig &sa, const char *inner_src_pfx, const char *
     p.sel.src = pfx(inner_src_pfx);
     p.sel.dst = pfx(inner_dst_pfx);
     p.dir = Dir::Out;
-    PolicyTmpl t;
-    t.src = sa.mode == Mode::Tunnel ? sa.src : IpAddr{};
-    t.dst = sa.mode == Mode::Tunnel ? sa.dst : IpAddr{};
-    t.reqid = sa.reqid;
-    t.mode = sa.mode;
-    p.tmpl = t;
+    p.tmpl = tmpl_for(sa);
     c.policies.push_back(p);
     return c;
 }
@@ -169,12 +175,7 @@ inline PolicyConfig accept_from(const SaConfig &sa, const char *inner_pfx)
     p.sel.dst = pfx(inner_pfx);
     p.dir = Dir::Fwd;
     p.priority = UINT32_MAX;
-    PolicyTmpl t;
-    t.src = sa.mode == Mode::Tunnel ? sa.src : IpAddr{};
-    t.dst = sa.mode == Mode::Tunnel ? sa.dst : IpAddr{};
-    t.reqid = sa.reqid;
-    t.mode = sa.mode;
-    p.tmpl = t;
+    p.tmpl = tmpl_for(sa);
     return p;
 }
 

@@ -69,12 +69,7 @@ PolicyConfig in_policy(const SaConfig &sa, const char *src, const char *dst)
     p.sel.dst = pfx(dst);
     p.dir = Dir::In;
     p.priority = 100;
-    PolicyTmpl t;
-    t.src = sa.mode == Mode::Tunnel ? sa.src : IpAddr{};
-    t.dst = sa.mode == Mode::Tunnel ? sa.dst : IpAddr{};
-    t.reqid = sa.reqid;
-    t.mode = sa.mode;
-    p.tmpl = t;
+    p.tmpl = tmpl_for(sa);
     return p;
 }
 
