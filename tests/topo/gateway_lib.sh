@@ -65,8 +65,8 @@ stop_gw() { # GW [SIGNAL]
 }
 
 # A learnt path MTU lasts this long here (600 s by default): long enough for the checks that
-# use it, short enough to see it expire.
-PMTU_EXPIRES=8
+# use it, scapy runs and all, on a loaded machine (8 s was not), short enough to see it expire.
+PMTU_EXPIRES=20
 
 # up_pair MODE-OPTIONS...: fresh daemons on both gateways with `xesp-topo config` for them.
 up_pair() {
