@@ -152,11 +152,12 @@ Result<std::string> serve(ControlHandler &h, json &req)
 // The answer line for one request line; *ok tells which kind it is.
 std::string answer(ControlHandler &h, std::string_view line, bool *ok)
 {
-    json req = json::parse(line, nullptr, false);
-    Result<std::string> out = req.is_discarded()
-                                  ? Result<std::string>(make_error("invalid request: not JSON"))
-                                  : serve(h, req);
-    wipe_json(req);
+    auto req = parse_message(line);
+    Result<std::string> out = req ? serve(h, *req)
+                                  : Result<std::string>(
+                                        make_error("invalid request: " + req.error().message));
+    if (req)
+        wipe_json(*req);
     *ok = out.ok();
     std::string text = answer_line(out);
     if (out)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include <openssl/crypto.h>
 
@@ -40,13 +41,75 @@ void consume_front(std::string &buf, size_t n)
     buf.resize(rest);
 }
 
+// ---- Parsing a message ---------------------------------------------------------------------
+
+namespace {
+
+// A first pass over the text that builds nothing and stops at the first level too deep.
+class DepthCheck final : public nlohmann::json_sax<nlohmann::json> {
+public:
+    bool too_deep = false;
+
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t &) override { return true; }
+    bool string(string_t &) override { return true; }
+    bool binary(binary_t &) override { return true; }
+    bool key(string_t &) override { return true; }
+    bool start_object(std::size_t) override { return enter(); }
+    bool end_object() override { return leave(); }
+    bool start_array(std::size_t) override { return enter(); }
+    bool end_array() override { return leave(); }
+    bool parse_error(std::size_t, const std::string &, const nlohmann::detail::exception &) override
+    {
+        return false;
+    }
+
+private:
+    size_t depth_ = 0;
+
+    bool enter()
+    {
+        too_deep = ++depth_ > kMaxJsonDepth;
+        return !too_deep;
+    }
+    bool leave()
+    {
+        depth_--;
+        return true;
+    }
+};
+
+} // namespace
+
+Result<nlohmann::json> parse_message(std::string_view line)
+{
+    DepthCheck check;
+    bool valid = nlohmann::json::sax_parse(line, &check);
+    if (check.too_deep)
+        return make_error("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    if (!valid)
+        return make_error("not JSON");
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded())
+        return make_error("not JSON");
+    return j;
+}
+
 void wipe_json(nlohmann::json &j)
 {
-    if (j.is_string()) {
-        wipe(j.get_ref<std::string &>());
-    } else if (j.is_structured()) {
-        for (auto &item : j)
-            wipe_json(item);
+    std::vector<nlohmann::json *> todo{&j};
+    while (!todo.empty()) {
+        nlohmann::json *v = todo.back();
+        todo.pop_back();
+        if (v->is_string()) {
+            wipe(v->get_ref<std::string &>());
+        } else if (v->is_structured()) {
+            for (auto &item : *v)
+                todo.push_back(&item);
+        }
     }
 }
 

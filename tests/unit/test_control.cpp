@@ -438,3 +438,36 @@ TEST_CASE("control: a committing handler can refuse a change", "[control]")
     CHECK(r.error == "data path: no room");
     CHECK(handler.config().sas.empty());
 }
+
+TEST_CASE("control: a deeply nested request is refused and changes nothing", "[control]")
+{
+    TempDir dir;
+    ConfigHandler handler;
+    auto server = ControlServer::listen(handler, dir.sock());
+    REQUIRE(server.ok());
+    REQUIRE(command(*server, kAddSa).ok);
+
+    // 100000 levels of arrays beside a flush that would otherwise run: well under the size
+    // limit, and far deeper than any request has reason to be.
+    const size_t depth = 100000;
+    std::string line = R"({"cmd":"command","words":["sa","flush"],"x":)" +
+                       std::string(depth, '[') + std::string(depth, ']') + "}";
+    auto r = ask(*server, [&](ControlClient &c) { return c.exchange(line); });
+    CHECK_FALSE(r.ok);
+    CHECK(r.error.find("nested deeper than") != std::string::npos);
+    CHECK(r.error.find('\n') == std::string::npos);
+    CHECK(handler.config().sas.size() == 1);
+
+    // Objects too, and the same request a little less deep is served.
+    std::string objects = R"({"cmd":"ping","x":)";
+    for (size_t i = 0; i < depth; i++)
+        objects += R"({"a":)";
+    objects += "1" + std::string(depth, '}') + "}";
+    r = ask(*server, [&](ControlClient &c) { return c.exchange(objects); });
+    CHECK_FALSE(r.ok);
+    CHECK(r.error.find("nested deeper than") != std::string::npos);
+    CHECK(ask(*server, [](ControlClient &c) {
+              return c.exchange(R"({"cmd":"ping","x":[["a"]]})");
+          }).ok);
+    CHECK(ask(*server, [](ControlClient &c) { return c.ping(); }).ok);
+}
