@@ -115,53 +115,74 @@ void wipe_json(nlohmann::json &j)
 
 // ---- JSON text, written by hand into buffers that are wiped ------------------------------
 
+namespace {
+
+// The length of the UTF-8 character at s[i] (RFC 3629: no surrogates, no overlong forms), or
+// 0 if the bytes there are not one.
+size_t utf8_char_at(std::string_view s, size_t i)
+{
+    auto byte = [&](size_t k) -> unsigned {
+        return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u;
+    };
+    unsigned c = byte(i);
+    if (c < 0x80)
+        return 1;
+    size_t n = 0;                   // continuation bytes
+    unsigned lo = 0x80, hi = 0xbf;  // the range of the first one
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 1;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 0;
+    if (byte(i + 1) < lo || byte(i + 1) > hi)
+        return 0;
+    for (size_t k = 2; k <= n; k++)
+        if ((byte(i + k) & 0xc0) != 0x80)
+            return 0;
+    return n + 1;
+}
+
+} // namespace
+
+// A byte that is not part of a UTF-8 character (as where a message cuts a word short) becomes
+// U+FFFD: the line stays JSON that the other end can parse.
 void append_json_string(std::string &out, std::string_view s)
 {
     static const char hex[] = "0123456789abcdef";
     append_wiped(out, "\"");
-    for (char c : s) {
+    for (size_t i = 0; i < s.size();) {
+        char c = s[i];
         auto u = static_cast<unsigned char>(c);
+        size_t n = 1;
         if (c == '"' || c == '\\') {
             const char esc[2] = {'\\', c};
             append_wiped(out, {esc, 2});
         } else if (u < 0x20) {
             const char esc[6] = {'\\', 'u', '0', '0', hex[u >> 4], hex[u & 15]};
             append_wiped(out, {esc, 6});
-        } else {
+        } else if (u < 0x80) {
             append_wiped(out, {&c, 1});
+        } else if ((n = utf8_char_at(s, i)) != 0) {
+            append_wiped(out, s.substr(i, n));
+        } else {
+            append_wiped(out, "\\ufffd");
+            n = 1;
         }
+        i += n;
     }
     append_wiped(out, "\"");
 }
 
 size_t invalid_utf8_at(std::string_view s)
 {
-    auto byte = [&](size_t i) -> unsigned {
-        return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u;
-    };
-    size_t i = 0;
-    while (i < s.size()) {
-        unsigned c = byte(i);
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n = 0;               // continuation bytes
-        unsigned lo = 0x80, hi = 0xbf;  // the range of the first one
-        if (c >= 0xc2 && c <= 0xdf)
-            n = 1;
-        else if (c >= 0xe0 && c <= 0xef)
-            n = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-        else if (c >= 0xf0 && c <= 0xf4)
-            n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-        else
+    for (size_t i = 0; i < s.size();) {
+        size_t n = utf8_char_at(s, i);
+        if (n == 0)
             return i;
-        if (byte(i + 1) < lo || byte(i + 1) > hi)
-            return i;
-        for (size_t k = 2; k <= n; k++)
-            if ((byte(i + k) & 0xc0) != 0x80)
-                return i;
-        i += n + 1;
+        i += n;
     }
     return std::string_view::npos;
 }

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "userspace/control.h"
+#include "userspace/control_text.h"
 
 using namespace xesp;
 
@@ -470,4 +471,24 @@ TEST_CASE("control: a deeply nested request is refused and changes nothing", "[c
               return c.exchange(R"({"cmd":"ping","x":[["a"]]})");
           }).ok);
     CHECK(ask(*server, [](ControlClient &c) { return c.ping(); }).ok);
+}
+
+TEST_CASE("control: an error that cuts a word inside a character is still an answer", "[control]")
+{
+    TempDir dir;
+    ConfigHandler handler;
+    auto server = ControlServer::listen(handler, dir.sock());
+    REQUIRE(server.ok());
+
+    // The unknown cmd is quoted to 32 bytes, which ends in the middle of a two-byte character.
+    std::string name = "a";
+    for (int i = 0; i < 20; i++)
+        name += "\xc3\xa9";
+    auto r = ask(*server, [&](ControlClient &c) {
+        return c.exchange(R"({"cmd":")" + name + R"("})");
+    });
+    CHECK_FALSE(r.ok);
+    CHECK(r.error.find("unknown cmd 'a\xc3\xa9") != std::string::npos);
+    CHECK(r.error.find("\xef\xbf\xbd'") != std::string::npos);     // U+FFFD for the cut byte
+    CHECK(control_text::invalid_utf8_at(r.error) == std::string_view::npos);
 }
