@@ -149,8 +149,9 @@ Result<std::string> serve(ControlHandler &h, json &req)
                       "'; expected ping, command, batch, iface or stats");
 }
 
-// The answer line for one request line; *ok tells which kind it is.
-std::string answer(ControlHandler &h, std::string_view line, bool *ok)
+} // namespace
+
+std::string answer_request(ControlHandler &h, std::string_view line, bool *ok)
 {
     auto req = parse_message(line);
     Result<std::string> out = req ? serve(h, *req)
@@ -164,6 +165,8 @@ std::string answer(ControlHandler &h, std::string_view line, bool *ok)
         wipe(*out);
     return text;
 }
+
+namespace {
 
 // ---- Sockets ------------------------------------------------------------------------------
 
@@ -448,7 +451,7 @@ void ControlServer::Impl::answer_lines(Conn &c)
             line.remove_suffix(1);
         if (line.find_first_not_of(" \t") != std::string_view::npos) {
             bool ok = false;
-            std::string a = answer(*handler, line, &ok);
+            std::string a = answer_request(*handler, line, &ok);
             counters.requests++;
             counters.errors += ok ? 0 : 1;
             append_wiped(c.out, a);
