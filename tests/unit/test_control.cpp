@@ -492,3 +492,19 @@ TEST_CASE("control: an error that cuts a word inside a character is still an ans
     CHECK(r.error.find("\xef\xbf\xbd'") != std::string::npos);     // U+FFFD for the cut byte
     CHECK(control_text::invalid_utf8_at(r.error) == std::string_view::npos);
 }
+
+TEST_CASE("control: wipe_json reaches strings at any depth without recursion", "[control]")
+{
+    nlohmann::json root = nlohmann::json::array();
+    nlohmann::json *cur = &root;
+    for (int i = 0; i < 100000; i++) {
+        cur->push_back(nlohmann::json::object());
+        cur = &cur->back();
+        (*cur)["k"] = nlohmann::json::array();
+        cur = &(*cur)["k"];
+    }
+    cur->push_back(kKeyHex);
+    control_text::wipe_json(root);
+    REQUIRE(cur->size() == 1);
+    CHECK((*cur)[0].get_ref<const std::string &>().empty());
+}
