@@ -437,6 +437,8 @@ def control_seeds():
         "bad-nocmd": {"text": "x"},
         "bad-batch": {"cmd": "batch"},
         "bad-name": {"cmd": "batch", "text": "", "name": 3},
+        "bad-cmd-newline": {"cmd": "co block\n"},
+        "bad-batch-name-newline": {"cmd": "batch", "name": "gw\nconf", "text": "sa frob\n"},
     }
     seeds = {name: request(r) + "\n" for name, r in reqs.items()}
     seeds["not-json"] = "this is not json\n"
@@ -466,6 +468,7 @@ def state_seeds():
         "limits": {"config": GRAMMAR_LINES["sa-limits"] + "\n", "ifaces": ifaces[:1]},
         "bad-role": {"config": "", "ifaces": [{"name": "eth0", "role": "both"}]},
         "bad-iface": {"config": "", "ifaces": [{"name": "eth0"}]},
+        "bad-role-newline": {"config": "", "ifaces": [{"name": "eth0", "role": "pub\nlic"}]},
         "bad-config": {"config": GRAMMAR_LINES["bad-flag"] + "\n", "ifaces": []},
         "bad-noifaces": {"config": ""},
         "extra-fields": {"config": "", "ifaces": [], "version": 2, "replay": {"0x100": 7}},

@@ -473,24 +473,40 @@ TEST_CASE("control: a deeply nested request is refused and changes nothing", "[c
     CHECK(ask(*server, [](ControlClient &c) { return c.ping(); }).ok);
 }
 
-TEST_CASE("control: an error that cuts a word inside a character is still an answer", "[control]")
+TEST_CASE("control: text that is not UTF-8 goes out as U+FFFD", "[control]")
+{
+    // "\xc3" alone is half a character, "\xff" never is one; "\xc3\xa9" is whole.
+    std::string out;
+    control_text::append_json_string(out, "a\xc3\xa9 \xc3 \xff\n");
+    CHECK(out == "\"a\xc3\xa9 \\ufffd \\ufffd\\u000a\"");
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    REQUIRE(j.is_string());
+    CHECK(j.get<std::string>() == "a\xc3\xa9 \xef\xbf\xbd \xef\xbf\xbd\n");
+}
+
+TEST_CASE("control: an error quoting the request is one line", "[control]")
 {
     TempDir dir;
     ConfigHandler handler;
     auto server = ControlServer::listen(handler, dir.sock());
     REQUIRE(server.ok());
 
-    // The unknown cmd is quoted to 32 bytes, which ends in the middle of a two-byte character.
     std::string name = "a";
-    for (int i = 0; i < 20; i++)
+    for (int i = 0; i < 15; i++)
         name += "\xc3\xa9";
-    auto r = ask(*server, [&](ControlClient &c) {
-        return c.exchange(R"({"cmd":")" + name + R"("})");
-    });
-    CHECK_FALSE(r.ok);
-    CHECK(r.error.find("unknown cmd 'a\xc3\xa9") != std::string::npos);
-    CHECK(r.error.find("\xef\xbf\xbd'") != std::string::npos);     // U+FFFD for the cut byte
-    CHECK(control_text::invalid_utf8_at(r.error) == std::string_view::npos);
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {R"({"cmd":"co block\n"})", "unknown cmd 'co block\\x0a'"},
+        {R"({"cmd":")" + name + R"("})", "unknown cmd 'a\\xc3\\xa9"},
+        {R"({"cmd":"batch","name":"gw\nconf","text":"sa frob\n"})", "gw\\x0aconf:1: "},
+    };
+    for (const auto &[line, expect] : cases) {
+        INFO(line);
+        auto r = ask(*server, [&](ControlClient &c) { return c.exchange(line); });
+        CHECK_FALSE(r.ok);
+        CHECK(r.error.find('\n') == std::string::npos);
+        CHECK(r.error.find(expect) != std::string::npos);
+        CHECK(control_text::invalid_utf8_at(r.error) == std::string_view::npos);
+    }
 }
 
 TEST_CASE("control: wipe_json reaches strings at any depth without recursion", "[control]")
