@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -20,6 +21,7 @@
 
 #include "userspace/control_text.h"
 #include "userspace/sys_util.h"
+#include "userspace/xfrm_words.h"
 
 namespace xesp {
 
@@ -107,6 +109,24 @@ Result<std::string> serve_iface(ControlHandler &h, json &req)
     return h.iface(*words);
 }
 
+// A name as it goes into messages: control characters as \xNN, so that an error stays on one
+// line.
+std::string one_line(std::string_view name)
+{
+    std::string out;
+    for (char c : name) {
+        auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) {
+            char esc[5];
+            std::snprintf(esc, sizeof(esc), "\\x%02x", u);
+            out += esc;
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
 Result<std::string> serve_batch(ControlHandler &h, json &req)
 {
     auto text = req.find("text");
@@ -116,7 +136,7 @@ Result<std::string> serve_batch(ControlHandler &h, json &req)
     if (auto n = req.find("name"); n != req.end()) {
         if (!n->is_string())
             return make_error("invalid request: \"name\" must be a string");
-        name = n->get<std::string>();
+        name = one_line(n->get_ref<const std::string &>());
     }
     auto check = flag_field(req, "check");
     if (!check)
@@ -145,24 +165,28 @@ Result<std::string> serve(ControlHandler &h, json &req)
         return h.stats_json();
     if (name == "iface")
         return serve_iface(h, req);
-    return make_error("invalid request: unknown cmd '" + name.substr(0, 32) +
-                      "'; expected ping, command, batch, iface or stats");
+    return make_error("invalid request: unknown cmd " + xfrm::shown(name.substr(0, 32)) +
+                      "; expected ping, command, batch, iface or stats");
 }
 
-// The answer line for one request line; *ok tells which kind it is.
-std::string answer(ControlHandler &h, std::string_view line, bool *ok)
+} // namespace
+
+std::string answer_request(ControlHandler &h, std::string_view line, bool *ok)
 {
-    json req = json::parse(line, nullptr, false);
-    Result<std::string> out = req.is_discarded()
-                                  ? Result<std::string>(make_error("invalid request: not JSON"))
-                                  : serve(h, req);
-    wipe_json(req);
+    auto req = parse_message(line);
+    Result<std::string> out = req ? serve(h, *req)
+                                  : Result<std::string>(
+                                        make_error("invalid request: " + req.error().message));
+    if (req)
+        wipe_json(*req);
     *ok = out.ok();
     std::string text = answer_line(out);
     if (out)
         wipe(*out);
     return text;
 }
+
+namespace {
 
 // ---- Sockets ------------------------------------------------------------------------------
 
@@ -447,7 +471,7 @@ void ControlServer::Impl::answer_lines(Conn &c)
             line.remove_suffix(1);
         if (line.find_first_not_of(" \t") != std::string_view::npos) {
             bool ok = false;
-            std::string a = answer(*handler, line, &ok);
+            std::string a = answer_request(*handler, line, &ok);
             counters.requests++;
             counters.errors += ok ? 0 : 1;
             append_wiped(c.out, a);

@@ -90,6 +90,10 @@ private:
 // entries of its kind for list, nothing otherwise. Keys are hidden unless show_keys.
 std::string command_output(const Command &cmd, const Config &cfg, bool show_keys);
 
+// The answer line ('\n' included) to one request line (without its '\n'), as the server sends
+// it; *ok tells whether it says "ok": true. The line holds keys when the answer does.
+std::string answer_request(ControlHandler &h, std::string_view line, bool *ok);
+
 struct ControlCounters {
     uint64_t connections = 0;       // accepted
     uint64_t requests = 0;          // answered, successfully or not

@@ -149,8 +149,9 @@ Result<ControlResponse> ControlClient::exchange(std::string_view line)
             // saying why: its answer is the better error.
             if (err == EPIPE || err == ECONNRESET)
                 if (auto a = read_line(); a) {
-                    json j = json::parse(*a, nullptr, false);
+                    auto parsed = parse_message(*a);
                     wipe(*a);
+                    json j = parsed ? std::move(*parsed) : json();
                     bool said = j.is_object() && j.contains("error") && j["error"].is_string();
                     std::string why = said ? j["error"].get<std::string>() : std::string();
                     wipe_json(j);
@@ -167,8 +168,9 @@ Result<ControlResponse> ControlClient::exchange(std::string_view line)
     auto answer_text = read_line();
     if (!answer_text)
         return answer_text.error();
-    json j = json::parse(*answer_text, nullptr, false);
+    auto parsed = parse_message(*answer_text);
     wipe(*answer_text);
+    json j = parsed ? std::move(*parsed) : json();
     ControlResponse r;
     bool valid = j.is_object() && j.contains("ok") && j["ok"].is_boolean();
     if (valid) {

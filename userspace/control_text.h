@@ -23,7 +23,13 @@ void wipe(std::string &s);
 void append_wiped(std::string &buf, std::string_view more);
 // Drops the first n bytes; the bytes freed at the end are wiped.
 void consume_front(std::string &buf, size_t n);
-// Wipes every string inside a parsed message.
+// How deep a message may nest. Requests and answers are objects of strings, booleans and
+// arrays of strings, two levels; a line nested deeper is refused before any value is built, so
+// that nothing that walks a message can run out of stack on it.
+constexpr size_t kMaxJsonDepth = 8;
+// Parses one request or answer line. Errors: "not JSON", "nested deeper than 8 levels".
+Result<nlohmann::json> parse_message(std::string_view line);
+// Wipes every string inside a parsed message. Iterative: depth does not use up the stack.
 void wipe_json(nlohmann::json &j);
 // s as a JSON string, quotes and escapes included, appended with append_wiped.
 void append_json_string(std::string &out, std::string_view s);

@@ -1,12 +1,22 @@
-// libFuzzer target for the inbound path. The first byte picks how the rest is used:
+// libFuzzer target for the inbound path. The first byte picks an SA of the table below, by
+// (byte >> 1) % kSaCount, and how the rest is used:
 //   even: the bytes are an IP packet handed to the engine as it comes off the wire (parsing,
-//         classification, length checks, NAT-T markers);
+//         classification, length checks, NAT-T markers, decryption of ESP made elsewhere);
 //   odd:  the bytes are the plaintext of an ESP payload, encrypted with the SA's key so that it
 //         authenticates: the checks after the ICV (padding, next header, inner headers, TFC
 //         trimming, transport-mode rebuild, selectors) see arbitrary content.
+// The engine holds that one SA (and its inbound policy), knows the SA's destination as its own
+// address, and starts afresh for every input.
+//
+// The table is every transform in every layout: tunnel and transport, IPv4 and IPv6 outside
+// and inside, NAT-T, ESN. tests/fuzz/make_seeds.py builds the same SAs (keep them in step) and
+// writes seeds of both kinds for each, so that fuzzing starts on the decryption success paths.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "userspace/config.h"
@@ -17,51 +27,162 @@ using namespace xesp;
 
 namespace {
 
-SaConfig make_sa(uint32_t spi, Mode mode, bool cbc, bool natt, bool esn)
+struct Transform {
+    const char *words;          // {E} and {A}: the encryption and authentication keys
+    unsigned enc_key_len, auth_key_len;
+};
+
+const Transform kTransforms[] = {
+    {"aead 'rfc4106(gcm(aes))' {E} 128", 20, 0},
+    {"aead 'rfc4106(gcm(aes))' {E} 128", 28, 0},
+    {"aead 'rfc4106(gcm(aes))' {E} 128", 36, 0},
+    {"aead 'rfc4543(gcm(aes))' {E} 128", 20, 0},
+    {"aead 'rfc7539esp(chacha20,poly1305)' {E} 128", 36, 0},
+    {"enc 'cbc(aes)' {E} auth 'hmac(sha1)' {A}", 16, 20},
+    {"enc 'cbc(aes)' {E} auth-trunc 'hmac(sha256)' {A} 128", 16, 32},
+    {"enc 'cbc(aes)' {E} auth 'hmac(sha384)' {A}", 32, 48},
+    {"enc 'cbc(aes)' {E} auth-trunc 'hmac(sha512)' {A} 256", 32, 64},
+    {"enc 'ecb(cipher_null)' '' auth-trunc 'hmac(sha256)' {A} 128", 0, 32},
+};
+
+struct Layout {
+    bool tunnel;
+    int outer, inner;           // address families
+    bool natt, esn;
+};
+
+const Layout kLayouts[] = {
+    {true, 4, 4, false, false},
+    {false, 6, 6, false, false},
+    {true, 6, 6, true, true},
+    {false, 4, 4, true, false},
+    {true, 4, 6, false, true},
+};
+
+constexpr size_t kTransformCount = sizeof(kTransforms) / sizeof(kTransforms[0]);
+constexpr size_t kSaCount = kTransformCount * (sizeof(kLayouts) / sizeof(kLayouts[0]));
+
+// Key byte i of SA n is (n * 16 + i) & 0xff, the authentication key's continue from the
+// encryption key's.
+std::string key_hex(size_t sa, unsigned from, unsigned len)
 {
-    SaConfig c;
-    c.src = *IpAddr::parse("192.0.2.1");
-    c.dst = *IpAddr::parse("192.0.2.2");
-    c.spi = spi;
-    c.mode = mode;
-    c.esn = esn;
-    c.replay_window = 64;
-    uint8_t key[32];
-    for (int i = 0; i < 32; i++)
-        key[i] = uint8_t(i);
-    if (cbc) {
-        c.xf.enc = EncAlg::AesCbc;
-        c.xf.auth = AuthAlg::HmacSha256;
-        c.xf.enc_key.assign(key, 16);
-        c.xf.auth_key.assign(key, 32);
-        c.xf.icv_len = 16;
-    } else {
-        c.xf.aead = AeadAlg::AesGcm;
-        c.xf.enc_key.assign(key, 16);
-        c.xf.icv_len = 16;
+    static const char digits[] = "0123456789abcdef";
+    std::string out = "0x";
+    for (unsigned i = from; i < from + len; i++) {
+        uint8_t b = uint8_t(sa * 16 + i);
+        out += digits[b >> 4];
+        out += digits[b & 15];
     }
-    if (natt)
-        c.encap = NatTEncap{4500, 4500, IpAddr{}};
-    c.sel = Selector{*Prefix::parse("10.0.0.0/8"), *Prefix::parse("0.0.0.0/0")};
-    return c;
+    return out;
+}
+
+void replace(std::string &s, const std::string &what, const std::string &with)
+{
+    if (auto at = s.find(what); at != std::string::npos)
+        s.replace(at, what.size(), with);
+}
+
+// SA n: transform n % kTransformCount in layout n / kTransformCount, from the peer to us,
+// SPI 0x100 + n, with an inbound policy for its traffic.
+std::string sa_batch(size_t n)
+{
+    const Transform &t = kTransforms[n % kTransformCount];
+    const Layout &l = kLayouts[n / kTransformCount];
+    const char *peer = l.outer == 4 ? "192.0.2.1" : "2001:db8::1";
+    const char *self = l.outer == 4 ? "192.0.2.2" : "2001:db8::2";
+    const char *from = l.inner == 4 ? "10.1.0.0/16" : "2001:db8:1::/48";
+    const char *to = l.inner == 4 ? "10.2.0.0/16" : "2001:db8:2::/48";
+    std::string alg = t.words;
+    replace(alg, "{E}", key_hex(n, 0, t.enc_key_len));
+    replace(alg, "{A}", key_hex(n, t.enc_key_len, t.auth_key_len));
+    std::string mode = l.tunnel ? "tunnel" : "transport";
+    std::string sa = std::string("sa add src ") + peer + " dst " + self + " proto esp spi " +
+                     std::to_string(0x100 + n) + " reqid 1 mode " + mode + " " + alg +
+                     " replay-window 64";
+    if (l.esn)
+        sa += " flag esn";
+    if (l.natt)
+        sa += std::string(" encap espinudp 4500 4500 ") + (l.outer == 4 ? "0.0.0.0" : "::");
+    if (l.tunnel)
+        sa += std::string(" sel src ") + from + " dst " + to;
+    std::string pol = l.tunnel ? std::string("policy add src ") + from + " dst " + to +
+                                     " dir fwd tmpl src " + peer + " dst " + self +
+                                     " proto esp reqid 1 mode tunnel"
+                               : std::string("policy add src ") + peer + " dst " + self +
+                                     " dir in tmpl proto esp reqid 1 mode transport";
+    return sa + "\n" + pol + "\n";
 }
 
 struct Fixture {
-    Config config;
-    std::unique_ptr<Engine> engine;
+    std::vector<Config> configs;
     std::vector<std::unique_ptr<SaCipher>> ciphers;
+    std::unique_ptr<Engine> engine;
 
     Fixture()
     {
-        config.sas = {make_sa(1, Mode::Tunnel, false, false, false),
-                      make_sa(2, Mode::Transport, true, false, true),
-                      make_sa(3, Mode::Tunnel, true, true, false),
-                      make_sa(4, Mode::Transport, false, true, false)};
-        for (auto &sa : config.sas)
+        for (size_t n = 0; n < kSaCount; n++) {
+            auto cfg = load_batch(sa_batch(n), "sa" + std::to_string(n));
+            if (!cfg) {
+                std::fprintf(stderr, "fuzz_decap: %s\n", cfg.error().message.c_str());
+                std::abort();
+            }
+            const SaConfig &sa = cfg->sas.at(0);
             ciphers.push_back(std::move(*make_cipher(Backend::OpenSsl, sa.xf, sa.esn)));
+            configs.push_back(std::move(*cfg));
+        }
     }
-    void reset() { engine = std::move(*Engine::create(config, Backend::OpenSsl)); }
+    void reset(size_t n)
+    {
+        EngineOptions opt;
+        opt.local = {*IpAddr::parse("192.0.2.2"), *IpAddr::parse("2001:db8::2")};
+        engine = std::move(*Engine::create(configs[n], Backend::OpenSsl, opt));
+    }
 };
+
+// outer IP [UDP] ESP(spi, seq 1) IV payload ICV, for the payload encrypted in place; the
+// length of the packet, or 0 if the payload is empty.
+uint32_t build_esp(Fixture &fx, size_t n, const uint8_t *data, size_t size, uint8_t *ip)
+{
+    const SaConfig &sa = fx.configs[n].sas[0];
+    uint32_t block = sa.xf.block_size(), iv = sa.xf.iv_len();
+    uint32_t plen = uint32_t(size) / block * block;
+    if (plen == 0)
+        return 0;
+    bool v4 = sa.dst.family == 4;
+    uint32_t hdr = v4 ? 20 : 40, udp = sa.encap ? 8 : 0;
+    uint32_t total = hdr + udp + 8 + iv + plen + sa.xf.icv_len;
+    uint8_t proto = udp ? wire::kProtoUdp : wire::kProtoEsp;
+    if (v4) {
+        ip[0] = 0x45;
+        wire::put16(ip + 2, uint16_t(total));
+        ip[8] = 64;
+        ip[9] = proto;
+        std::memcpy(ip + 12, sa.src.b.data(), 4);
+        std::memcpy(ip + 16, sa.dst.b.data(), 4);
+        wire::ipv4_set_checksum(ip);
+    } else {
+        ip[0] = 0x60;
+        wire::put16(ip + 4, uint16_t(total - 40));
+        ip[6] = proto;
+        ip[7] = 64;
+        std::memcpy(ip + 8, sa.src.b.data(), 16);
+        std::memcpy(ip + 24, sa.dst.b.data(), 16);
+    }
+    if (udp) {
+        wire::put16(ip + hdr, 4500);
+        wire::put16(ip + hdr + 2, 4500);
+        wire::put16(ip + hdr + 4, uint16_t(total - hdr));
+    }
+    uint8_t *esp = ip + hdr + udp;
+    wire::put32(esp, sa.spi);
+    wire::put32(esp + 4, 1);
+    std::memcpy(esp + 8 + iv, data, plen);
+    CryptoOp op{esp, plen, 0, false};
+    fx.ciphers[n]->encrypt(&op, 1);
+    if (!op.ok)
+        __builtin_trap();
+    return total;
+}
 
 } // namespace
 
@@ -70,46 +191,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static Fixture fx;
     if (size < 2 || size > 3000)
         return 0;
-    fx.reset();
-    std::vector<uint8_t> frame(kFrameSize);
-    Pkt pkt{frame.data(), kFrameSize, kFrameHeadroom, 0};
     uint8_t mode = data[0];
     data++, size--;
+    size_t which = (mode >> 1) % kSaCount;
+    fx.reset(which);
+    std::vector<uint8_t> frame(kFrameSize);
+    Pkt pkt{frame.data(), kFrameSize, kFrameHeadroom, 0};
     if (!(mode & 1)) {
         std::memcpy(frame.data() + kFrameHeadroom, data, size);
         pkt.len = uint32_t(size);
     } else {
-        // outer IPv4 [UDP] ESP(spi, seq) IV payload ICV, payload rounded down to the block
-        size_t which = (mode >> 1) % fx.config.sas.size();
-        const SaConfig &sa = fx.config.sas[which];
-        uint32_t block = sa.xf.block_size(), iv = sa.xf.iv_len();
-        uint32_t plen = uint32_t(size) / block * block;
-        if (plen == 0)
+        pkt.len = build_esp(fx, which, data, size, frame.data() + kFrameHeadroom);
+        if (pkt.len == 0)
             return 0;
-        uint32_t udp = sa.encap ? 8 : 0;
-        uint8_t *ip = frame.data() + kFrameHeadroom;
-        uint32_t total = 20 + udp + 8 + iv + plen + sa.xf.icv_len;
-        ip[0] = 0x45;
-        wire::put16(ip + 2, uint16_t(total));
-        ip[8] = 64;
-        ip[9] = udp ? wire::kProtoUdp : wire::kProtoEsp;
-        std::memcpy(ip + 12, sa.src.b.data(), 4);
-        std::memcpy(ip + 16, sa.dst.b.data(), 4);
-        wire::ipv4_set_checksum(ip);
-        if (udp) {
-            wire::put16(ip + 20, 4500);
-            wire::put16(ip + 22, 4500);
-            wire::put16(ip + 24, uint16_t(total - 20));
-        }
-        uint8_t *esp = ip + 20 + udp;
-        wire::put32(esp, sa.spi);
-        wire::put32(esp + 4, 1);
-        std::memcpy(esp + 8 + iv, data, plen);
-        CryptoOp op{esp, plen, 0, false};
-        fx.ciphers[which]->encrypt(&op, 1);
-        if (!op.ok)
-            __builtin_trap();
-        pkt.len = total;
     }
     Pkt *p = &pkt;
     fx.engine->process(&p, 1);
@@ -120,5 +214,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const EngineStats &st = fx.engine->stats();
     if (st.encrypted + st.decrypted + st.passed + st.dropped != 1)
         __builtin_trap();
+    // FUZZ_DECAP_SHOW=1: one line per input, to check that seeds decrypt.
+    static const bool show = std::getenv("FUZZ_DECAP_SHOW") != nullptr;
+    if (show)
+        std::fprintf(stderr, "fuzz_decap: sa %zu %s: %s\n", which, mode & 1 ? "odd" : "even",
+                     st.decrypted ? "decrypted"
+                     : pkt.verdict == Verdict::Drop ? std::string(drop_name(pkt.drop)).c_str()
+                                                    : "not decrypted");
     return 0;
 }

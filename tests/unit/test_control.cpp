@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "userspace/control.h"
+#include "userspace/control_text.h"
 
 using namespace xesp;
 
@@ -437,4 +438,89 @@ TEST_CASE("control: a committing handler can refuse a change", "[control]")
     CHECK_FALSE(r.ok);
     CHECK(r.error == "data path: no room");
     CHECK(handler.config().sas.empty());
+}
+
+TEST_CASE("control: a deeply nested request is refused and changes nothing", "[control]")
+{
+    TempDir dir;
+    ConfigHandler handler;
+    auto server = ControlServer::listen(handler, dir.sock());
+    REQUIRE(server.ok());
+    REQUIRE(command(*server, kAddSa).ok);
+
+    // 100000 levels of arrays beside a flush that would otherwise run: well under the size
+    // limit, and far deeper than any request has reason to be.
+    const size_t depth = 100000;
+    std::string line = R"({"cmd":"command","words":["sa","flush"],"x":)" +
+                       std::string(depth, '[') + std::string(depth, ']') + "}";
+    auto r = ask(*server, [&](ControlClient &c) { return c.exchange(line); });
+    CHECK_FALSE(r.ok);
+    CHECK(r.error.find("nested deeper than") != std::string::npos);
+    CHECK(r.error.find('\n') == std::string::npos);
+    CHECK(handler.config().sas.size() == 1);
+
+    // Objects too, and the same request a little less deep is served.
+    std::string objects = R"({"cmd":"ping","x":)";
+    for (size_t i = 0; i < depth; i++)
+        objects += R"({"a":)";
+    objects += "1" + std::string(depth, '}') + "}";
+    r = ask(*server, [&](ControlClient &c) { return c.exchange(objects); });
+    CHECK_FALSE(r.ok);
+    CHECK(r.error.find("nested deeper than") != std::string::npos);
+    CHECK(ask(*server, [](ControlClient &c) {
+              return c.exchange(R"({"cmd":"ping","x":[["a"]]})");
+          }).ok);
+    CHECK(ask(*server, [](ControlClient &c) { return c.ping(); }).ok);
+}
+
+TEST_CASE("control: text that is not UTF-8 goes out as U+FFFD", "[control]")
+{
+    // "\xc3" alone is half a character, "\xff" never is one; "\xc3\xa9" is whole.
+    std::string out;
+    control_text::append_json_string(out, "a\xc3\xa9 \xc3 \xff\n");
+    CHECK(out == "\"a\xc3\xa9 \\ufffd \\ufffd\\u000a\"");
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    REQUIRE(j.is_string());
+    CHECK(j.get<std::string>() == "a\xc3\xa9 \xef\xbf\xbd \xef\xbf\xbd\n");
+}
+
+TEST_CASE("control: an error quoting the request is one line", "[control]")
+{
+    TempDir dir;
+    ConfigHandler handler;
+    auto server = ControlServer::listen(handler, dir.sock());
+    REQUIRE(server.ok());
+
+    std::string name = "a";
+    for (int i = 0; i < 15; i++)
+        name += "\xc3\xa9";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {R"({"cmd":"co block\n"})", "unknown cmd 'co block\\x0a'"},
+        {R"({"cmd":")" + name + R"("})", "unknown cmd 'a\\xc3\\xa9"},
+        {R"({"cmd":"batch","name":"gw\nconf","text":"sa frob\n"})", "gw\\x0aconf:1: "},
+    };
+    for (const auto &[line, expect] : cases) {
+        INFO(line);
+        auto r = ask(*server, [&](ControlClient &c) { return c.exchange(line); });
+        CHECK_FALSE(r.ok);
+        CHECK(r.error.find('\n') == std::string::npos);
+        CHECK(r.error.find(expect) != std::string::npos);
+        CHECK(control_text::invalid_utf8_at(r.error) == std::string_view::npos);
+    }
+}
+
+TEST_CASE("control: wipe_json reaches strings at any depth without recursion", "[control]")
+{
+    nlohmann::json root = nlohmann::json::array();
+    nlohmann::json *cur = &root;
+    for (int i = 0; i < 100000; i++) {
+        cur->push_back(nlohmann::json::object());
+        cur = &cur->back();
+        (*cur)["k"] = nlohmann::json::array();
+        cur = &(*cur)["k"];
+    }
+    cur->push_back(kKeyHex);
+    control_text::wipe_json(root);
+    REQUIRE(cur->size() == 1);
+    CHECK((*cur)[0].get_ref<const std::string &>().empty());
 }

@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 
 #include "userspace/sys_util.h"
+#include "userspace/xfrm_words.h"
 
 namespace xesp {
 
@@ -60,7 +61,7 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
             return bad("an interface entry needs a name and a role");
         const std::string &role = i["role"].get_ref<const std::string &>();
         if (role != "public" && role != "protected")
-            return bad("role '" + role + "' is neither public nor protected");
+            return bad("role " + xfrm::shown(role) + " is neither public nor protected");
         st.ifaces.emplace_back(i["name"].get<std::string>(),
                                role == "public" ? IfaceRole::Public : IfaceRole::Protected);
     }
