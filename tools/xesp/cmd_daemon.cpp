@@ -127,9 +127,12 @@ private:
     {
         std::string out;
         for (const auto &i : gw_.ifaces())
-            if (!i.local)
+            if (!i.local) {
                 out += i.name + " role " + (i.role == IfaceRole::Public ? "public" : "protected") +
                    " queues " + std::to_string(i.queues) + " mtu " + std::to_string(i.mtu) + "\n";
+                if (!i.warning.empty())
+                    out += "  warning: " + i.warning + "\n";
+            }
         return out;
     }
 

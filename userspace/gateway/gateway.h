@@ -98,6 +98,7 @@ struct GatewayIface {
     uint32_t queues = 0;
     uint32_t mtu = 0;
     bool local = false;             // the gateway's end of its local link (local_link.h)
+    std::string warning;            // protected: unfinished checksums, with the fix (or "")
 };
 
 class Gateway {
