@@ -22,8 +22,9 @@ ControlClient connect_daemon(const std::string &socket)
 {
     auto c = ControlClient::connect(socket);
     if (!c)
-        throw Failure(c.error().message + " (is `xesp daemon` running? its socket is set with "
-                                          "--socket or $XESP_SOCKET)");
+        throw Failure(c.error().message + " (is `xesp daemon` running in this network "
+                                          "namespace? its socket is set with --socket or "
+                                          "$XESP_SOCKET)");
     return std::move(*c);
 }
 
