@@ -1,11 +1,13 @@
 #!/bin/bash
 # `xesp iface add` on a protected veth whose peer hands over unfinished TCP/UDP checksums (its
-# TX checksum offload on, the veth default): the daemon's log, `iface list` and `iface list -j`
-# say so and give the fix; with the offload off they say nothing.
+# TX checksum offload on, the veth default), or a tap with a vnet header: the daemon's log,
+# `iface list` and `iface list -j` say so and give the fix; with the offload off, or a plain
+# tap, they say nothing.
 #
 #   hostA ---- gwA (xesp daemon)            chk0 -- chk1: a veth pair inside gwA
 #   hosta0     gwa-prot: protected          chk0: protected, its peer in the same namespace
-#   (its peer, in the hostA namespace)
+#   (its peer, in the hostA namespace)      chktap0, chktap1: taps with and without a vnet
+#                                           header, protected
 #
 # Usage: bash test_iface_checks.sh XESP
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns/veth/XDP).
@@ -72,6 +74,15 @@ check "... and no warning" not_warned
 check "peer in the same namespace: iface add" readd chk0
 check "iface list names the peer and the fix" \
     warned chk0 "veth peer chk1 has TX checksum offload on: TCP and UDP from it are forwarded with unfinished checksums; run \`ethtool -K chk1 tx off\`"
+"$TOPO" exec gwA ip tuntap add dev chktap0 mode tap vnet_hdr
+"$TOPO" exec gwA ip tuntap add dev chktap1 mode tap
+"$TOPO" exec gwA ip link set chktap0 up
+"$TOPO" exec gwA ip link set chktap1 up
+check "a tap with a vnet header: iface add" readd chktap0
+check "iface list says its writer must finish checksums" \
+    warned chktap0 "tap with a vnet header: its writer may hand over TCP and UDP with unfinished checksums"
+check "a tap without one: iface add" readd chktap1
+check "... no warning under it" eval "! cli gwA iface list | grep -A1 '^chktap1' | grep -q warning"
 check "a public interface is not checked" cli gwA iface add "$GWA_PUB_IF" role public
 check "... no warning under it" eval "! cli gwA iface list | grep -A1 '^$GWA_PUB_IF' | grep -q warning"
 
