@@ -9,10 +9,14 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/if_link.h>
+#include <linux/membarrier.h>
 #include <net/if.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "userspace/clock.h"
 #include "xesp_xdp.skel.h"
 
 namespace xesp {
@@ -109,11 +113,49 @@ Result<void> XdpProgram::remove_sa(const IpAddr &dst, uint32_t spi)
     return {};
 }
 
-// The idle table is rewritten, then the live index flips to it.
+// Waits until no XDP call can still be reading the table the last flip retired.
+//
+// An XDP call reads the live index once, then walks that table through a pointer into the map
+// (bpf_map_lookup_elem on an array copies nothing), and a map update rewrites an array
+// element in place, not atomically. Right after a flip the idle table is the one that calls
+// started before the flip may still be walking: rewriting it at once could show such a call
+// a half-written table (a count past the tuples written, a tuple whose masks do not match its
+// entries) and make it miss a policy, so that protected plaintext leaves in the clear or
+// allowed traffic is dropped. Every XDP call runs inside an RCU read-side section, so after
+// one RCU grace period since the flip none is left: membarrier(MEMBARRIER_CMD_GLOBAL) waits
+// for one (synchronize_rcu() in the kernel, when more than one CPU is online; with one, no
+// call can be under way while this thread runs, XDP running with bottom halves off).
+//
+// A grace period costs milliseconds, so it is waited for only when the flip is recent: no
+// XDP call lasts a second. One change publishes at most once or twice (a tuple appears or
+// goes), and only changes that add or remove a policy shape do, so an apply of many policies
+// waits once per new shape at most (XESP_MAX_TUPLES). Where membarrier is refused (nohz_full
+// CPUs give EINVAL), the wait is the rest of that second.
+//
+// What cannot be tested deterministically: the window is an XDP call on another CPU between
+// its read of the index and its last read of the table, a few microseconds; tests check that
+// many publishes in a row leave the right table live.
+void XdpProgram::wait_for_readers()
+{
+    constexpr uint64_t kLongestCall = kSecondNs;
+    uint64_t since = now_ns() - flipped_ns_;
+    if (!flipped_ns_ || since >= kLongestCall)
+        return;
+    if (syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+        return;
+    uint64_t rest = kLongestCall - since;
+    timespec ts{time_t(rest / kSecondNs), long(rest % kSecondNs)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+// The idle table is rewritten, once no XDP call can be reading it, then the live index flips
+// to it.
 Result<void> XdpProgram::publish_tuples()
 {
     xesp_tuple_table tt = tuples_.table();
     uint32_t idle = live_table_ ^ 1, zero = 0;
+    wait_for_readers();
     if (auto r = update(bpf_map__fd(skel_->maps.tuple_tables), &idle, &tt, BPF_ANY,
                         "xdp: write the tuple table");
         !r)
@@ -123,6 +165,8 @@ Result<void> XdpProgram::publish_tuples()
         !r)
         return r;
     live_table_ = idle;
+    flipped_ns_ = now_ns();
+    publishes_++;
     return {};
 }
 

@@ -91,6 +91,8 @@ public:
     Result<void> replace_policy(uint32_t old_id, const PolicyConfig &old, uint32_t new_id,
                                 const PolicyConfig &p);
     size_t tuple_count() const { return tuples_.tuples(); }
+    // How many times the tuple table was rewritten and made live (tests, diagnostics).
+    uint64_t tuple_publishes() const { return publishes_; }
 
     Result<void> add_local_address(const IpAddr &a);
     Result<void> remove_local_address(const IpAddr &a);
@@ -129,11 +131,14 @@ public:
 private:
     XdpProgram() = default;
     Result<void> publish_tuples();
+    void wait_for_readers();
     Result<void> apply(const TupleChange &ch, bool add);
 
     xesp_xdp *skel_ = nullptr;
     TupleSpace tuples_;
     uint32_t live_table_ = 0;
+    uint64_t flipped_ns_ = 0;       // when the live index last flipped (CLOCK_MONOTONIC)
+    uint64_t publishes_ = 0;
 };
 
 } // namespace xesp

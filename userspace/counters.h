@@ -43,6 +43,7 @@ namespace xesp {
     X(OutTooBig, "out-too-big", "XfrmOutError")                                        \
     X(OutBadInner, "out-bad-inner", "XfrmOutError")                                    \
     X(OutModeMismatch, "out-mode-mismatch", "XfrmOutStateModeError")                   \
+    X(OutTransportFragment, "out-transport-fragment", "XfrmOutStateModeError")         \
     X(OutCryptoError, "out-crypto-error", "XfrmOutStateProtoError")
 
 enum class Drop : uint8_t {

@@ -533,7 +533,9 @@ uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
     if (!ip_datagram_len(p, &hl))
         return 0;
     Sa *sa = out_sa(c.id, *pol, p);
-    uint32_t mtu = sa && sa->natt() ? sa->outer_mtu(options_.link_mtu) : 0;
+    // Transport mode carries whole datagrams only (RFC 4303 3.3.4): its packets are not split
+    // before encryption, the outer packet is fragmented instead.
+    uint32_t mtu = sa && sa->natt() && sa->tunnel() ? sa->outer_mtu(options_.link_mtu) : 0;
     return mtu ? sa->inner_mtu(mtu) : 0;
 }
 

@@ -144,7 +144,8 @@ public:
     void process_classified(Pkt *const *pkts, const Classified *cls, size_t n);
 
     // For an Encap packet: the largest plaintext its SA still carries within the link MTU (or
-    // its learnt path MTU) once encrypted, if that SA is ESP in UDP (NAT-T); 0 otherwise, or
+    // its learnt path MTU) once encrypted, if that SA is ESP in UDP (NAT-T) in tunnel mode; 0
+    // otherwise (transport mode encrypts whole datagrams only), or
     // if it cannot be told (no MTU known, no SA yet). The gateway splits bigger IPv4 packets that may be fragmented
     // before they are encrypted (fragment.h says why).
     uint32_t natt_inner_mtu(const Classified &c, const Pkt &p);

@@ -95,6 +95,15 @@ bool parse_plain(const uint8_t *ip, uint32_t len, bool transport, InnerInfo *inf
     return false;
 }
 
+// An IPv4 fragment (MF set or an offset), or an IPv6 packet with a Fragment header behind the
+// part ESP goes behind in transport mode (parse_plain with transport set).
+bool is_fragment(const uint8_t *ip, const InnerInfo &in)
+{
+    if ((ip[0] >> 4) == 4)
+        return get16(ip + 6) & 0x3fff;
+    return ip[in.nh_off] == kProtoIpv6Frag;
+}
+
 void set_ip_total(uint8_t *ip, uint32_t total)
 {
     if ((ip[0] >> 4) == 4) {
@@ -195,6 +204,14 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
     }
     if (transport && (ip[0] >> 4) != sa.outer_family()) {
         p.set_drop(Drop::OutModeMismatch);
+        return false;
+    }
+    // Transport mode protects whole datagrams only (RFC 4303 3.3.4): its payload is the
+    // transport segment, and a fragment's would leave the receiver a piece of one, checked
+    // against its policy without ports. Fragments reach us when the sender or a router on the
+    // protected side split a packet; they are not reassembled here.
+    if (transport && is_fragment(ip, in)) {
+        p.set_drop(Drop::OutTransportFragment);
         return false;
     }
     uint32_t keep = transport ? in.hdr_len : 0;          // IP header bytes kept in front

@@ -58,6 +58,13 @@ private:
     size_t n_ = 0;
 };
 
+// The 4-byte nonce salt of an AEAD (RFC 4106 4, RFC 4543 3.2, RFC 7634 2): the last bytes of
+// the key material, secret like the key, so wiped like KeyBytes when it dies. An array
+// otherwise: `salt = {1, 2, 3, 4}`, data(), ==.
+struct Salt : std::array<uint8_t, 4> {
+    ~Salt() { OPENSSL_cleanse(data(), size()); }
+};
+
 enum class AeadAlg : uint8_t { None, AesGcm, AesGmac, ChaCha20Poly1305 };
 enum class EncAlg : uint8_t { None, Null, AesCbc };
 enum class AuthAlg : uint8_t { None, HmacSha1, HmacSha256, HmacSha384, HmacSha512 };
@@ -68,7 +75,7 @@ struct Transform {
     EncAlg enc = EncAlg::None;
     AuthAlg auth = AuthAlg::None;
     KeyBytes enc_key;                   // cipher key; for an AEAD without the 4-byte salt
-    std::array<uint8_t, 4> salt{};      // AEAD only (RFC 4106/4543/7634 nonce salt)
+    Salt salt{};                        // AEAD only
     KeyBytes auth_key;                  // HMAC key
     uint8_t icv_len = 0;                // ICV bytes on the wire (AEAD ICV bits / 8, auth-trunc)
 

@@ -1,14 +1,16 @@
 #!/bin/bash
 # The `xesp` command as an operator uses it: sa/policy add, list, get, del, flush and batch
-# against a database file; bad input fails with a one-line error that says where, and changes
-# nothing; keys stay hidden unless asked for.
+# against a database file (--db); bad input fails with a one-line error that says where, and
+# changes nothing; keys stay hidden unless asked for; without --db and without a daemon, an
+# error that names the socket tried, and no file is written.
 #
 # Usage: bash test_cli.sh XESP
 set -u
 XESP=${1:?usage: test_cli.sh XESP}
 work=$(mktemp -d /tmp/xesp-cli.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-export XESP_DB=$work/db.conf
+DB=$work/db.conf
+export XESP_SOCKET=$work/no-daemon.sock
 pass=0 fail=0
 ok() { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; fail=$((fail + 1)); }
@@ -17,20 +19,20 @@ check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 KEY=0x00112233445566778899aabbccddeeff01020304
 SA="src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1000 reqid 1 mode tunnel aead rfc4106(gcm(aes)) $KEY 128"
 
-check "sa add succeeds" '"$XESP" sa add $SA'
-check "a duplicate is refused" '! "$XESP" sa add $SA 2>"$work/err"'
+check "sa add succeeds" '"$XESP" sa --db "$DB" add $SA'
+check "a duplicate is refused" '! "$XESP" sa --db "$DB" add $SA 2>"$work/err"'
 check "with a one-line message" '[ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "already exists" "$work/err"'
-check "sa list shows the SA" '"$XESP" sa list | grep -q "spi 0x0*1000"'
-check "sa list hides the key" '! "$XESP" sa list | grep -qi 00112233445566778899aabbccddeeff'
-check "--show-keys shows it" '"$XESP" sa list --show-keys | grep -qi 00112233445566778899aabbccddeeff'
-check "the database is private" '[ "$(stat -c %a "$XESP_DB")" = 600 ]'
-check "sa get finds it" '"$XESP" sa get dst 192.0.2.2 spi 0x1000 | grep -q 192.0.2.1'
-check "policy add" '"$XESP" policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir out tmpl src 192.0.2.1 dst 192.0.2.2 proto esp reqid 1 mode tunnel'
-check "policy list" '"$XESP" policy list | grep -q "10.1.0.0/16"'
+check "sa list shows the SA" '"$XESP" sa --db "$DB" list | grep -q "spi 0x0*1000"'
+check "sa list hides the key" '! "$XESP" sa --db "$DB" list | grep -qi 00112233445566778899aabbccddeeff'
+check "--show-keys shows it" '"$XESP" sa --db "$DB" list --show-keys | grep -qi 00112233445566778899aabbccddeeff'
+check "the database is private" '[ "$(stat -c %a "$DB")" = 600 ]'
+check "sa get finds it" '"$XESP" sa --db "$DB" get dst 192.0.2.2 spi 0x1000 | grep -q 192.0.2.1'
+check "policy add" '"$XESP" policy --db "$DB" add src 10.1.0.0/16 dst 10.2.0.0/16 dir out tmpl src 192.0.2.1 dst 192.0.2.2 proto esp reqid 1 mode tunnel'
+check "policy list" '"$XESP" policy --db "$DB" list | grep -q "10.1.0.0/16"'
 
-cp "$XESP_DB" "$work/before"
+cp "$DB" "$work/before"
 check "unknown algorithm suggests the right one" \
-    '! "$XESP" sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 7 aead "gcm(aes)" $KEY 128 2>"$work/err" && grep -q "rfc4106(gcm(aes))" "$work/err"'
+    '! "$XESP" sa --db "$DB" add src 192.0.2.1 dst 192.0.2.2 proto esp spi 7 aead "gcm(aes)" $KEY 128 2>"$work/err" && grep -q "rfc4106(gcm(aes))" "$work/err"'
 check "the key is not in the error" '! grep -qi 00112233445566778899aabbccddeeff "$work/err"'
 
 cat >"$work/batch.conf" <<CONF
@@ -39,18 +41,25 @@ sa add src 192.0.2.2 dst 192.0.2.1 proto esp spi 0x2000 mode tunnel aead 'rfc410
 policy add src 10.2.0.0/16 dst 10.1.0.0/16 dir fwd tmpl src 192.0.2.2 dst 192.0.2.1 proto esp mode tunnel
 sa add src 192.0.2.2 dst 192.0.2.1 proto esp spi 0x2001 mode tunnel aead 'rfc4106(gcm(aes))' 0x1234 128
 CONF
-check "a bad batch fails" '! "$XESP" batch "$work/batch.conf" 2>"$work/err"'
+check "a bad batch fails" '! "$XESP" batch --db "$DB" "$work/batch.conf" 2>"$work/err"'
 check "naming FILE:LINE" 'grep -q "batch.conf:4:" "$work/err" && [ "$(wc -l <"$work/err")" -eq 1 ]'
-check "and changes nothing" 'cmp -s "$XESP_DB" "$work/before"'
+check "and changes nothing" 'cmp -s "$DB" "$work/before"'
 sed -i '$d' "$work/batch.conf"
-check "the good part applies" '"$XESP" batch "$work/batch.conf" && "$XESP" sa list | grep -c "spi" | grep -qx 2'
+check "the good part applies" '"$XESP" batch --db "$DB" "$work/batch.conf" && "$XESP" sa --db "$DB" list | grep -c "spi" | grep -qx 2'
 printf 'sa add src 192.0.2.9 dst 192.0.2.8 proto esp spi 0x3000 mode tunnel aead rfc4106(gcm(aes)) %s 128\n' "$KEY" >"$work/one.conf"
-check "xesp -b FILE applies a batch, as ip -b" '"$XESP" -b "$work/one.conf" && "$XESP" sa get dst 192.0.2.8 spi 0x3000 >/dev/null'
+check "xesp -b FILE applies a batch, as ip -b" '"$XESP" --db "$DB" -b "$work/one.conf" && "$XESP" sa --db "$DB" get dst 192.0.2.8 spi 0x3000 >/dev/null'
 check "xesp with no command prints help and fails" '! "$XESP" >/dev/null 2>&1'
-check "sa del" '"$XESP" sa del dst 192.0.2.1 spi 0x2000 && ! "$XESP" sa get dst 192.0.2.1 spi 0x2000 2>/dev/null'
-check "sa del of a missing SA fails" '! "$XESP" sa del dst 192.0.2.1 spi 0x2000 2>/dev/null'
-check "sa flush" '"$XESP" sa flush && [ -z "$("$XESP" sa list)" ]'
-check "policy flush" '"$XESP" policy flush && [ -z "$("$XESP" policy list)" ]'
+check "sa del" '"$XESP" sa --db "$DB" del dst 192.0.2.1 spi 0x2000 && ! "$XESP" sa --db "$DB" get dst 192.0.2.1 spi 0x2000 2>/dev/null'
+check "sa del of a missing SA fails" '! "$XESP" sa --db "$DB" del dst 192.0.2.1 spi 0x2000 2>/dev/null'
+check "sa flush" '"$XESP" sa --db "$DB" flush && [ -z "$("$XESP" sa --db "$DB" list)" ]'
+check "policy flush" '"$XESP" policy --db "$DB" flush && [ -z "$("$XESP" policy --db "$DB" list)" ]'
+
+check "without --db and no daemon: an error" '! "$XESP" sa add $SA 2>"$work/err"'
+check "naming the socket it tried" 'grep -q "no-daemon.sock" "$work/err" && [ "$(wc -l <"$work/err")" -eq 1 ]'
+check "and the database is left alone" '[ -z "$("$XESP" sa list --db "$DB")" ]'
+check "batch without --db: an error too" '! "$XESP" batch "$work/one.conf" 2>/dev/null'
+check "xesp -b without --db: an error too" '! "$XESP" -b "$work/one.conf" 2>/dev/null'
+check "policy list without --db: an error too" '! "$XESP" policy list 2>/dev/null'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

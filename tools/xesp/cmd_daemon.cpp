@@ -18,6 +18,7 @@
 #include "userspace/gateway/gateway.h"
 #include "userspace/gateway/state.h"
 #include "userspace/log.h"
+#include "userspace/netns.h"
 #include "userspace/sys_util.h"
 
 namespace xesp::cli {
@@ -99,6 +100,7 @@ public:
             return;
         GatewayState st;
         st.config = gw_.running_config(kStateSeqMargin);
+        st.netns = netns_;
         for (const auto &i : gw_.ifaces())
             if (!i.local)                   // made afresh at each start
                 st.ifaces.emplace_back(i.name, i.role);
@@ -127,14 +129,18 @@ private:
     {
         std::string out;
         for (const auto &i : gw_.ifaces())
-            if (!i.local)
+            if (!i.local) {
                 out += i.name + " role " + (i.role == IfaceRole::Public ? "public" : "protected") +
                    " queues " + std::to_string(i.queues) + " mtu " + std::to_string(i.mtu) + "\n";
+                if (!i.warning.empty())
+                    out += "  warning: " + i.warning + "\n";
+            }
         return out;
     }
 
     Gateway &gw_;
     std::string state_path_;
+    std::string netns_ = netns_name();
     std::map<std::string, uint64_t> reserved_;      // output counters the file covers
 };
 
@@ -159,6 +165,11 @@ GatewayState initial_state(const DaemonOptions &o, const std::string &state_path
         auto saved = load_state(state_path);
         if (!saved)
             throw Failure(saved.error().message);
+        if (*saved && (*saved)->netns && *(*saved)->netns != netns_name())
+            throw Failure("state file " + state_path + " was written in " +
+                          describe_netns(*(*saved)->netns) + ", and this daemon runs in " +
+                          describe_netns(netns_name()) + ": give it a state file of its own "
+                          "(--state FILE, or --no-state)");
         if (*saved) {
             st = std::move(**saved);
             log(LogLevel::Info, "resuming from %s: %zu SAs, %zu policies, %zu interfaces",
@@ -254,10 +265,11 @@ void register_daemon_command(CLI::App &app)
     sub->add_option("-b,--batch", o->config_file,
                     "apply this config file (sa/policy lines) at start");
     sub->add_option("--socket", o->socket,
-                    "control socket (default: $XESP_SOCKET, else " +
-                        std::string(kDefaultControlSocket) + ")");
+                    std::string("control socket (default: $XESP_SOCKET, else ") +
+                        kDefaultSocketHelp + ")");
     sub->add_option("--state", o->state,
-                    "state file (default: /var/lib/xesp/<socket name>.state)");
+                    "state file (default: /var/lib/xesp/<socket name>.state; the socket's name "
+                    "carries the network namespace's)");
     sub->add_flag("--no-state", o->no_state, "neither read nor write a state file");
     sub->add_option("--crypto", o->crypto, "auto, openssl or ipsecmb");
     sub->add_option("--ring-size", o->ring_size, "entries in each AF_XDP ring (a power of two)");

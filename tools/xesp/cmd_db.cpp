@@ -1,9 +1,10 @@
 // `xesp sa ...`, `xesp policy ...` and `xesp batch FILE`: the `ip xfrm` grammar on the command
-// line. When an `xesp daemon` answers on its control socket (--socket), the commands go to it
-// and it applies them (userspace/control.h). Otherwise the databases are kept in a file (--db)
+// line. The commands go to the `xesp daemon` on its control socket (--socket, default_socket())
+// and it applies them (userspace/control.h). With --db FILE they go to a database file instead,
 // holding one batch of `sa add` / `policy add` lines, keys included: it is read, changed in
 // memory and replaced atomically, so that a command that fails leaves it exactly as it was.
-// --db FILE always means the file; --socket PATH always means a daemon.
+// Only --db means the file: a daemon that does not answer is an error naming its socket, never
+// a reason to change a file that no daemon reads.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -22,19 +23,12 @@
 #include "tools/xesp/commands.h"
 #include "userspace/config.h"
 #include "userspace/control.h"
+#include "userspace/netns.h"
 #include "userspace/sys_util.h"
 
 namespace xesp::cli {
 
 namespace {
-
-constexpr const char *kDefaultDb = "/var/lib/xesp/db.conf";
-
-std::string default_db()
-{
-    const char *env = std::getenv("XESP_DB");
-    return env && *env ? env : kDefaultDb;
-}
 
 // Holds an flock on DB.lock for one read-modify-write cycle, so that two xesp commands on the
 // same database do not lose each other's change. (The db itself cannot carry the lock: it is
@@ -158,7 +152,7 @@ void print_entries(const Command &cmd, const Config &cfg, bool show_keys)
 }
 
 struct DbOptions {
-    std::string db = default_db();
+    std::string db;
     std::string socket = default_socket();
     bool show_keys = false;
     std::vector<std::string> words;
@@ -170,13 +164,12 @@ struct DbOptions {
 
 void add_db_option(CLI::App *sub, DbOptions &o)
 {
-    o.db_given = sub->add_option(
-        "--db", o.db, "database file, used when no daemon runs (default: $XESP_DB, else " +
-                          std::string(kDefaultDb) + ")");
+    o.db_given = sub->add_option("--db", o.db,
+                                 "work on this database file instead of a running daemon");
     o.socket_given = sub->add_option(
         "--socket", o.socket,
-        "the xesp daemon's control socket (default: $XESP_SOCKET, else " +
-            std::string(kDefaultControlSocket) + ")");
+        std::string("the xesp daemon's control socket (default: $XESP_SOCKET, else ") +
+            kDefaultSocketHelp + ")");
     o.db_given->excludes(o.socket_given);
 }
 
@@ -185,9 +178,8 @@ bool given(const CLI::Option *opt)
     return opt && opt->count() > 0;
 }
 
-// The daemon, if the command goes to one: always with --socket, never with --db, and otherwise
-// when one answers on the default socket. No socket file, a stale one, or one this user may
-// not open (it is root's) means the database file.
+// The daemon, unless --db names a file: the one on --socket, else on the default socket. One
+// that does not answer is an error that names the socket tried.
 std::optional<ControlClient> reach_daemon(const DbOptions &o)
 {
     if (given(o.db_given))
@@ -196,12 +188,11 @@ std::optional<ControlClient> reach_daemon(const DbOptions &o)
     if (client)
         return std::move(*client);
     int err = client.error().code.value();
-    if (given(o.socket_given))
-        throw Failure(client.error().message +
-                      (err == EACCES ? " (the socket is root's)" : " (is `xesp daemon` running?)"));
-    if (err == ENOENT || err == ECONNREFUSED || err == ENOTDIR || err == EACCES || err == EPERM)
-        return std::nullopt;
-    throw Failure(client.error().message + " (to use the database file, give --db FILE)");
+    throw Failure(client.error().message +
+                  (err == EACCES || err == EPERM
+                       ? " (the socket is root's)"
+                       : " (is `xesp daemon` running in this network namespace? --socket PATH "
+                         "names another; --db FILE works on a database file instead)"));
 }
 
 // Prints what the daemon answered, or fails with its one-line error.
@@ -338,6 +329,7 @@ void register_db_commands(CLI::App &app)
 
     // `xesp -b FILE`, as `ip -b FILE`: the same as `xesp batch FILE`.
     auto top_opts = std::make_shared<DbOptions>();
+    add_db_option(&app, *top_opts);
     app.add_option("-b,--batch", top_opts->file,
                    "apply a batch file of 'sa ...' / 'policy ...' lines (as 'xesp batch FILE')");
     app.callback([top_opts] {
@@ -349,7 +341,10 @@ void register_db_commands(CLI::App &app)
 std::string default_socket()
 {
     const char *env = std::getenv("XESP_SOCKET");
-    return env && *env ? env : kDefaultControlSocket;
+    if (env && *env)
+        return env;
+    std::string ns = netns_name();
+    return ns.empty() ? kDefaultControlSocket : "/run/xesp/xesp-" + ns + ".sock";
 }
 
 } // namespace xesp::cli

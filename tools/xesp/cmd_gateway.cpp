@@ -22,8 +22,9 @@ ControlClient connect_daemon(const std::string &socket)
 {
     auto c = ControlClient::connect(socket);
     if (!c)
-        throw Failure(c.error().message + " (is `xesp daemon` running? its socket is set with "
-                                          "--socket or $XESP_SOCKET)");
+        throw Failure(c.error().message + " (is `xesp daemon` running in this network "
+                                          "namespace? its socket is set with --socket or "
+                                          "$XESP_SOCKET)");
     return std::move(*c);
 }
 
@@ -55,6 +56,17 @@ std::string with_rate(uint64_t now, const json *prev_obj, const char *key, doubl
         }
     }
     return s;
+}
+
+// `iface list -j`: the interfaces of `xesp stats -j` the operator added (not the local link),
+// each {name, role, ifindex, queues, mtu[, warning]}.
+json iface_list_json(const json &stats)
+{
+    json out = json::array();
+    for (const auto &i : stats.value("ifaces", json::array()))
+        if (i.value("role", "") != "local")
+            out.push_back(i);
+    return out;
 }
 
 const json *find_sa(const json *prev, const json &sa)
@@ -173,8 +185,14 @@ void register_gateway_commands(CLI::App &app)
     auto words = std::make_shared<std::vector<std::string>>();
     iface->add_option("words", *words, "add DEV role protected|public | del DEV | list")
         ->required();
-    iface->callback([socket, words] {
+    auto iface_json = std::make_shared<bool>(false);
+    iface->add_flag("-j,--json", *iface_json, "list: a JSON array, one object per interface");
+    iface->callback([socket, words, iface_json] {
         ControlClient c = connect_daemon(*socket);
+        if (*iface_json && *words == std::vector<std::string>{"list"}) {
+            std::cout << iface_list_json(json::parse(answered(c.stats()))).dump() << "\n";
+            return;
+        }
         std::cout << answered(c.iface(*words));
     });
 

@@ -225,6 +225,7 @@ void Gateway::rx_kernel()
     }
     if (n < got)
         pool_->free(addrs + n, got - uint32_t(n));
+    count(GwCounter::RxKernelTooBig, kernel_esp_.take_too_big());
     if (!n)
         return;
     count(GwCounter::Rx, n);

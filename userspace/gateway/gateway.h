@@ -49,6 +49,7 @@ namespace xesp {
     X(TxKernel, "tx-via-kernel", false)         /* next hop unresolved, or the gateway */  \
     X(Fragmented, "fragmented", false)          /* outer packets split, RFC 4303 3.3.4 */  \
     X(RxKernel, "rx-reassembled", false)        /* ESP the kernel reassembled */            \
+    X(RxKernelTooBig, "drop-rx-reassembled-too-big", true) /* over a frame: not cut */     \
     X(RxNoMeta, "drop-rx-no-metadata", true)    /* redirected without classification */     \
     X(TxRingFull, "drop-tx-ring-full", true)                                                \
     X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */  \
@@ -97,6 +98,7 @@ struct GatewayIface {
     uint32_t queues = 0;
     uint32_t mtu = 0;
     bool local = false;             // the gateway's end of its local link (local_link.h)
+    std::string warning;            // protected: unfinished checksums, with the fix (or "")
 };
 
 class Gateway {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "userspace/gateway/iface_checksum.h"
 #include "userspace/log.h"
 
 namespace xesp {
@@ -181,6 +182,11 @@ Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool
     }
     if (local)
         return {};
+    if (role == IfaceRole::Protected) {
+        ifaces_.back().warning = checksum_warning(name, i.ifindex);
+        if (!ifaces_.back().warning.empty())
+            log(LogLevel::Warning, "%s: %s", name.c_str(), ifaces_.back().warning.c_str());
+    }
     log(LogLevel::Info,
         "%s: attached as %s, %u queue(s), MTU %u; XDP in driver mode, one program (no "
         "libxdp dispatcher)%s; AF_XDP %s mode",

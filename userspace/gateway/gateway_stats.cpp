@@ -49,6 +49,8 @@ nlohmann::json Gateway::stats_json() const
                        {"ifindex", i.ifindex},
                        {"queues", i.queues},
                        {"mtu", i.mtu}});
+        if (!i.warning.empty())
+            ifs.back()["warning"] = i.warning;
     }
     j["ifaces"] = ifs;
     j["link_mtu"] = eo.link_mtu;

@@ -79,32 +79,53 @@ Result<void> KernelEspInput::open()
     return {};
 }
 
+KernelEspInput::KernelEspInput(const int (&fds)[kSockets])
+{
+    for (int i = 0; i < kSockets; i++)
+        fds_[i] = fds[i];
+}
+
 bool KernelEspInput::receive(Pkt &p)
 {
     for (int k = 0; k < kSockets; k++) {
         int i = next_;
         next_ = (next_ + 1) % kSockets;
-        bool got = i == Esp4 || i == Udp4 ? receive4(fds_[i], p)
-                                          : receive6(fds_[i], i == Esp6 ? kProtoEsp : kProtoUdp, p);
-        if (got)
-            return true;
+        for (;;) {
+            Read r = i == Esp4 || i == Udp4
+                         ? receive4(fds_[i], p)
+                         : receive6(fds_[i], i == Esp6 ? kProtoEsp : kProtoUdp, p);
+            if (r == Read::Got)
+                return true;
+            if (r == Read::Empty)
+                break;
+            too_big_++;             // dropped whole; the next datagram may fit
+        }
     }
     return false;
 }
 
-bool KernelEspInput::receive4(int fd, Pkt &p)
+// A datagram longer than the buffer comes back cut to the buffer, with MSG_TRUNC set: what
+// is left would fail its ICV at best, and a cut packet is never processed. The buffer is the
+// frame less the room ESP needs, so only reassembled packets near 4 KiB and above hit this.
+KernelEspInput::Read KernelEspInput::receive4(int fd, Pkt &p)
 {
     uint8_t *at = p.frame + kFrameHeadroom;
-    ssize_t n = ::recv(fd, at, p.frame_len - kFrameHeadroom - kMaxEspOverheadBack, 0);
+    iovec iov{at, p.frame_len - kFrameHeadroom - kMaxEspOverheadBack};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    ssize_t n = ::recvmsg(fd, &msg, 0);
     if (n <= 0)
-        return false;
+        return Read::Empty;
+    if (msg.msg_flags & MSG_TRUNC)
+        return Read::TooBig;
     p.l3 = kFrameHeadroom;
     p.len = uint32_t(n);
     p.l2_len = 0;
-    return true;
+    return Read::Got;
 }
 
-bool KernelEspInput::receive6(int fd, uint8_t next_header, Pkt &p)
+KernelEspInput::Read KernelEspInput::receive6(int fd, uint8_t next_header, Pkt &p)
 {
     uint8_t *at = p.frame + kFrameHeadroom;
     sockaddr_in6 from{};
@@ -119,7 +140,9 @@ bool KernelEspInput::receive6(int fd, uint8_t next_header, Pkt &p)
     msg.msg_controllen = sizeof(control);
     ssize_t n = ::recvmsg(fd, &msg, 0);
     if (n <= 0)
-        return false;
+        return Read::Empty;
+    if (msg.msg_flags & MSG_TRUNC)
+        return Read::TooBig;
     const in6_pktinfo *info = nullptr;
     int hops = 64, tclass = 0;
     for (cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
@@ -133,7 +156,7 @@ bool KernelEspInput::receive6(int fd, uint8_t next_header, Pkt &p)
             std::memcpy(&tclass, CMSG_DATA(c), sizeof(tclass));
     }
     if (!info)
-        return false;               // cannot happen with IPV6_RECVPKTINFO: skip the packet
+        return Read::Empty;         // cannot happen with IPV6_RECVPKTINFO: skip the packet
     // The IPv6 header the packet came with, as far as it matters to ESP.
     wire::put32(at, 0x60000000u | uint32_t(tclass & 0xff) << 20);
     wire::put16(at + 4, uint16_t(n));
@@ -144,7 +167,7 @@ bool KernelEspInput::receive6(int fd, uint8_t next_header, Pkt &p)
     p.l3 = kFrameHeadroom;
     p.len = uint32_t(kIpv6Len) + uint32_t(n);
     p.l2_len = 0;
-    return true;
+    return Read::Got;
 }
 
 } // namespace xesp

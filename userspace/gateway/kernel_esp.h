@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "userspace/packet.h"
 #include "userspace/result.h"
@@ -23,7 +24,11 @@ namespace xesp {
 
 class KernelEspInput {
 public:
+    enum { Esp4, Esp6, Udp4, Udp6, kSockets };     // the sockets, in fds() order
+
     KernelEspInput() = default;
+    // Takes over sockets that are already open (tests); -1 for none.
+    explicit KernelEspInput(const int (&fds)[kSockets]);
     ~KernelEspInput();
     KernelEspInput(const KernelEspInput &) = delete;
     KernelEspInput &operator=(const KernelEspInput &) = delete;
@@ -32,18 +37,20 @@ public:
     Result<void> open();
 
     // Reads one packet into p (p.frame, p.frame_len set by the caller), the IP header at
-    // kFrameHeadroom. Returns false when nothing is waiting.
+    // kFrameHeadroom. Returns false when nothing is waiting. A datagram too long for the
+    // frame is dropped, never handed on cut short, and counted until take_too_big().
     bool receive(Pkt &p);
+    uint64_t take_too_big() { return std::exchange(too_big_, 0); }
 
     const int *fds() const { return fds_; }     // kSockets of them, for poll()
-    static constexpr int kSockets = 4;
 
 private:
-    enum { Esp4, Esp6, Udp4, Udp6 };
-    bool receive4(int fd, Pkt &p);
-    bool receive6(int fd, uint8_t next_header, Pkt &p);
+    enum class Read { Got, Empty, TooBig };
+    Read receive4(int fd, Pkt &p);
+    Read receive6(int fd, uint8_t next_header, Pkt &p);
     int fds_[kSockets] = {-1, -1, -1, -1};
     int next_ = 0;                  // take the sockets in turn so that none starves
+    uint64_t too_big_ = 0;
 };
 
 } // namespace xesp

@@ -65,6 +65,11 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
         st.ifaces.emplace_back(i["name"].get<std::string>(),
                                role == "public" ? IfaceRole::Public : IfaceRole::Protected);
     }
+    if (j.contains("netns")) {
+        if (!j["netns"].is_string())
+            return bad("netns is not a string");
+        st.netns = j["netns"].get<std::string>();
+    }
     return std::optional<GatewayState>(std::move(st));
 }
 
@@ -76,6 +81,8 @@ Result<void> save_state(const std::string &path, const GatewayState &st)
     for (const auto &[name, role] : st.ifaces)
         j["ifaces"].push_back({{"name", name},
                                {"role", role == IfaceRole::Public ? "public" : "protected"}});
+    if (st.netns)
+        j["netns"] = *st.netns;
     std::string text = j.dump(1) + "\n";
     wipe(j["config"].get_ref<std::string &>());
 

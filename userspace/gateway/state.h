@@ -24,6 +24,9 @@ namespace xesp {
 struct GatewayState {
     Config config;
     std::vector<std::pair<std::string, IfaceRole>> ifaces;
+    // The named network namespace (netns.h) of the daemon that wrote it, "" for none; absent
+    // from files written before it was recorded. A daemon refuses another namespace's file.
+    std::optional<std::string> netns;
 };
 
 // Output sequence numbers the file reserves ahead of the counter.
