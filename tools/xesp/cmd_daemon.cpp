@@ -193,7 +193,8 @@ void run_daemon(const DaemonOptions &o)
         keeper->restore_replay(**gw);
     if (auto warn = shared_key_warnings(st.config); !warn.empty())
         log(LogLevel::Warning, "%s", warn.substr(9, warn.find('\n') - 9).c_str());
-    GatewayHandler handler(**gw, st.config, keeper.get());
+    GatewayHandler handler(**gw, std::move(st.config), keeper.get());
+    st.config = {};         // the handler's copy lives on: a deleted SA's key must not stay here
     auto server = ControlServer::listen(handler, o.socket);
     if (!server)
         throw Failure(server.error().message);

@@ -84,7 +84,7 @@ void StateKeeper::writer()
     }
 }
 
-void StateKeeper::restore_replay(Gateway &gw) const
+void StateKeeper::restore_replay(Gateway &gw)
 {
     if (!loaded_)
         return;
@@ -100,6 +100,7 @@ void StateKeeper::restore_replay(Gateway &gw) const
                     "is kept", describe_sa(r.dst, r.spi).c_str());
         }
     }
+    loaded_.reset();
 }
 
 // What the file is to hold now, and the bounds it grants (grants_). A new SA is bound here,

@@ -50,8 +50,8 @@ public:
     const std::optional<GatewayState> &loaded() const { return loaded_; }
 
     // Once, after the gateway is built from the loaded state: puts back the replay window of
-    // each SA the file had configured the same way.
-    void restore_replay(Gateway &gw) const;
+    // each SA the file had configured the same way, then forgets what was loaded (keys too).
+    void restore_replay(Gateway &gw);
 
     // After every change of configuration or interfaces: binds every new SA's reservation,
     // writes the file and waits; on success the SAs may send up to their new bounds.
