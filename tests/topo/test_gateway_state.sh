@@ -136,6 +136,14 @@ crashes() {
 step "20 kill -9 under traffic, restarts from the state file: no (SPI, seq) sent twice" crashes
 grep 'ESP frames' "$WORK/step.out" | sed 's/^/     /'
 check "after the crashes the tunnel works" ping_from hostA "$HOSTB_IP4" -c 3
+reserved_ok() {
+    local o r
+    o=$(stat gwA 'sas[spi=0x1001].oseq')
+    r=$(stat gwA 'sas[spi=0x1001].oseq_reserved')
+    echo "oseq $o, reserved $r"
+    [ "$r" -ge "$o" ] && [ "$r" -gt 0 ]
+}
+check "xesp stats shows each SA's reservation, at or above its counter" reserved_ok
 check "the state file is 0600 and no temporary is left" bash -c \
     "[ \$(stat -c %a '$WORK/gwA.state') = 600 ] && [ ! -e '$WORK/gwA.state.tmp' ]"
 
