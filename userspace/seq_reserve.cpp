@@ -84,25 +84,41 @@ KeyFingerprint SeqLedger::fingerprint(const Transform &xf) const
 uint64_t SeqLedger::floor(const KeyFingerprint &fp) const
 {
     auto it = records_.find(fp);
-    return it == records_.end() ? 0 : it->second;
+    return it == records_.end() ? 0 : it->second.last;
 }
 
 void SeqLedger::record(const KeyFingerprint &fp, uint64_t last)
 {
-    uint64_t &v = records_[fp];
-    v = std::max(v, last);
+    Record &r = records_[fp];
+    r.last = std::max(r.last, last);
+    r.round = round_;
+}
+
+void SeqLedger::forget_oldest(size_t keep)
+{
+    if (records_.size() <= keep)
+        return;
+    std::vector<std::pair<uint64_t, KeyFingerprint>> old;
+    for (const auto &[fp, r] : records_)
+        if (r.round < round_)
+            old.emplace_back(r.round, fp);
+    std::sort(old.begin(), old.end());
+    for (size_t i = 0; i < old.size() && records_.size() > keep; i++)
+        records_.erase(old[i].second);
 }
 
 std::string SeqLedger::secret_hex() const { return to_hex(secret_.data(), secret_.size()); }
 
 bool SeqLedger::set_secret_hex(const std::string &hex) { return from_hex(hex, secret_); }
 
-bool SeqLedger::add_record_hex(const std::string &fp_hex, uint64_t last)
+bool SeqLedger::add_record_hex(const std::string &fp_hex, uint64_t last, uint64_t round)
 {
     KeyFingerprint fp{};
     if (!from_hex(fp_hex, fp))
         return false;
-    record(fp, last);
+    Record &r = records_[fp];
+    r.last = std::max(r.last, last);
+    r.round = std::max(r.round, round);
     return true;
 }
 

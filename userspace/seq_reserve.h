@@ -9,14 +9,16 @@
 // restarted SA starts at its bound: above anything it can have sent.
 //
 // The ledger. The highest number reserved under each key (AEAD key and salt, or cipher and
-// authentication keys), for the daemon's whole life and beyond, by a fingerprint: HMAC-SHA-256
-// of the key material under a random secret kept in the state file. A new SA (an `sa update`
+// authentication keys), across restarts, for every running SA's key and the
+// kLedgerRetiredKeys keys retired most recently, by a fingerprint: HMAC-SHA-256 of the key
+// material under a random secret kept in the state file. A new SA (an `sa update`
 // that changes its limits, a delete and re-add, a flush, a restart with a config file naming
 // an older counter) starts at the higher of its configured counter and the ledger's record
 // for its key. The ledger holds no key: deleting an SA still wipes its key everywhere.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -29,8 +31,16 @@ namespace xesp {
 
 using KeyFingerprint = std::array<uint8_t, 32>;
 
+// Keys no SA uses any more stay in the ledger until this many newer ones have left.
+inline constexpr size_t kLedgerRetiredKeys = 65536;
+
 class SeqLedger {
 public:
+    struct Record {
+        uint64_t last = 0;          // the highest number reserved under the key
+        uint64_t round = 0;         // the last round (new_round()) that recorded it
+    };
+
     // A ledger with a fresh random secret and no records.
     SeqLedger();
     ~SeqLedger();
@@ -43,16 +53,26 @@ public:
     // Records that numbers up to `last` may have been used under fp (keeps the highest).
     void record(const KeyFingerprint &fp, uint64_t last);
 
-    // The state file's form: the secret and the records as hex. from_hex_* return false on
-    // malformed input, changing nothing.
+    // The owner records every running SA's key once per round. forget_oldest() then drops
+    // the keys left unrecorded longest, down to `keep` records; this round's are never
+    // dropped. A key dropped this way and configured again starts from its configured
+    // counter: keep is generous (the running SAs plus kLedgerRetiredKeys).
+    void new_round() { round_++; }
+    void forget_oldest(size_t keep);
+
+    // The state file's form: the secret and the records as hex. set_secret_hex and
+    // add_record_hex return false on malformed input, changing nothing.
     std::string secret_hex() const;
     bool set_secret_hex(const std::string &hex);
-    const std::map<KeyFingerprint, uint64_t> &records() const { return records_; }
-    bool add_record_hex(const std::string &fp_hex, uint64_t last);
+    const std::map<KeyFingerprint, Record> &records() const { return records_; }
+    bool add_record_hex(const std::string &fp_hex, uint64_t last, uint64_t round);
+    uint64_t round() const { return round_; }
+    void set_round(uint64_t r) { round_ = r; }
 
 private:
     std::array<uint8_t, 32> secret_{};
-    std::map<KeyFingerprint, uint64_t> records_;
+    std::map<KeyFingerprint, Record> records_;
+    uint64_t round_ = 0;
 };
 
 // How far ahead of its counter an SA's reservation goes.

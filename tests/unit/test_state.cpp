@@ -172,7 +172,7 @@ TEST_CASE("ledger: one record per key and salt, the highest kept, no key stored"
     REQUIRE(copy.set_secret_hex(l.secret_hex()));
     CHECK(copy.fingerprint(a) == l.fingerprint(a));
     CHECK_FALSE(copy.set_secret_hex("zz"));
-    CHECK_FALSE(copy.add_record_hex("00", 1));
+    CHECK_FALSE(copy.add_record_hex("00", 1, 0));
     CHECK(copy.fingerprint(a) == l.fingerprint(a));
 
     std::string key_hex;
@@ -184,6 +184,29 @@ TEST_CASE("ledger: one record per key and salt, the highest kept, no key stored"
     GatewayState st;
     st.ledger = l;
     CHECK(format_state(st).find(key_hex) == std::string::npos);
+}
+
+TEST_CASE("ledger: keys no SA uses are forgotten oldest first, beyond a bound", "[state]")
+{
+    SeqLedger l;
+    std::vector<KeyFingerprint> fps;
+    for (uint8_t seed = 1; seed <= 5; seed++)
+        fps.push_back(l.fingerprint(make_transform(gcm(), seed)));
+    for (size_t i = 0; i < fps.size(); i++) {      // key i last running in round i + 1
+        l.new_round();
+        for (size_t k = i; k < fps.size(); k++)
+            l.record(fps[k], 100 * (k + 1));
+    }
+    l.forget_oldest(10);                            // within the bound: nothing goes
+    CHECK(l.records().size() == 5);
+    l.forget_oldest(3);
+    CHECK(l.records().size() == 3);
+    CHECK(l.floor(fps[0]) == 0);                    // retired first, forgotten first
+    CHECK(l.floor(fps[1]) == 0);
+    CHECK(l.floor(fps[2]) == 300);
+    l.forget_oldest(0);                             // this round's record always stays
+    CHECK(l.records().size() == 1);
+    CHECK(l.floor(fps[4]) == 500);
 }
 
 TEST_CASE("ledger: sa update, delete and re-add, restart: the counter carries over", "[state]")
@@ -212,7 +235,7 @@ TEST_CASE("ledger: sa update, delete and re-add, restart: the counter carries ov
         if (std::string(how) == "restart") {
             REQUIRE(reread.set_secret_hex(ledger.secret_hex()));
             for (const auto &[k, v] : ledger.records())
-                reread.record(k, v);
+                reread.record(k, v.last);
         }
         SeqLedger &use = std::string(how) == "restart" ? reread : l;
         auto next = Sa::create(again, Backend::Auto);
@@ -294,6 +317,8 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     st.config = *loaded;
     st.ifaces.emplace_back("eth0", IfaceRole::Public);
     KeyFingerprint fp = st.ledger.fingerprint(st.config.sas[0].xf);
+    st.ledger.new_round();
+    st.ledger.new_round();
     st.ledger.record(fp, 4096);
     ReplayWindow w;
     w.init(64, false, 90);
@@ -310,6 +335,8 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     CHECK(b.config.sas[0].oseq == 4096);
     CHECK(b.ifaces == st.ifaces);
     CHECK(b.ledger.floor(b.ledger.fingerprint(st.config.sas[0].xf)) == 4096);
+    CHECK(b.ledger.round() == st.ledger.round());
+    CHECK(b.ledger.records().begin()->second.round == st.ledger.records().begin()->second.round);
     REQUIRE(b.replay.size() == 1);
     CHECK(b.replay[0].spi == 0x1001);
     CHECK(b.replay[0].window.top == 90);

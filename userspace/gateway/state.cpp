@@ -33,14 +33,20 @@ Result<void> load_sequences(const nlohmann::json &j, GatewayState &st)
         if (!seqs->is_object() || !seqs->contains("secret") || !(*seqs)["secret"].is_string() ||
             !st.ledger.set_secret_hex((*seqs)["secret"].get<std::string>()))
             return make_error("\"sequences\" needs \"secret\", 64 hex digits");
+        if (auto round = seqs->find("round"); round != seqs->end()) {
+            if (!round->is_number_unsigned())
+                return make_error("\"sequences.round\" must be a number");
+            st.ledger.set_round(round->get<uint64_t>());
+        }
         if (auto used = seqs->find("used"); used != seqs->end()) {
             if (!used->is_object())
                 return make_error("\"sequences.used\" must be an object");
-            for (const auto &[fp, last] : used->items())
-                if (!last.is_number_unsigned() ||
-                    !st.ledger.add_record_hex(fp, last.get<uint64_t>()))
+            for (const auto &[fp, r] : used->items())
+                if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
+                    !r[1].is_number_unsigned() ||
+                    !st.ledger.add_record_hex(fp, r[0].get<uint64_t>(), r[1].get<uint64_t>()))
                     return make_error("\"sequences.used\": a record needs a 64-hex-digit key "
-                                      "fingerprint and a number");
+                                      "fingerprint and [highest number, round]");
         }
     }
     if (auto rep = j.find("replay"); rep != j.end()) {
@@ -135,9 +141,10 @@ std::string format_state(const GatewayState &st)
         }
         return s;
     };
-    for (const auto &[fp, last] : st.ledger.records())
-        used[hex(fp.data(), fp.size())] = last;
-    j["sequences"] = {{"secret", st.ledger.secret_hex()}, {"used", used}};
+    for (const auto &[fp, r] : st.ledger.records())
+        used[hex(fp.data(), fp.size())] = {r.last, r.round};
+    j["sequences"] = {
+        {"secret", st.ledger.secret_hex()}, {"round", st.ledger.round()}, {"used", used}};
     j["replay"] = nlohmann::json::array();
     for (const auto &r : st.replay)
         j["replay"].push_back({{"dst", r.dst.str()},

@@ -113,6 +113,7 @@ StateKeeper::Job StateKeeper::snapshot(Gateway &gw, uint64_t now)
     const auto &sas = gw.sas();
     tracks_.resize(sas.size());
     grants_.clear();
+    ledger_.new_round();
     for (size_t i = 0; i < sas.size(); i++) {
         Sa &sa = *sas[i];
         Track &t = tracks_[i];
@@ -140,6 +141,7 @@ StateKeeper::Job StateKeeper::snapshot(Gateway &gw, uint64_t now)
         if (sa.replay().window())
             job.replay.push_back({sa.config().dst, sa.config().spi, sa.replay().snapshot()});
     }
+    ledger_.forget_oldest(sas.size() + kLedgerRetiredKeys);
     job.ledger = ledger_;
     for (const auto &i : gw.ifaces())
         if (!i.local)                   // made afresh at each start
