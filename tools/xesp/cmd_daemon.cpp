@@ -77,7 +77,7 @@ public:
         return make_error("iface: expected `add DEV role protected|public`, `del DEV` or `list`");
     }
 
-    // `sa add` (and batches) warn when two SAs share a key and salt.
+    // `sa add` and `sa update` answer with a warning line when two SAs share a key and salt.
     Result<std::string> command(const Command &cmd, bool show_keys) override
     {
         auto out = ConfigHandler::command(cmd, show_keys);
@@ -103,6 +103,19 @@ public:
             log(LogLevel::Error, "%s", r.error().message.c_str());
     }
 
+    // Each pair of SAs sharing a key and salt, once in the log (batches included), whoever
+    // made it.
+    void log_shared_keys()
+    {
+        std::string now = shared_key_warnings(config());
+        for (size_t pos = 0, nl; (nl = now.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+            std::string line = now.substr(pos, nl - pos);
+            if (warned_.find(line) == std::string::npos)
+                log(LogLevel::Warning, "%s", line.c_str() + 9);     // after "warning: "
+        }
+        warned_ = std::move(now);
+    }
+
 protected:
     Result<void> commit(Config next) override
     {
@@ -110,6 +123,7 @@ protected:
             return r;
         auto r = ConfigHandler::commit(std::move(next));
         save();
+        log_shared_keys();
         return r;
     }
 
@@ -126,6 +140,7 @@ private:
 
     Gateway &gw_;
     StateKeeper *keeper_;
+    std::string warned_;            // shared_key_warnings() as last logged
 };
 
 struct DaemonOptions {
@@ -191,9 +206,8 @@ void run_daemon(const DaemonOptions &o)
         throw Failure(gw.error().message);
     if (keeper)
         keeper->restore_replay(**gw);
-    if (auto warn = shared_key_warnings(st.config); !warn.empty())
-        log(LogLevel::Warning, "%s", warn.substr(9, warn.find('\n') - 9).c_str());
     GatewayHandler handler(**gw, std::move(st.config), keeper.get());
+    handler.log_shared_keys();
     st.config = {};         // the handler's copy lives on: a deleted SA's key must not stay here
     auto server = ControlServer::listen(handler, o.socket);
     if (!server)
