@@ -20,6 +20,7 @@
 #include <openssl/crypto.h>
 
 #include "userspace/control_text.h"
+#include "userspace/seq_reserve.h"
 #include "userspace/sys_util.h"
 #include "userspace/xfrm_words.h"
 
@@ -253,8 +254,19 @@ std::string command_output(const Command &cmd, const Config &cfg, bool show_keys
         if (const PolicyConfig *p = cfg.find_policy(cmd.policy.sel, cmd.policy.dir))
             add(format_policy(*p));
     } else if (cmd.verb == V::List && sa) {
-        for (const auto &s : cfg.sas)
-            add(format_sa(s, show_keys));
+        // Both SAs of a pair that shares a key and salt are marked, with a comment that
+        // keeps the line loadable.
+        std::vector<size_t> twin = nonce_key_twins(cfg), mark = twin;
+        for (size_t j = 0; j < twin.size(); j++)
+            if (twin[j] != SIZE_MAX && mark[twin[j]] == SIZE_MAX)
+                mark[twin[j]] = j;
+        for (size_t i = 0; i < cfg.sas.size(); i++) {
+            std::string line = format_sa(cfg.sas[i], show_keys);
+            if (mark[i] != SIZE_MAX)
+                line += "  # nonce-reuse risk: same key and salt as " +
+                        describe_sa(cfg.sas[mark[i]].dst, cfg.sas[mark[i]].spi);
+            add(std::move(line));
+        }
     } else if (cmd.verb == V::List) {
         for (const auto &p : cfg.policies)
             add(format_policy(p));

@@ -38,6 +38,7 @@ namespace xesp {
     X(FragmentUnclassifiable, "fragment-unclassifiable", "XfrmOutPolBlock")             \
     X(OutPolBlock, "out-policy-block", "XfrmOutPolBlock")                              \
     X(OutSeqExhausted, "out-seq-exhausted", "XfrmOutStateSeqError")                    \
+    X(OutSeqUnreserved, "out-seq-unreserved", "XfrmOutStateSeqError")                  \
     X(OutExpired, "out-expired", "XfrmOutStateExpired")                                \
     X(OutNoHeadroom, "out-no-headroom", "XfrmOutError")                                \
     X(OutTooBig, "out-too-big", "XfrmOutError")                                        \

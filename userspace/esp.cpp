@@ -229,7 +229,7 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
     }
     uint64_t seq;
     if (!sa.next_seq(&seq)) {
-        p.set_drop(Drop::OutSeqExhausted);
+        p.set_drop(sa.seq_exhausted() ? Drop::OutSeqExhausted : Drop::OutSeqUnreserved);
         return false;
     }
 

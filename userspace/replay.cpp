@@ -84,4 +84,26 @@ ReplayWindow::Verdict ReplayWindow::update(uint64_t seq)
     return Verdict::Ok;
 }
 
+ReplayWindow::Snapshot ReplayWindow::snapshot() const
+{
+    Snapshot s;
+    s.top = top_;
+    s.seen.assign((window_ + 7) / 8, 0);
+    for (uint32_t i = 0; i < window_ && i < top_; i++)
+        if (seen(top_ - i))
+            s.seen[i / 8] |= uint8_t(1u << (i % 8));
+    return s;
+}
+
+bool ReplayWindow::restore(const Snapshot &s)
+{
+    if (s.seen.size() != (window_ + 7) / 8 || (!esn_ && s.top > UINT32_MAX))
+        return false;
+    init(window_, esn_, s.top);
+    for (uint32_t i = 0; i < window_ && i < s.top; i++)
+        if (s.seen[i / 8] & (1u << (i % 8)))
+            bitmap_[((s.top - i) >> 6) & block_mask_] |= uint64_t(1) << ((s.top - i) & 63);
+    return true;
+}
+
 } // namespace xesp

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace xesp {
 
@@ -24,6 +25,17 @@ public:
     // Records an authenticated packet. Checks again: with parallel crypto another packet with
     // the same number may have been accepted since check().
     Verdict update(uint64_t seq);
+
+    // The whole state, for the daemon's state file: the highest number and, for the window
+    // below it, which numbers were accepted (bit i of `seen`: top - i; bytes little-endian).
+    // restore() takes back what snapshot() gave, for the same window size and ESN setting;
+    // false (and the window left as init() made it) for anything else.
+    struct Snapshot {
+        uint64_t top = 0;
+        std::vector<uint8_t> seen;
+    };
+    Snapshot snapshot() const;
+    bool restore(const Snapshot &s);
 
     uint64_t highest() const { return top_; }
     uint32_t window() const { return window_; }

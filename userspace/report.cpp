@@ -55,6 +55,8 @@ nlohmann::json engine_json(const Engine &e, const EngineStats &s, uint32_t link_
         js["transform"] = c.xf.name();
         js["crypto"] = std::string(backend_name(sa->backend()));
         js["oseq"] = sa->oseq();
+        if (sa->reservation_bound())        // the last number the state file lets it send
+            js["oseq_reserved"] = sa->reserved();
         js["replay_top"] = sa->replay().highest();
         js["soft_expired"] = sa->soft_expired();
         js["hard_expired"] = sa->hard_expired();

@@ -21,6 +21,8 @@ Result<std::unique_ptr<Sa>> Sa::create(const SaConfig &cfg, Backend backend)
 
     std::unique_ptr<Sa> sa(new Sa());
     sa->cfg_ = cfg;
+    static std::atomic<uint64_t> serials{0};
+    sa->serial_ = ++serials;
     sa->cipher_ = std::move(*cipher);
     sa->spi_be_ = htonl(cfg.spi);
     sa->iv_len_ = cfg.xf.iv_len();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,6 +30,8 @@ public:
     static Result<std::unique_ptr<Sa>> create(const SaConfig &cfg, Backend backend);
 
     const SaConfig &config() const { return cfg_; }
+    // Unique for the process's life: tells this SA from one created later at the same address.
+    uint64_t serial() const { return serial_; }
     Backend backend() const { return cipher_->backend(); }
 
     // Hot fields, read by esp.cpp.
@@ -49,7 +52,9 @@ public:
     uint32_t outer_csum_base() const { return outer_csum_base_; }
 
     // Output sequence numbers. Never wraps (RFC 4303 3.3.3): 2^32-1 is the last number
-    // without ESN, 2^64-1 with it; then next_seq() fails and the SA must be rekeyed.
+    // without ESN, 2^64-1 with it; then next_seq() fails, seq_exhausted() says so, and the SA
+    // must be rekeyed. Nor does it go beyond the reservation (reserve_to()): then next_seq()
+    // fails too, and the SA sends again once the owner reserves more.
     bool next_seq(uint64_t *seq)
     {
         uint64_t limit = cfg_.esn ? UINT64_MAX : UINT32_MAX;
@@ -57,10 +62,42 @@ public:
             expire(true);           // the SA is spent: hard-expire it, as the kernel does
             return false;
         }
+        if (oseq_ >= reserved_.load(std::memory_order_acquire)) [[unlikely]] {
+            ask_for_more();
+            return false;
+        }
         *seq = ++oseq_;
+        if (oseq_ >= low_water_) [[unlikely]]
+            ask_for_more();
         return true;
     }
     uint64_t oseq() const { return oseq_; }
+    bool seq_exhausted() const { return oseq_ >= (cfg_.esn ? UINT64_MAX : UINT32_MAX); }
+
+    // The sequence reservation. An owner that keeps sequence numbers across restarts (the
+    // daemon's state file) makes each SA send only numbers it has durably recorded: it binds
+    // the SA once, before the SA sends anything (bind_reservation(), which may move the
+    // counter up to where an earlier SA with the same key stopped), and raises the bound each
+    // time the record is on disk (reserve_to()). When the counter reaches `low_water`, or the
+    // bound, the SA sets *wake for the owner (once per reserve_to(), or per packet held back).
+    // Unbound, as `xesp pcap` uses it, an SA is limited only by the sequence space.
+    bool reservation_bound() const { return bound_; }
+    void bind_reservation(uint64_t start, std::atomic<bool> *wake = nullptr)
+    {
+        if (start > oseq_)
+            oseq_ = start;
+        wake_ = wake;
+        low_water_ = UINT64_MAX;
+        reserved_.store(oseq_, std::memory_order_release);
+        bound_ = true;
+    }
+    void reserve_to(uint64_t last, uint64_t low_water = UINT64_MAX)
+    {
+        if (last > reserved_.load(std::memory_order_relaxed))
+            reserved_.store(last, std::memory_order_release);
+        low_water_ = low_water;
+    }
+    uint64_t reserved() const { return reserved_.load(std::memory_order_acquire); }
     ReplayWindow &replay() { return replay_; }
     const ReplayWindow &replay() const { return replay_; }
 
@@ -110,13 +147,25 @@ private:
     void expire(bool hard);         // sets the flag and tells on_expire_, once each
 
     SaConfig cfg_;
+    uint64_t serial_ = 0;
     std::unique_ptr<SaCipher> cipher_;
     uint32_t spi_be_ = 0;
     uint8_t iv_len_ = 0, icv_len_ = 0, block_ = 4;
     uint8_t outer_len_ = 0;
     std::array<uint8_t, 48> outer_{};
     uint32_t outer_csum_base_ = 0;
+    void ask_for_more()
+    {
+        low_water_ = UINT64_MAX;
+        if (wake_)
+            wake_->store(true, std::memory_order_relaxed);
+    }
+
     uint64_t oseq_ = 0;
+    std::atomic<uint64_t> reserved_{UINT64_MAX};    // the last number the SA may send
+    uint64_t low_water_ = UINT64_MAX;               // ask for more from here
+    std::atomic<bool> *wake_ = nullptr;
+    bool bound_ = false;
     ReplayWindow replay_;
     Counters counters_;
     uint64_t life_bytes_ = 0, life_packets_ = 0;

@@ -34,12 +34,13 @@ cli() { # GW ARGS...: the xesp command against GW's daemon
     XESP_SOCKET=$WORK/$gw.sock "$XESP" "$@"
 }
 
-# start_gw GW [daemon options...]: starts the daemon in GW's namespace and waits for its socket.
+# start_gw GW [daemon options...]: starts the daemon in GW's namespace (state file GW.state in
+# $STATE_DIR, default $WORK) and waits for its socket.
 start_gw() {
     local gw=$1
     shift
-    "$TOPO" exec "$gw" "$XESP" daemon --socket "$WORK/$gw.sock" --state "$WORK/$gw.state" "$@" \
-        >>"$WORK/$gw.log" 2>&1 &
+    "$TOPO" exec "$gw" "$XESP" daemon --socket "$WORK/$gw.sock" \
+        --state "${STATE_DIR:-$WORK}/$gw.state" "$@" >>"$WORK/$gw.log" 2>&1 &
     DPID[$gw]=$!
     for _ in $(seq 100); do
         cli "$gw" iface list >/dev/null 2>&1 && return 0

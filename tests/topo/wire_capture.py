@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Counts the frames on an interface that match filters while a command runs.
 
-Usage: wire_capture.py [--netns NS] --dev IF [--filter EXPR]... [--settle SEC] [--show] -- CMD...
+Usage: wire_capture.py [--netns NS] --dev IF [--filter EXPR]... [--settle SEC] [--show]
+                       [--esp-seq FILE] -- CMD...
 
 Opens an AF_PACKET socket on IF (inside network namespace NS when given, the caller's own
 otherwise) before CMD starts, runs CMD in the caller's namespace, keeps reading for SEC seconds
@@ -25,6 +26,10 @@ A filter is a list of terms that must all hold (tcpdump-like, AND only):
   contains TEXT                    TEXT's bytes appear anywhere in the frame (plaintext leaks)
   not TERM                         negates the next term
 An empty filter counts every frame.
+
+--esp-seq FILE writes one line per ESP frame (RFC 3948 ESP in UDP too): "SRC SPI SEQ", the
+outer source address, the SPI and the sequence number in decimal, for tests that look for a
+(SPI, sequence number) pair sent twice.
 
 Where the receiving veth has GRO on, TCP segments arrive merged: count TCP by bytes or by
 'contains', not by segments. Frames the socket could not keep up with are reported on stderr.
@@ -59,6 +64,7 @@ class Packet:
         self.proto = None
         self.sport = self.dport = None
         self.spi = None
+        self.seq = None
         self.fragment = False
         off = 12
         ethertype = struct.unpack_from("!H", frame, off)[0] if len(frame) >= 14 else 0
@@ -107,11 +113,14 @@ class Packet:
             self.sport, self.dport = struct.unpack_from("!HH", f, off)
             # RFC 3948: ESP in UDP/4500, told apart from IKE by a non-zero first word.
             if self.proto == 17 and 4500 in (self.sport, self.dport) and len(f) >= off + 12:
-                spi = struct.unpack_from("!I", f, off + 8)[0]
+                spi, seq = struct.unpack_from("!II", f, off + 8) if len(f) >= off + 16 else (
+                    struct.unpack_from("!I", f, off + 8)[0], None)
                 if spi != 0:
-                    self.spi = spi
+                    self.spi, self.seq = spi, seq
         elif self.proto == 50 and len(f) >= off + 4:
             self.spi = struct.unpack_from("!I", f, off)[0]
+            if len(f) >= off + 8:
+                self.seq = struct.unpack_from("!I", f, off + 4)[0]
 
     def has(self, word):
         if word == "ip":
@@ -218,13 +227,15 @@ def open_capture(dev):
     return sock
 
 
-def reader(sock, filters, counts, stop, show):
+def reader(sock, filters, counts, stop, show, esp_out):
     while not stop.is_set():
         try:
             frame = sock.recv(65535)
         except socket.timeout:
             continue
         p = Packet(frame)
+        if esp_out is not None and p.spi is not None and p.seq is not None:
+            esp_out.write(f"{p.src} {p.spi} {p.seq}\n")
         for i, f in enumerate(filters):
             if f(p):
                 counts[i] += 1
@@ -240,6 +251,7 @@ def main():
     ap.add_argument("--filter", action="append", default=None, help="filter; repeatable")
     ap.add_argument("--settle", type=float, default=0.2, help="seconds to read after CMD ends")
     ap.add_argument("--show", action="store_true", help="describe every frame on stderr")
+    ap.add_argument("--esp-seq", help="write 'SRC SPI SEQ' of every ESP frame to this file")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -266,7 +278,8 @@ def main():
 
     counts = [0] * len(filters)
     stop = threading.Event()
-    t = threading.Thread(target=reader, args=(sock, filters, counts, stop, args.show))
+    esp_out = open(args.esp_seq, "w") if args.esp_seq else None
+    t = threading.Thread(target=reader, args=(sock, filters, counts, stop, args.show, esp_out))
     t.start()
     try:
         rc = subprocess.call(cmd, stdout=sys.stderr)
@@ -276,6 +289,8 @@ def main():
     time.sleep(args.settle)
     stop.set()
     t.join()
+    if esp_out is not None:
+        esp_out.close()
     stats = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
     _, drops = struct.unpack("II", stats)
     if drops:

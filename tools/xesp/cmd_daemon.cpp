@@ -2,8 +2,8 @@
 // the control socket that `xesp sa|policy|iface|stats` talk to. Logs go to stderr, one line per
 // event (userspace/log.h). SIGTERM or SIGINT: saves the state and exits. After a stop, as
 // after a crash, the classifier stays attached and keeps protected traffic dropped (fail
-// closed); the next start reads the state file and resumes. --detach-on-exit, or `xesp iface
-// del`, hands an interface back to the kernel.
+// closed); the next start reads the state file and resumes (userspace/gateway/state_keeper.h
+// keeps it). --detach-on-exit, or `xesp iface del`, hands an interface back to the kernel.
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,14 +11,15 @@
 
 #include <cerrno>
 #include <csignal>
-#include <map>
 
 #include "tools/xesp/commands.h"
+#include "userspace/clock.h"
 #include "userspace/control.h"
 #include "userspace/gateway/gateway.h"
-#include "userspace/gateway/state.h"
+#include "userspace/gateway/state_keeper.h"
 #include "userspace/log.h"
 #include "userspace/netns.h"
+#include "userspace/seq_reserve.h"
 #include "userspace/sys_util.h"
 
 namespace xesp::cli {
@@ -46,11 +47,12 @@ std::string default_state(const std::string &socket)
     return "/var/lib/xesp/" + base + ".state";
 }
 
-// The control requests, applied to the running gateway.
+// The control requests, applied to the running gateway. Every change is written to the state
+// file before it is answered, and a new SA sends nothing until then.
 class GatewayHandler : public ConfigHandler {
 public:
-    GatewayHandler(Gateway &gw, Config initial, std::string state_path)
-        : ConfigHandler(std::move(initial)), gw_(gw), state_path_(std::move(state_path))
+    GatewayHandler(Gateway &gw, Config initial, StateKeeper *keeper)
+        : ConfigHandler(std::move(initial)), gw_(gw), keeper_(keeper)
     {
     }
 
@@ -76,42 +78,43 @@ public:
         return make_error("iface: expected `add DEV role protected|public`, `del DEV` or `list`");
     }
 
+    // `sa add` and `sa update` answer with a warning line when two SAs share a key and salt.
+    Result<std::string> command(const Command &cmd, bool show_keys) override
+    {
+        auto out = ConfigHandler::command(cmd, show_keys);
+        if (out && cmd.object == Command::Object::Sa && cmd.verb != Command::Verb::List &&
+            cmd.verb != Command::Verb::Get)
+            *out += shared_key_warnings(config(), &cmd.sa);
+        return out;
+    }
+
     std::string stats_json() override { return gw_.stats_json().dump(); }
 
-    // Writes the state file when the configuration changed or an output counter is halfway
-    // through the margin the file reserved for it.
-    void save_if_due()
+    void tick(uint64_t now)
     {
-        bool due = false;
-        Config now = gw_.running_config(0);
-        for (const auto &sa : now.sas) {
-            uint64_t o = uint64_t(sa.oseq_hi) << 32 | sa.oseq;
-            auto it = reserved_.find(describe_sa(sa.dst, sa.spi));
-            uint64_t r = it == reserved_.end() ? 0 : it->second;
-            due |= o && o + kStateSeqMargin / 2 > r;
-        }
-        if (due)
-            save();
+        if (keeper_)
+            keeper_->tick(gw_, now);
     }
 
     void save()
     {
-        if (state_path_.empty())
+        if (!keeper_)
             return;
-        GatewayState st;
-        st.config = gw_.running_config(kStateSeqMargin);
-        st.netns = netns_;
-        for (const auto &i : gw_.ifaces())
-            if (!i.local)                   // made afresh at each start
-                st.ifaces.emplace_back(i.name, i.role);
-        if (auto r = save_state(state_path_, st); !r) {
-            log(LogLevel::Error, "%s; sequence numbers will not survive a restart",
-                r.error().message.c_str());
-            return;
+        if (auto r = keeper_->save_now(gw_); !r)
+            log(LogLevel::Error, "%s", r.error().message.c_str());
+    }
+
+    // Each pair of SAs sharing a key and salt, once in the log (batches included), whoever
+    // made it.
+    void log_shared_keys()
+    {
+        std::string now = shared_key_warnings(config());
+        for (size_t pos = 0, nl; (nl = now.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+            std::string line = now.substr(pos, nl - pos);
+            if (warned_.find(line) == std::string::npos)
+                log(LogLevel::Warning, "%s", line.c_str() + 9);     // after "warning: "
         }
-        reserved_.clear();
-        for (const auto &sa : st.config.sas)
-            reserved_[describe_sa(sa.dst, sa.spi)] = uint64_t(sa.oseq_hi) << 32 | sa.oseq;
+        warned_ = std::move(now);
     }
 
 protected:
@@ -121,6 +124,7 @@ protected:
             return r;
         auto r = ConfigHandler::commit(std::move(next));
         save();
+        log_shared_keys();
         return r;
     }
 
@@ -139,9 +143,8 @@ private:
     }
 
     Gateway &gw_;
-    std::string state_path_;
-    std::string netns_ = netns_name();
-    std::map<std::string, uint64_t> reserved_;      // output counters the file covers
+    StateKeeper *keeper_;
+    std::string warned_;            // shared_key_warnings() as last logged
 };
 
 struct DaemonOptions {
@@ -155,27 +158,25 @@ struct DaemonOptions {
     uint32_t spin = 0;
     uint32_t pmtu_expires = kPmtuExpiresSeconds;
     bool detach_on_exit = false;
+    uint64_t seq_reserve = ReservePolicy{}.min_ahead;
 };
 
 // What to start with: the state file (a restart) and/or the config file.
-GatewayState initial_state(const DaemonOptions &o, const std::string &state_path)
+GatewayState initial_state(const DaemonOptions &o, const StateKeeper *keeper)
 {
     GatewayState st;
-    if (!state_path.empty()) {
-        auto saved = load_state(state_path);
-        if (!saved)
-            throw Failure(saved.error().message);
-        if (*saved && (*saved)->netns && *(*saved)->netns != netns_name())
-            throw Failure("state file " + state_path + " was written in " +
-                          describe_netns(*(*saved)->netns) + ", and this daemon runs in " +
+    if (keeper && keeper->loaded()) {
+        const GatewayState &saved = *keeper->loaded();
+        if (saved.netns && *saved.netns != netns_name())
+            throw Failure("state file " + keeper->path() + " was written in " +
+                          describe_netns(*saved.netns) + ", and this daemon runs in " +
                           describe_netns(netns_name()) + ": give it a state file of its own "
                           "(--state FILE, or --no-state)");
-        if (*saved) {
-            st = std::move(**saved);
-            log(LogLevel::Info, "resuming from %s: %zu SAs, %zu policies, %zu interfaces",
-                state_path.c_str(), st.config.sas.size(), st.config.policies.size(),
-                st.ifaces.size());
-        }
+        st.config = saved.config;
+        st.ifaces = saved.ifaces;
+        log(LogLevel::Info, "resuming from %s: %zu SAs, %zu policies, %zu interfaces",
+            keeper->path().c_str(), st.config.sas.size(), st.config.policies.size(),
+            st.ifaces.size());
     }
     if (!o.config_file.empty()) {
         auto cfg = load_batch_file(o.config_file);
@@ -192,9 +193,17 @@ void run_daemon(const DaemonOptions &o)
     if (!backend)
         throw Failure("--crypto " + o.crypto + ": expected auto, openssl or ipsecmb");
     std::string state_path = o.no_state ? "" : (o.state.empty() ? default_state(o.socket) : o.state);
-    if (!state_path.empty())
+    std::unique_ptr<StateKeeper> keeper;
+    if (!state_path.empty()) {
         ::mkdir(parent_dir(state_path).c_str(), 0700);
-    GatewayState st = initial_state(o, state_path);
+        ReservePolicy policy;
+        policy.min_ahead = o.seq_reserve;
+        auto k = StateKeeper::open(state_path, policy);
+        if (!k)
+            throw Failure(k.error().message);
+        keeper = std::move(*k);
+    }
+    GatewayState st = initial_state(o, keeper.get());
 
     GatewayOptions go;
     go.backend = *backend;
@@ -204,7 +213,11 @@ void run_daemon(const DaemonOptions &o)
     auto gw = Gateway::create(st.config, go);
     if (!gw)
         throw Failure(gw.error().message);
-    GatewayHandler handler(**gw, st.config, state_path);
+    if (keeper)
+        keeper->restore_replay(**gw);
+    GatewayHandler handler(**gw, std::move(st.config), keeper.get());
+    handler.log_shared_keys();
+    st.config = {};         // the handler's copy lives on: a deleted SA's key must not stay here
     auto server = ControlServer::listen(handler, o.socket);
     if (!server)
         throw Failure(server.error().message);
@@ -224,7 +237,7 @@ void run_daemon(const DaemonOptions &o)
     // Packets first; the control socket, routing events and completions once a millisecond;
     // when nothing came in for `spin` rounds, sleep until a socket has something.
     Gateway &g = **gw;
-    uint64_t last_save = now_ms(), last_house = 0;
+    uint64_t last_house = 0;
     uint32_t idle = 0;
     std::vector<pollfd> pfds;
     while (!g_stop) {
@@ -235,10 +248,7 @@ void run_daemon(const DaemonOptions &o)
             g.housekeeping();
             if (auto r = server->poll_once(0); !r)
                 log(LogLevel::Warning, "control socket: %s", r.error().message.c_str());
-            if (now - last_save >= 1000) {
-                last_save = now;
-                handler.save_if_due();
-            }
+            handler.tick(now_ns());
         }
         if (moved || ++idle <= o.spin) {
             idle = moved ? 0 : idle;
@@ -276,6 +286,10 @@ void register_daemon_command(CLI::App &app)
     sub->add_flag("--busy-poll", o->busy_poll, "busy-poll the sockets instead of waiting");
     sub->add_option("--spin", o->spin,
                     "empty polling rounds before sleeping (0: sleep as soon as idle)");
+    sub->add_option("--seq-reserve", o->seq_reserve,
+                    "sequence numbers each SA may send beyond what the state file holds, at "
+                    "least (default 1048576; more at higher rates)")
+        ->check(CLI::Range(uint64_t(1), uint64_t(1) << 40));
     sub->add_option("--pmtu-expires", o->pmtu_expires,
                     "seconds a path MTU learnt from ICMP lasts (default 600, RFC 1191)")
         ->check(CLI::Range(1u, 86400u));

@@ -24,6 +24,7 @@
 #include "userspace/config.h"
 #include "userspace/control.h"
 #include "userspace/netns.h"
+#include "userspace/seq_reserve.h"
 #include "userspace/sys_util.h"
 
 namespace xesp::cli {
@@ -251,6 +252,9 @@ void run_command(const std::string &object, const DbOptions &o)
         auto applied = cfg.apply(*cmd);
         if (!applied)
             throw Failure(applied.error().message);
+        if (cmd->object == Command::Object::Sa &&
+            (cmd->verb == Command::Verb::Add || cmd->verb == Command::Verb::Update))
+            std::cerr << shared_key_warnings(cfg, &cmd->sa);
         print_entries(*cmd, cfg, o.show_keys);
     });
 }

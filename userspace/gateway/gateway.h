@@ -132,8 +132,10 @@ public:
 
     nlohmann::json stats_json() const;
 
-    // The config with each SA's sequence numbers as they are now, for the state file.
-    Config running_config(uint64_t oseq_margin) const;
+    // The configuration it runs, and its SAs: the engine's, one for each of config().sas, in
+    // the same order. For the state file (state_keeper.h), on the data thread.
+    const Config &config() const { return config_; }
+    const std::vector<std::unique_ptr<Sa>> &sas() const { return engine_->sas().all(); }
 
 private:
     static constexpr size_t kBurst = 64;

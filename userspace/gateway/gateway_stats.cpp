@@ -1,29 +1,8 @@
-// What the gateway reports: `xesp stats` (engine, per SA, gateway, XDP and socket counters)
-// and the running configuration for the state file.
+// What the gateway reports: `xesp stats` (engine, per SA, gateway, XDP and socket counters).
 #include "userspace/gateway/gateway.h"
 #include "userspace/report.h"
 
 namespace xesp {
-
-Config Gateway::running_config(uint64_t oseq_margin) const
-{
-    Config c = config_;
-    for (auto &sc : c.sas) {
-        Sa *sa = engine_->sas().find_in(sc.dst, sc.spi);
-        if (!sa)
-            continue;
-        uint64_t limit = sc.esn ? UINT64_MAX : UINT32_MAX;
-        uint64_t o = sa->oseq() > limit - oseq_margin ? limit : sa->oseq() + oseq_margin;
-        if (!sa->oseq())
-            o = 0;                      // never used: nothing to skip
-        sc.oseq = uint32_t(o);
-        sc.oseq_hi = uint32_t(o >> 32);
-        uint64_t top = sa->replay().highest();
-        sc.seq = uint32_t(top);
-        sc.seq_hi = uint32_t(top >> 32);
-    }
-    return c;
-}
 
 nlohmann::json Gateway::stats_json() const
 {

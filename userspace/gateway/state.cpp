@@ -1,9 +1,7 @@
 #include "userspace/gateway/state.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -11,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <openssl/crypto.h>
 
+#include "userspace/private_file.h"
 #include "userspace/sys_util.h"
 #include "userspace/xfrm_words.h"
 
@@ -26,6 +25,59 @@ void copy_sequence(SaConfig &to, const SaConfig &from)
     to.seq_hi = from.seq_hi;
     to.oseq = from.oseq;
     to.oseq_hi = from.oseq_hi;
+}
+
+// The ledger and the replay windows; absent from files older than them.
+Result<void> load_sequences(const nlohmann::json &j, GatewayState &st)
+{
+    if (auto seqs = j.find("sequences"); seqs != j.end()) {
+        if (!seqs->is_object() || !seqs->contains("secret") || !(*seqs)["secret"].is_string() ||
+            !st.ledger.set_secret_hex((*seqs)["secret"].get<std::string>()))
+            return make_error("\"sequences\" needs \"secret\", 64 hex digits");
+        if (auto round = seqs->find("round"); round != seqs->end()) {
+            if (!round->is_number_unsigned())
+                return make_error("\"sequences.round\" must be a number");
+            st.ledger.set_round(round->get<uint64_t>());
+        }
+        if (auto used = seqs->find("used"); used != seqs->end()) {
+            if (!used->is_object())
+                return make_error("\"sequences.used\" must be an object");
+            for (const auto &[fp, r] : used->items())
+                if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
+                    !r[1].is_number_unsigned() ||
+                    !st.ledger.add_record_hex(fp, r[0].get<uint64_t>(), r[1].get<uint64_t>()))
+                    return make_error("\"sequences.used\": a record needs a 64-hex-digit key "
+                                      "fingerprint and [highest number, round]");
+        }
+    }
+    if (auto rep = j.find("replay"); rep != j.end()) {
+        if (!rep->is_array())
+            return make_error("\"replay\" must be an array");
+        for (const auto &r : *rep) {
+            SavedReplay s;
+            auto dst = r.is_object() && r.contains("dst") && r["dst"].is_string()
+                           ? IpAddr::parse(r["dst"].get<std::string>())
+                           : std::nullopt;
+            if (!dst || !r.contains("spi") || !r["spi"].is_number_unsigned() ||
+                !r.contains("top") || !r["top"].is_number_unsigned() || !r.contains("seen") ||
+                !r["seen"].is_string() || r["seen"].get_ref<const std::string &>().size() % 2)
+                return make_error("a replay entry needs dst, spi, top and seen (hex)");
+            s.dst = *dst;
+            s.spi = r["spi"].get<uint32_t>();
+            s.window.top = r["top"].get<uint64_t>();
+            const std::string &hex = r["seen"].get_ref<const std::string &>();
+            for (size_t i = 0; i < hex.size(); i += 2) {
+                char *end = nullptr;
+                std::string byte = hex.substr(i, 2);
+                unsigned long v = std::strtoul(byte.c_str(), &end, 16);
+                if (end != byte.c_str() + 2)
+                    return make_error("a replay entry's seen is not hex");
+                s.window.seen.push_back(uint8_t(v));
+            }
+            st.replay.push_back(std::move(s));
+        }
+    }
+    return {};
 }
 
 } // namespace
@@ -55,6 +107,8 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
     if (!cfg)
         return bad(cfg.error().message);
     st.config = std::move(*cfg);
+    if (auto r = load_sequences(j, st); !r)
+        return bad(r.error().message);
     for (const auto &i : j["ifaces"]) {
         if (!i.is_object() || !i.contains("name") || !i["name"].is_string() ||
             !i.contains("role") || !i["role"].is_string())
@@ -73,9 +127,10 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
     return std::optional<GatewayState>(std::move(st));
 }
 
-Result<void> save_state(const std::string &path, const GatewayState &st)
+std::string format_state(const GatewayState &st)
 {
     nlohmann::json j;
+    j["version"] = 2;
     j["config"] = st.config.to_batch(true);
     j["ifaces"] = nlohmann::json::array();
     for (const auto &[name, role] : st.ifaces)
@@ -83,36 +138,39 @@ Result<void> save_state(const std::string &path, const GatewayState &st)
                                {"role", role == IfaceRole::Public ? "public" : "protected"}});
     if (st.netns)
         j["netns"] = *st.netns;
+    nlohmann::json used = nlohmann::json::object();
+    static const char digits[] = "0123456789abcdef";
+    auto hex = [](const uint8_t *p, size_t n) {
+        std::string s;
+        s.reserve(2 * n);
+        for (size_t i = 0; i < n; i++) {
+            s += digits[p[i] >> 4];
+            s += digits[p[i] & 15];
+        }
+        return s;
+    };
+    for (const auto &[fp, r] : st.ledger.records())
+        used[hex(fp.data(), fp.size())] = {r.last, r.round};
+    j["sequences"] = {
+        {"secret", st.ledger.secret_hex()}, {"round", st.ledger.round()}, {"used", used}};
+    j["replay"] = nlohmann::json::array();
+    for (const auto &r : st.replay)
+        j["replay"].push_back({{"dst", r.dst.str()},
+                               {"spi", r.spi},
+                               {"top", r.window.top},
+                               {"seen", hex(r.window.seen.data(), r.window.seen.size())}});
     std::string text = j.dump(1) + "\n";
     wipe(j["config"].get_ref<std::string &>());
+    wipe(j["sequences"]["secret"].get_ref<std::string &>());
+    return text;
+}
 
-    std::string tmp = path + ".tmp";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        wipe(text);
-        return make_error(sys_error("cannot write the state file", tmp), errno);
-    }
-    size_t done = 0;
-    while (done < text.size()) {
-        ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        done += size_t(w);
-    }
+Result<void> save_state(const std::string &path, const GatewayState &st)
+{
+    std::string text = format_state(st);
+    auto r = write_private_file(path, text);
     wipe(text);
-    bool ok = done == text.size() && ::fsync(fd) == 0;
-    int err = errno;
-    ::close(fd);
-    if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-        if (ok)
-            err = errno;
-        ::unlink(tmp.c_str());
-        errno = err;
-        return make_error(sys_error("cannot write the state file", path), err);
-    }
-    return {};
+    return r;
 }
 
 Config with_saved_sequence(Config configured, const Config &saved)

@@ -1,13 +1,17 @@
 // The daemon's state file: what it runs (SAs with their sequence numbers, policies, the
 // interfaces and their roles), so that a restart, after a crash too, picks up where it was.
 //
-// Sequence numbers. The peer remembers the highest sequence number it accepted; an SA that
-// restarts below it has its packets dropped as replays. The file therefore records each
-// outbound counter plus a margin, rewritten before the counter gets there (save_due), and a
-// restarted SA continues above anything it can have sent. Inbound, the replay window restarts
-// at the highest number seen when the file was written.
+// Sequence numbers (userspace/seq_reserve.h). Outbound, each SA's replay-oseq in the file is
+// its reservation: the SA never sends beyond it, and a restarted SA continues from it. The
+// ledger of the highest number reserved under each key goes with it, so that an SA with a
+// key used before never starts below what was reserved under that key. Inbound, each SA's
+// replay window (the highest number and which numbers below it were accepted) is saved whole
+// and restored whole: only what arrived after the last save (at most a second's worth) can
+// be accepted a second time after a crash.
 //
-// The file holds keys: it is written 0600, by rename, like the database file.
+// The file holds keys. It is written through write_private_file() (private_file.h): a 0600
+// temporary made with O_EXCL|O_NOFOLLOW, fsynced, renamed, the directory fsynced; the
+// directory must be the daemon's alone, and a lock keeps a second daemon off the file.
 #pragma once
 
 #include <optional>
@@ -17,22 +21,33 @@
 
 #include "bpf/xdp_program.h"
 #include "userspace/config.h"
+#include "userspace/replay.h"
 #include "userspace/result.h"
+#include "userspace/seq_reserve.h"
 
 namespace xesp {
 
+// One inbound SA's replay window as saved.
+struct SavedReplay {
+    IpAddr dst;
+    uint32_t spi = 0;
+    ReplayWindow::Snapshot window;
+};
+
 struct GatewayState {
-    Config config;
+    Config config;      // replay-oseq: each SA's reservation; replay-seq: its highest received
     std::vector<std::pair<std::string, IfaceRole>> ifaces;
+    SeqLedger ledger;
+    std::vector<SavedReplay> replay;
     // The named network namespace (netns.h) of the daemon that wrote it, "" for none; absent
     // from files written before it was recorded. A daemon refuses another namespace's file.
     std::optional<std::string> netns;
 };
 
-// Output sequence numbers the file reserves ahead of the counter.
-inline constexpr uint64_t kStateSeqMargin = uint64_t(1) << 24;
-
 Result<std::optional<GatewayState>> load_state(const std::string &path);   // nullopt: no file
+// The file's text (keys included: wipe it after use) and its durable write. The caller holds
+// the file's PrivateFileLock.
+std::string format_state(const GatewayState &state);
 Result<void> save_state(const std::string &path, const GatewayState &state);
 
 // `configured` (a config file read at start) with the sequence numbers of each SA that `saved`

@@ -1,0 +1,436 @@
+// Sequence numbers that never repeat under one key: the reservation an SA may not send beyond,
+// the ledger that carries a key's counter over to a new SA, the replay window saved whole,
+// the state file's round trip, and the guards on the file (directory, lock, O_EXCL write).
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+
+#include "esp_fixture.h"
+#include "userspace/esp.h"
+#include "userspace/gateway/state.h"
+#include "userspace/private_file.h"
+#include "userspace/seq_reserve.h"
+
+using namespace xesp;
+using namespace xesp::test;
+
+namespace {
+
+struct TempDir {
+    std::string path;
+    TempDir()
+    {
+        std::string tmpl = "/tmp/xesp-state.XXXXXX";
+        REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+        path = tmpl;
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+std::string slurp(const std::string &path)
+{
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+const TransformCase &gcm() { return all_transforms()[0]; }
+
+// Encrypts one packet with sa; returns its drop reason, or Drop::Count when it was sent.
+Drop send_one(Sa &sa)
+{
+    auto bytes = udp_packet(4, "10.1.0.2", "10.2.0.2", 64);
+    std::vector<uint8_t> frame(4096);
+    std::memcpy(frame.data() + 256, bytes.data(), bytes.size());
+    Pkt p{frame.data(), uint32_t(frame.size()), 256, uint32_t(bytes.size())};
+    Pkt *pp = &p;
+    esp_encap_burst(sa, &pp, 1);
+    return p.verdict == Verdict::Encrypted ? Drop::Count : p.drop;
+}
+
+} // namespace
+
+TEST_CASE("reservation: an SA never sends beyond its bound, and counts what it holds back",
+          "[state]")
+{
+    auto sa = Sa::create(make_sa(gcm(), Mode::Tunnel, 4), Backend::Auto);
+    REQUIRE(sa);
+    Sa &s = **sa;
+    CHECK(send_one(s) == Drop::Count);              // unbound (xesp pcap): the space only
+    s.bind_reservation(0);                          // the counter stays at 1: above 0
+    CHECK(s.oseq() == 1);
+    CHECK(send_one(s) == Drop::OutSeqUnreserved);
+    s.reserve_to(3);
+    CHECK(send_one(s) == Drop::Count);
+    CHECK(send_one(s) == Drop::Count);
+    CHECK(s.oseq() == 3);
+    CHECK(send_one(s) == Drop::OutSeqUnreserved);
+    CHECK(s.oseq() == 3);
+    s.reserve_to(2);                                // a bound never goes down
+    CHECK(s.reserved() == 3);
+    CHECK_FALSE(s.seq_exhausted());
+}
+
+TEST_CASE("reservation: the SA asks for more at its low-water mark and when held back",
+          "[state]")
+{
+    auto sa = Sa::create(make_sa(gcm(), Mode::Tunnel, 4), Backend::Auto);
+    REQUIRE(sa);
+    Sa &s = **sa;
+    std::atomic<bool> wake{false};
+    s.bind_reservation(0, &wake);
+    s.reserve_to(10, 5);
+    uint64_t seq = 0;
+    for (int i = 0; i < 4; i++)
+        REQUIRE(s.next_seq(&seq));
+    CHECK_FALSE(wake.load());
+    REQUIRE(s.next_seq(&seq));                     // number 5: the low-water mark
+    CHECK(wake.exchange(false));
+    for (int i = 0; i < 5; i++)
+        REQUIRE(s.next_seq(&seq));
+    CHECK_FALSE(wake.load());                       // once per mark
+    CHECK_FALSE(s.next_seq(&seq));                  // held back: asks again
+    CHECK(wake.load());
+    CHECK(seq == 10);
+}
+
+TEST_CASE("reservation: a new SA starts where the ledger says its key stopped", "[state]")
+{
+    auto cfg = make_sa(gcm(), Mode::Tunnel, 4);
+    cfg.oseq = 100;                                 // configured below what was used
+    auto sa = Sa::create(cfg, Backend::Auto);
+    REQUIRE(sa);
+    (*sa)->bind_reservation(5000);
+    CHECK((*sa)->oseq() == 5000);
+    (*sa)->reserve_to(5001);
+    uint64_t seq = 0;
+    REQUIRE((*sa)->next_seq(&seq));
+    CHECK(seq == 5001);
+    (*sa)->bind_reservation(10);                   // configured above the record: kept
+    CHECK((*sa)->oseq() == 5001);
+}
+
+TEST_CASE("reservation: how far ahead, and when to ask for more", "[state]")
+{
+    ReservePolicy p;
+    p.min_ahead = 1000;
+    p.ahead_ns = 4'000'000'000;
+    p.refill_ns = 2'000'000'000;
+    struct Case {
+        uint64_t oseq, rate, limit, target;
+    } cases[] = {
+        {0, 0, UINT32_MAX, 1000},                           // idle: the minimum
+        {500, 10, UINT32_MAX, 1500},                        // slow: the minimum
+        {0, 20'000'000, UINT32_MAX, 80'000'000},            // 20 Mpps: 4 s of it
+        {UINT32_MAX - 10, 0, UINT32_MAX, UINT32_MAX},       // never past the space
+        {UINT32_MAX, 0, UINT32_MAX, UINT32_MAX},
+        {uint64_t(1) << 40, 50'000'000, UINT64_MAX, (uint64_t(1) << 40) + 200'000'000},
+    };
+    for (const auto &c : cases) {
+        INFO("oseq " << c.oseq << " rate " << c.rate);
+        CHECK(reservation_target(c.oseq, c.rate, c.limit, p) == c.target);
+    }
+    // The low-water mark: 2 s at the SA's rate, or half the minimum, before the bound.
+    CHECK(reservation_low_water(0, 1000, 0, UINT32_MAX, p) == 500);
+    CHECK(reservation_low_water(0, 1000, 400, UINT32_MAX, p) == 500);
+    CHECK(reservation_low_water(0, 80'000'000, 20'000'000, UINT32_MAX, p) == 40'000'000);
+    CHECK(reservation_low_water(900, 1000, 0, UINT32_MAX, p) == 950);    // less left: halfway
+    CHECK(reservation_low_water(10, UINT32_MAX, 0, UINT32_MAX, p) == UINT64_MAX);   // the end
+    // Under load the file is written about every (ahead - refill) = 2 s, not per packet.
+    uint64_t rate = 10'000'000, t = reservation_target(0, rate, UINT64_MAX, p);
+    CHECK(reservation_low_water(0, t, rate, UINT64_MAX, p) == 2 * rate);
+}
+
+TEST_CASE("ledger: one record per key and salt, the highest kept, no key stored", "[state]")
+{
+    SeqLedger l;
+    Transform a = make_transform(gcm(), 1), b = make_transform(gcm(), 1),
+              other_salt = make_transform(gcm(), 1), other_key = make_transform(gcm(), 2);
+    other_salt.salt[3] ^= 1;
+    b.icv_len = 8;                                  // same key and salt under another ICV
+    CHECK(l.fingerprint(a) == l.fingerprint(b));
+    CHECK(l.fingerprint(a) != l.fingerprint(other_salt));
+    CHECK(l.fingerprint(a) != l.fingerprint(other_key));
+    CHECK(l.floor(l.fingerprint(a)) == 0);
+    l.record(l.fingerprint(a), 700);
+    l.record(l.fingerprint(a), 300);
+    CHECK(l.floor(l.fingerprint(b)) == 700);
+    CHECK(l.floor(l.fingerprint(other_salt)) == 0);
+
+    // Another secret, other fingerprints; the same secret read back, the same ones.
+    SeqLedger fresh, copy;
+    CHECK(fresh.fingerprint(a) != l.fingerprint(a));
+    REQUIRE(copy.set_secret_hex(l.secret_hex()));
+    CHECK(copy.fingerprint(a) == l.fingerprint(a));
+    CHECK_FALSE(copy.set_secret_hex("zz"));
+    CHECK_FALSE(copy.add_record_hex("00", 1, 0));
+    CHECK(copy.fingerprint(a) == l.fingerprint(a));
+
+    std::string key_hex;
+    for (size_t i = 0; i < a.enc_key.size(); i++) {
+        char h[3];
+        std::snprintf(h, sizeof h, "%02x", a.enc_key.data()[i]);
+        key_hex += h;
+    }
+    GatewayState st;
+    st.ledger = l;
+    CHECK(format_state(st).find(key_hex) == std::string::npos);
+}
+
+TEST_CASE("ledger: keys no SA uses are forgotten oldest first, beyond a bound", "[state]")
+{
+    SeqLedger l;
+    std::vector<KeyFingerprint> fps;
+    for (uint8_t seed = 1; seed <= 5; seed++)
+        fps.push_back(l.fingerprint(make_transform(gcm(), seed)));
+    for (size_t i = 0; i < fps.size(); i++) {      // key i last running in round i + 1
+        l.new_round();
+        for (size_t k = i; k < fps.size(); k++)
+            l.record(fps[k], 100 * (k + 1));
+    }
+    l.forget_oldest(10);                            // within the bound: nothing goes
+    CHECK(l.records().size() == 5);
+    l.forget_oldest(3);
+    CHECK(l.records().size() == 3);
+    CHECK(l.floor(fps[0]) == 0);                    // retired first, forgotten first
+    CHECK(l.floor(fps[1]) == 0);
+    CHECK(l.floor(fps[2]) == 300);
+    l.forget_oldest(0);                             // this round's record always stays
+    CHECK(l.records().size() == 1);
+    CHECK(l.floor(fps[4]) == 500);
+}
+
+TEST_CASE("ledger: sa update, delete and re-add, restart: the counter carries over", "[state]")
+{
+    // What the daemon does with each new SA: bound at the ledger's record for its key, the
+    // record raised to each reservation it grants.
+    SeqLedger ledger;
+    auto cfg = make_sa(gcm(), Mode::Tunnel, 4);
+    auto first = Sa::create(cfg, Backend::Auto);
+    REQUIRE(first);
+    KeyFingerprint fp = ledger.fingerprint(cfg.xf);
+    (*first)->bind_reservation(ledger.floor(fp));
+    ledger.record(fp, 64);
+    (*first)->reserve_to(64);
+    uint64_t last = 0;
+    for (int i = 0; i < 40; i++)
+        REQUIRE((*first)->next_seq(&last));
+    first->reset();                                 // deleted (or replaced by an update)
+
+    for (const char *how : {"update with new limits", "delete and re-add", "restart"}) {
+        INFO(how);
+        SaConfig again = cfg;
+        again.lifetime.hard_packets = 1'000'000;
+        SeqLedger &l = ledger;
+        SeqLedger reread;                           // a restart reads the ledger back
+        if (std::string(how) == "restart") {
+            REQUIRE(reread.set_secret_hex(ledger.secret_hex()));
+            for (const auto &[k, v] : ledger.records())
+                reread.record(k, v.last);
+        }
+        SeqLedger &use = std::string(how) == "restart" ? reread : l;
+        auto next = Sa::create(again, Backend::Auto);
+        REQUIRE(next);
+        (*next)->bind_reservation(use.floor(use.fingerprint(again.xf)));
+        (*next)->reserve_to((*next)->oseq() + 10);
+        uint64_t seq = 0;
+        REQUIRE((*next)->next_seq(&seq));
+        CHECK(seq > last);
+        CHECK(seq == 65);
+    }
+}
+
+TEST_CASE("shared keys: two SAs with one key and salt are found", "[state]")
+{
+    Config c;
+    c.sas.push_back(make_sa(gcm(), Mode::Tunnel, 4));
+    SaConfig back = make_sa(gcm(), Mode::Tunnel, 4);
+    back.spi = 0x2000;
+    std::swap(back.src, back.dst);
+    c.sas.push_back(back);
+    SaConfig own = make_sa(gcm(), Mode::Tunnel, 4);
+    own.spi = 0x3000;
+    own.xf = make_transform(gcm(), 7);
+    c.sas.push_back(own);
+    auto twin = nonce_key_twins(c);
+    CHECK(twin == std::vector<size_t>{SIZE_MAX, 0, SIZE_MAX});
+    std::string w = shared_key_warnings(c);
+    CHECK(w.find("warning: SA dst 192.0.2.1 spi 0x00002000 has the same key and salt as "
+                 "SA dst 192.0.2.2 spi 0x00001000") == 0);
+    CHECK(std::count(w.begin(), w.end(), '\n') == 1);
+    CHECK(shared_key_warnings(c, &own).empty());
+    c.sas[1].xf.salt[0] ^= 1;                       // another salt: other nonces
+    CHECK(shared_key_warnings(c).empty());
+}
+
+TEST_CASE("replay window: saved whole and restored whole", "[state][replay]")
+{
+    std::mt19937_64 rng(7);
+    for (uint32_t window : {0u, 32u, 64u, 100u, 1024u}) {
+        for (bool esn : {false, true}) {
+            INFO("window " << window << " esn " << esn);
+            ReplayWindow w;
+            uint64_t base = esn ? (uint64_t(3) << 32) - 500 : 1000;
+            w.init(window, esn, base);
+            for (int i = 0; i < 3000; i++) {
+                uint64_t s = base + rng() % 1500;
+                uint64_t full = 0;
+                if (w.check(uint32_t(s), &full) == ReplayWindow::Verdict::Ok)
+                    w.update(full);
+            }
+            ReplayWindow back;
+            back.init(window, esn, 0);
+            REQUIRE(back.restore(w.snapshot()));
+            CHECK(back.highest() == w.highest());
+            for (uint64_t s = w.highest() > 2000 ? w.highest() - 2000 : 1; s <= w.highest() + 5;
+                 s++) {
+                uint64_t a = 0, b = 0;
+                REQUIRE(w.check(uint32_t(s), &a) == back.check(uint32_t(s), &b));
+            }
+            ReplayWindow other;
+            other.init(window + 64, esn, 0);
+            CHECK_FALSE(other.restore(w.snapshot()));
+        }
+    }
+}
+
+TEST_CASE("state file: sequences, ledger and replay windows read back as written", "[state]")
+{
+    TempDir d;
+    std::string path = d.path + "/gw.state";
+    GatewayState st;
+    auto loaded = load_batch(
+        "sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel "
+        "aead 'rfc4106(gcm(aes))' 0x00112233445566778899aabbccddeeff01020304 128 "
+        "replay-window 64 replay-seq 90 replay-oseq 4096\n",
+        "t");
+    REQUIRE(loaded);
+    st.config = *loaded;
+    st.ifaces.emplace_back("eth0", IfaceRole::Public);
+    KeyFingerprint fp = st.ledger.fingerprint(st.config.sas[0].xf);
+    st.ledger.new_round();
+    st.ledger.new_round();
+    st.ledger.record(fp, 4096);
+    ReplayWindow w;
+    w.init(64, false, 90);
+    w.update(85);
+    w.update(60);
+    st.replay.push_back({st.config.sas[0].dst, 0x1001, w.snapshot()});
+    REQUIRE(save_state(path, st));
+
+    auto back = load_state(path);
+    REQUIRE(back);
+    REQUIRE(*back);
+    const GatewayState &b = **back;
+    CHECK(b.config == st.config);
+    CHECK(b.config.sas[0].oseq == 4096);
+    CHECK(b.ifaces == st.ifaces);
+    CHECK(b.ledger.floor(b.ledger.fingerprint(st.config.sas[0].xf)) == 4096);
+    CHECK(b.ledger.round() == st.ledger.round());
+    CHECK(b.ledger.records().begin()->second.round == st.ledger.records().begin()->second.round);
+    REQUIRE(b.replay.size() == 1);
+    CHECK(b.replay[0].spi == 0x1001);
+    CHECK(b.replay[0].window.top == 90);
+    CHECK(b.replay[0].window.seen == w.snapshot().seen);
+    ReplayWindow r;
+    r.init(64, false, 0);
+    REQUIRE(r.restore(b.replay[0].window));
+    uint64_t s = 0;
+    CHECK(r.check(85, &s) == ReplayWindow::Verdict::Replay);
+    CHECK(r.check(60, &s) == ReplayWindow::Verdict::Replay);
+    CHECK(r.check(86, &s) == ReplayWindow::Verdict::Ok);
+
+    // A file written before the ledger and the windows existed still loads.
+    {
+        std::ofstream old(path, std::ios::trunc);
+        old << "{\"config\": \"\", \"ifaces\": []}";
+    }
+    auto older = load_state(path);
+    REQUIRE(older);
+    REQUIRE(*older);
+    CHECK((*older)->replay.empty());
+    CHECK((*older)->ledger.records().empty());
+}
+
+TEST_CASE("state file: written 0600 through an O_EXCL temporary, never through a link",
+          "[state]")
+{
+    TempDir d;
+    std::string path = d.path + "/gw.state", victim = d.path + "/victim";
+    {
+        std::ofstream v(victim);
+        v << "untouched";
+    }
+    // A link where the temporary goes (a crash left one, or someone planted it): removed,
+    // not followed.
+    REQUIRE(::symlink(victim.c_str(), (path + ".tmp").c_str()) == 0);
+    mode_t old_mask = ::umask(0);
+    auto r = write_private_file(path, "first");
+    ::umask(old_mask);
+    REQUIRE(r);
+    CHECK(slurp(victim) == "untouched");
+    CHECK(slurp(path) == "first");
+    struct stat st;
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+    CHECK(::access((path + ".tmp").c_str(), F_OK) != 0);
+    REQUIRE(::chmod(path.c_str(), 0644) == 0);      // replaced, not rewritten: 0600 again
+    REQUIRE(write_private_file(path, "second"));
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+    CHECK(slurp(path) == "second");
+    // Where the directory is gone, an error naming the file.
+    auto bad = write_private_file(d.path + "/none/gw.state", "x");
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error().message.find(d.path + "/none/gw.state") != std::string::npos);
+}
+
+TEST_CASE("state file: one daemon per file (a lock), in a directory no one else can write",
+          "[state]")
+{
+    TempDir d;
+    std::string path = d.path + "/gw.state";
+    {
+        auto first = PrivateFileLock::acquire(path);
+        REQUIRE(first);
+        auto second = PrivateFileLock::acquire(path);
+        REQUIRE_FALSE(second);
+        CHECK(second.error().message == "state file " + path +
+                                            " is in use by another xesp daemon (" + path +
+                                            ".lock is locked); give this one its own --state");
+    }
+    CHECK(PrivateFileLock::acquire(path));          // free again once the holder is gone
+
+    REQUIRE(::chmod(d.path.c_str(), 0700) == 0);
+    CHECK(check_private_dir(d.path));
+    REQUIRE(::chmod(d.path.c_str(), 0755) == 0);
+    CHECK(check_private_dir(d.path));               // others may read the directory, not write
+    for (mode_t m : {0770, 0757, 0777, 01777}) {
+        INFO("mode " << std::oct << m);
+        REQUIRE(::chmod(d.path.c_str(), m) == 0);
+        auto r = check_private_dir(d.path);
+        REQUIRE_FALSE(r);
+        CHECK(r.error().message.find("state directory " + d.path + " is writable by others") ==
+              0);
+    }
+    REQUIRE(::chmod(d.path.c_str(), 0700) == 0);
+    if (::geteuid() == 0) {                         // only root can give a directory away
+        REQUIRE(::chown(d.path.c_str(), 12345, 12345) == 0);
+        auto r = check_private_dir(d.path);
+        REQUIRE_FALSE(r);
+        CHECK(r.error().message.find("belongs to uid 12345") != std::string::npos);
+        REQUIRE(::chown(d.path.c_str(), 0, 0) == 0);
+    }
+    auto missing = check_private_dir(d.path + "/none");
+    REQUIRE_FALSE(missing);
+    CHECK(missing.error().message.find(d.path + "/none") != std::string::npos);
+}
