@@ -11,8 +11,10 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <map>
 
+#include "bpf/kernel_probe.h"
 #include "tools/xesp/commands.h"
 #include "userspace/control.h"
 #include "userspace/gateway/gateway.h"
@@ -149,6 +151,7 @@ struct DaemonOptions {
     uint32_t spin = 0;
     uint32_t pmtu_expires = kPmtuExpiresSeconds;
     bool detach_on_exit = false;
+    bool check = false;
 };
 
 // What to start with: the state file (a restart) and/or the config file.
@@ -175,8 +178,20 @@ GatewayState initial_state(const DaemonOptions &o, const std::string &state_path
     return st;
 }
 
+// What the gateway needs from the kernel: one line, and the daemon does not start without it.
+void check_kernel(const DaemonOptions &o)
+{
+    if (auto r = probe_kernel(); !r)
+        throw Failure(r.error().message);
+    if (o.check)
+        std::printf("kernel %s: has what xesp needs\n", kernel_release().c_str());
+}
+
 void run_daemon(const DaemonOptions &o)
 {
+    check_kernel(o);
+    if (o.check)
+        return;
     auto backend = parse_backend(o.crypto);
     if (!backend)
         throw Failure("--crypto " + o.crypto + ": expected auto, openssl or ipsecmb");
@@ -270,6 +285,8 @@ void register_daemon_command(CLI::App &app)
     sub->add_flag("--detach-on-exit", o->detach_on_exit,
                   "on SIGTERM/SIGINT, hand the interfaces back to the kernel (default: the "
                   "classifier stays and drops protected traffic until the next daemon)");
+    sub->add_flag("--check", o->check,
+                  "only check that this kernel has what the gateway needs, and exit");
     sub->callback([o] { run_daemon(*o); });
 }
 
