@@ -7,11 +7,12 @@
 #   busybox-static, bash              --->   /usr/bin (busybox applets where nothing else is)
 #   GUEST_SCRIPT                      --->   run by bash as root; its output on our stdout
 #
-# Usage: vm_run.sh [-t SECONDS] [-m MODULE,...] KERNEL GUEST_SCRIPT [FILE|DIR...]
+# Usage: vm_run.sh [-t SECONDS] [-m MODULE,...] [-e NAME=VALUE]... KERNEL GUEST_SCRIPT [FILE|DIR...]
 #   KERNEL  a Debian 12 kernel: a series (6.1, 6.12), taking the newest of the archive, or the
 #           exact release of a package (6.1.0-57-amd64, 6.12.118+deb12-amd64).
 #   -t      give up after SECONDS (default 600): exit status 124.
 #   -m      modules to load besides the default ones (veth, bridge, sch_ingress, cls_bpf).
+#   -e      a variable for the guest script's environment.
 #   FILE    carried to the same absolute path; executables and shared libraries bring the
 #           libraries `ldd` names. A DIR is carried whole.
 # In the guest: /proc, /sys, /sys/fs/bpf and /dev are mounted (the root, /tmp and /run are
@@ -29,15 +30,18 @@ PROG=vm_run.sh
 CACHE=${XESP_VM_CACHE:-/var/cache/xesp-vm}
 TIMEOUT=600
 EXTRA_MODULES=
+GUEST_ENV=()
 DEFAULT_MODULES=(veth bridge sch_ingress cls_bpf)
 
 die() { echo "$PROG: $*" >&2; exit 125; }
-usage() { sed -n '10,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '10,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-while getopts "t:m:h" o; do
+while getopts "t:m:e:h" o; do
     case $o in
     t) TIMEOUT=$OPTARG ;;
     m) EXTRA_MODULES=$OPTARG ;;
+    e) [[ $OPTARG =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "-e $OPTARG: expected NAME=VALUE"
+       GUEST_ENV+=("$OPTARG") ;;
     *) usage ;;
     esac
 done
@@ -67,7 +71,8 @@ kernel_package() {
         echo "linux-image-$spec"
         return
     fi
-    [[ $spec =~ ^[0-9]+\.[0-9]+$ ]] || die "kernel '$spec': expected a series (6.1) or a release (6.1.0-57-amd64)"
+    [[ $spec =~ ^[0-9]+\.[0-9]+$ ]] ||
+        die "kernel '$spec': expected a series (6.1) or a release (6.1.0-57-amd64)"
     # 6.1 is packaged as 6.1.0-ABI-amd64, 6.12 as 6.12.PATCH+deb12-amd64.
     re="^linux-image-${spec//./\\.}(\\.0-[0-9]+|\\.[0-9]+\\+deb[0-9]+)-amd64\$"
     local name
@@ -88,12 +93,15 @@ if [ ! -e "$KDIR/.unpacked" ]; then
     deb=$(ls "$CACHE"/"${PKG}"_*.deb 2>/dev/null | head -n 1 || true)
     if [ -z "$deb" ]; then
         echo "$PROG: downloading $PKG" >&2
-        (cd "$CACHE" && apt-get download -q "$PKG" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2) ||
-            die "apt-get download $PKG failed"
+        rc=0
+        (cd "$CACHE" && apt-get download -q "$PKG") >"$CACHE/download.log" 2>&1 || rc=$?
+        # apt's warning that it downloads as root into a directory _apt cannot write is noise.
+        grep -v '^W: Download is performed unsandboxed' "$CACHE/download.log" >&2 || true
+        [ "$rc" = 0 ] || die "apt-get download $PKG failed"
         deb=$(ls "$CACHE"/"${PKG}"_*.deb | head -n 1)
     fi
     rm -rf "$KDIR"
-    dpkg-deb -x "$deb" "$KDIR" || die "cannot unpack $deb"
+    dpkg-deb -x "$deb" "$KDIR" || { rm -f "$deb"; die "cannot unpack $deb; removed it, run again"; }
     touch "$KDIR/.unpacked"
 fi
 VMLINUZ=$KDIR/boot/vmlinuz-$KREL
@@ -110,8 +118,10 @@ ln -s usr/bin "$ROOT/bin"
 ln -s usr/sbin "$ROOT/sbin"
 ln -s usr/lib "$ROOT/lib"
 ln -s usr/lib64 "$ROOT/lib64"
+ln -s ../run "$ROOT/var/run"
 
-# carry PATH: PATH itself (as a real file, at its path with /bin, /lib... read through /usr).
+# carry PATH: the file PATH names, copied to its real path (the guest's /bin, /lib... are
+# links into /usr, as on the host).
 carry() {
     local src=$1 dst
     dst=$(realpath -m "$src")
@@ -155,6 +165,7 @@ for a in $(/bin/busybox --list); do
     [ -e "$ROOT/usr/bin/$a" ] || [ -e "$ROOT/usr/sbin/$a" ] || ln -s busybox "$ROOT/usr/bin/$a"
 done
 cp "$SCRIPT" "$ROOT/guest.sh"
+for e in "${GUEST_ENV[@]}"; do printf 'export %s=%q\n' "${e%%=*}" "${e#*=}"; done >"$ROOT/guest.env"
 
 # Modules: each one after those it depends on, decompressed for busybox's insmod.
 declare -A MOD_DONE=()
@@ -198,6 +209,7 @@ done
 ip link set lo up
 echo "xesp-vm: kernel \$(uname -r), running the guest script"
 cd /root
+. /guest.env
 /usr/bin/bash /guest.sh </dev/null
 echo "xesp-vm: exit status \$?"
 sync
@@ -214,7 +226,9 @@ timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -smp
     -nographic -no-reboot -monitor none -serial stdio -net none \
     -kernel "$VMLINUZ" -initrd "$WORK/initrd" \
     -append "console=ttyS0 quiet loglevel=3 panic=-1 oops=panic rdinit=/init" \
-    </dev/null 2>&1 | tr -d '\r' | sed -u -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' -e '/^SeaBIOS /d; /^Booting from ROM/d; /^$/d' | tee "$WORK/console"
+    </dev/null 2>&1 | tr -d '\r' |
+    sed -u -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' \
+        -e '/^SeaBIOS /d; /^Booting from ROM/d; /^$/d' | tee "$WORK/console"
 qrc=${PIPESTATUS[0]}
 set -e
 [ "$qrc" = 124 ] && { echo "$PROG: timed out after $TIMEOUT s" >&2; exit 124; }
