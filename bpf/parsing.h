@@ -72,6 +72,19 @@ struct flow {
 
 /* ---- Parsing --------------------------------------------------------------------------- */
 
+/* A 16-bit length or offset read from a header, in host order, that the verifier knows to be
+ * at most 0xffff. The 6.1 and 6.12 verifiers do not bound the result of a byte swap (6.18's
+ * does): adding it to a packet pointer is rejected ("math between pkt pointer and register
+ * with unbounded min value"). The mask sets the bound again; the empty asm keeps the compiler
+ * from dropping it as redundant. Every length read from a packet goes through here before it
+ * meets a pointer. */
+static __always_inline __u32 bounded_ntohs(__be16 v)
+{
+    __u32 x = bpf_ntohs(v);
+    asm volatile("" : "+r"(x));
+    return x & 0xffff;
+}
+
 /* Ethernet and up to two VLAN tags (802.1Q, 802.1ad). Returns the ethertype, host order,
  * or -1 if the frame is too short, -2 if it has more tags than we look through. */
 static __always_inline int parse_eth(struct cursor *c)
@@ -116,7 +129,7 @@ static __always_inline int parse_ipv4(struct cursor *c, void *data, struct flow 
     f->proto = ip->protocol;
     f->tos = ip->tos;
     f->fragment = (bpf_ntohs(ip->frag_off) & IP_FRAG_MASK) != 0;
-    f->ip_len = bpf_ntohs(ip->tot_len);
+    f->ip_len = bounded_ntohs(ip->tot_len);
     if (f->ip_len < hlen || c->pos + f->ip_len > c->end)
         f->bad_length = 1;
     c->pos += hlen;
@@ -139,7 +152,7 @@ static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow 
         f->dst[i] = ip6->daddr.in6_u.u6_addr32[i];
     }
     f->tos = (bpf_ntohs(*(__be16 *)ip6) >> 4) & 0xff;
-    f->ip_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+    f->ip_len = sizeof(*ip6) + bounded_ntohs(ip6->payload_len);
     if (c->pos + f->ip_len > c->end)
         f->bad_length = 1;
     __u8 nh = ip6->nexthdr;

@@ -951,9 +951,10 @@ int main(int argc, char **argv)
     const auto &cfg = session.configData();
     bool listing = cfg.listTests || cfg.listTestNamesOnly || cfg.listTags || cfg.listReporters;
     if (!listing) {
+        // EACCES as root is the verifier refusing the program: a failure, not a skip.
         auto probe = XdpProgram::load();
         if (!probe && (probe.error().code == std::errc::operation_not_permitted ||
-                       probe.error().code == std::errc::permission_denied)) {
+                       (probe.error().code == std::errc::permission_denied && geteuid() != 0))) {
             std::fprintf(stderr, "SKIP: %s\n", probe.error().message.c_str());
             return 77;
         }

@@ -11,7 +11,9 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 
+#include "bpf/kernel_probe.h"
 #include "tools/xesp/commands.h"
 #include "userspace/clock.h"
 #include "userspace/control.h"
@@ -159,6 +161,7 @@ struct DaemonOptions {
     uint32_t pmtu_expires = kPmtuExpiresSeconds;
     bool detach_on_exit = false;
     uint64_t seq_reserve = ReservePolicy{}.min_ahead;
+    bool check = false;
 };
 
 // What to start with: the state file (a restart) and/or the config file.
@@ -187,8 +190,20 @@ GatewayState initial_state(const DaemonOptions &o, const StateKeeper *keeper)
     return st;
 }
 
+// What the gateway needs from the kernel: one line, and the daemon does not start without it.
+void check_kernel(const DaemonOptions &o)
+{
+    if (auto r = probe_kernel(); !r)
+        throw Failure(r.error().message);
+    if (o.check)
+        std::printf("kernel %s: has what xesp needs\n", kernel_release().c_str());
+}
+
 void run_daemon(const DaemonOptions &o)
 {
+    check_kernel(o);
+    if (o.check)
+        return;
     auto backend = parse_backend(o.crypto);
     if (!backend)
         throw Failure("--crypto " + o.crypto + ": expected auto, openssl or ipsecmb");
@@ -296,6 +311,8 @@ void register_daemon_command(CLI::App &app)
     sub->add_flag("--detach-on-exit", o->detach_on_exit,
                   "on SIGTERM/SIGINT, hand the interfaces back to the kernel (default: the "
                   "classifier stays and drops protected traffic until the next daemon)");
+    sub->add_flag("--check", o->check,
+                  "only check that this kernel has what the gateway needs, and exit");
     sub->callback([o] { run_daemon(*o); });
 }
 
