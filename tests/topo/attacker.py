@@ -3,7 +3,9 @@
 
 Usage:
   attacker.py capture --iface IF --src ADDR --spi SPI --count N --out PCAP [--timeout S]
-      keeps the first N ESP frames from ADDR with SPI seen on IF (the gateway's own output)
+                      [--ready FILE]
+      keeps the first N ESP frames from ADDR with SPI seen on IF (the gateway's own output);
+      makes FILE once it captures
   attacker.py replay --iface IF --mac MAC --pcap PCAP
       sends those frames back out of IF to MAC, unchanged but for the Ethernet header
   attacker.py forge --iface IF --mac MAC --src ADDR --dst ADDR --spi SPI --key HEX
@@ -29,7 +31,9 @@ FOREIGN_SPI = 0x9999
 def capture(a):
     spi = int(a.spi, 0)
     keep = lambda p: ESP in p and p[IP].src == a.src and p[ESP].spi == spi
-    got = sniff(iface=a.iface, lfilter=keep, count=a.count, timeout=a.timeout)
+    ready = lambda: a.ready and open(a.ready, "w").close()
+    got = sniff(iface=a.iface, lfilter=keep, count=a.count, timeout=a.timeout,
+                started_callback=ready)
     wrpcap(a.out, got)
     print(len(got))
     return 0 if len(got) == a.count else 1
@@ -88,7 +92,8 @@ def main():
     c.add_argument("--spi", required=True)
     c.add_argument("--count", type=int, required=True)
     c.add_argument("--out", required=True)
-    c.add_argument("--timeout", type=float, default=10)
+    c.add_argument("--timeout", type=float, default=20)
+    c.add_argument("--ready", help="a file made once the capture runs")
     r = sub.add_parser("replay")
     r.add_argument("--iface", required=True)
     r.add_argument("--mac", required=True)

@@ -65,9 +65,9 @@ delta() {
 reflection() {
     local marker=refl$$ n=5 leaked
     "$TOPO" exec wire "$PY" "$ATTACKER" capture --iface "$WIRE_A_IF" --src "$GWA_PUB_IP4" \
-        --spi 0x1001 --count $n --out "$WORK/gwA-esp.pcap" >/dev/null &
+        --spi 0x1001 --count $n --out "$WORK/gwA-esp.pcap" --ready "$WORK/capturing" >/dev/null &
     local cap=$!
-    sleep 1
+    for _ in $(seq 200); do [ -e "$WORK/capturing" ] && break; sleep 0.1; done
     udp_cmd hostA "$HOSTB_IP4" 20 "$marker" 0.05
     "${UDP[@]}"
     wait $cap || { echo "did not capture $n of gwA's ESP frames"; return 1; }
