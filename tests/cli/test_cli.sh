@@ -64,16 +64,16 @@ check "policy list without --db: an error too" '! "$XESP" policy list 2>/dev/nul
 # Two SAs with one key and salt (an in/out pair given one key) share the nonce space.
 BACK="src 192.0.2.2 dst 192.0.2.1 proto esp spi 0x2000 reqid 2 mode tunnel aead rfc4106(gcm(aes)) $KEY 128"
 check "sa add of a second SA with the same key and salt warns, on one line" \
-    '"$XESP" sa add $SA && "$XESP" sa add $BACK 2>"$work/err" && [ "$(wc -l <"$work/err")" -eq 1 ] &&
+    '"$XESP" sa --db "$DB" add $SA && "$XESP" sa --db "$DB" add $BACK 2>"$work/err" && [ "$(wc -l <"$work/err")" -eq 1 ] &&
      grep -q "^warning: SA dst 192.0.2.1 spi 0x00002000 has the same key and salt as SA dst 192.0.2.2 spi 0x00001000: nonce-reuse risk" "$work/err"'
 check "the warning does not show the key" '! grep -qi 00112233445566778899aabbccddeeff "$work/err"'
-check "sa list marks both as a nonce-reuse risk" '[ "$("$XESP" sa list | grep -c "# nonce-reuse risk")" = 2 ]'
+check "sa list marks both as a nonce-reuse risk" '[ "$("$XESP" sa --db "$DB" list | grep -c "# nonce-reuse risk")" = 2 ]'
 check "the marked list still loads as a batch" \
-    '"$XESP" sa list --show-keys >"$work/listed" && XESP_DB=$work/db2.conf "$XESP" batch "$work/listed"'
+    '"$XESP" sa --db "$DB" list --show-keys >"$work/listed" && "$XESP" batch --db "$work/db2.conf" "$work/listed"'
 check "an SA with its own key: no warning, no mark" \
-    '"$XESP" sa add src 192.0.2.1 dst 192.0.2.3 proto esp spi 0x3000 mode tunnel aead "rfc4106(gcm(aes))" 0x0f112233445566778899aabbccddeeff01020304 128 2>"$work/err" &&
-     [ ! -s "$work/err" ] && ! "$XESP" sa list | grep "spi 0x00003000" | grep -q nonce-reuse'
-"$XESP" sa flush
+    '"$XESP" sa --db "$DB" add src 192.0.2.1 dst 192.0.2.3 proto esp spi 0x3000 mode tunnel aead "rfc4106(gcm(aes))" 0x0f112233445566778899aabbccddeeff01020304 128 2>"$work/err" &&
+     [ ! -s "$work/err" ] && ! "$XESP" sa --db "$DB" list | grep "spi 0x00003000" | grep -q nonce-reuse'
+"$XESP" sa --db "$DB" flush
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

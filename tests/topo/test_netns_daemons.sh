@@ -42,7 +42,9 @@ in_ns() { # NS CMD...: the command in NS, with no $XESP_SOCKET to point it elsew
 start_daemon() { # NS [options]: the daemon in NS, with its defaults; waits for its socket
     local ns=$1
     shift
-    in_ns "$ns" "$XESP" daemon "$@" >>"$WORK/$ns.log" 2>&1 &
+    # Not through in_ns: a function in the background is a subshell, and its pid is not the
+    # daemon's.
+    env -u XESP_SOCKET ip netns exec "$ns" "$XESP" daemon "$@" >>"$WORK/$ns.log" 2>&1 &
     DPID[$ns]=$!
     for _ in $(seq 100); do
         in_ns "$ns" "$XESP" iface list >/dev/null 2>&1 && return 0
