@@ -615,7 +615,8 @@ int xesp_tc_egress(struct __sk_buff *skb)
         return TC_ACT_OK;
     parse_ports(&c, &f);
     /* IKE, NAT-T keepalives and ESP (in UDP or not) leave as they are only when the gateway
-     * sends them: from one of its addresses, or from the daemon's own sockets (transport-mode
+     * sends them: made on this host (a socket, so not forwarded, whatever its source address
+     * says) and from one of its addresses, or from the daemon's own sockets (transport-mode
      * ESP carries the hosts' addresses). Anything else of that shape, forwarded from a
      * protected host, is plaintext like the rest and goes through the policies. */
     if (f.proto == IPPROTO_ESP ||
@@ -623,7 +624,7 @@ int xesp_tc_egress(struct __sk_buff *skb)
          (f.sport == bpf_htons(NATT_PORT) || f.dport == bpf_htons(NATT_PORT) ||
           f.sport == bpf_htons(IKE_PORT) || f.dport == bpf_htons(IKE_PORT)))) {
         __u64 cookie = bpf_get_socket_cookie(skb);
-        if (is_local_src(&f) || (cookie && bpf_map_lookup_elem(&own_sockets, &cookie))) {
+        if (cookie && (is_local_src(&f) || bpf_map_lookup_elem(&own_sockets, &cookie))) {
             count(XESP_CTR_PASS_EGRESS_OWN);
             return TC_ACT_OK;
         }

@@ -110,6 +110,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
         if (!sa)
             return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) + ": " +
                               sa.error().message);
+        // An SA replaced under the same keys (`sa update` with new limits, a delete and re-add
+        // in one change) keeps its replay window, as the kernel's xfrm_state_update does:
+        // what the peer sent under those keys must not be accepted a second time.
+        if (kept && same_keys(kept->config(), c))
+            (*sa)->replay().catch_up(kept->replay());
         fresh[i] = std::move(*sa);
     }
     if (prev)

@@ -106,4 +106,16 @@ bool ReplayWindow::restore(const Snapshot &s)
     return true;
 }
 
+void ReplayWindow::catch_up(const ReplayWindow &old)
+{
+    if (old.top_ < top_ || (!esn_ && old.top_ > UINT32_MAX))
+        return;
+    Snapshot was = old.snapshot();
+    Snapshot now{was.top, std::vector<uint8_t>((window_ + 7) / 8)};
+    for (uint32_t i = 0; i < window_; i++)
+        if (i >= old.window_ || (was.seen[i / 8] >> (i % 8)) & 1)
+            now.seen[i / 8] |= uint8_t(1u << (i % 8));
+    restore(now);
+}
+
 } // namespace xesp

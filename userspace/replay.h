@@ -36,6 +36,10 @@ public:
     };
     Snapshot snapshot() const;
     bool restore(const Snapshot &s);
+    // For a fresh SA that replaces another under the same keys: takes over `old`'s state when
+    // old got as far or further, its top and below it whatever old saw (numbers old's window
+    // did not cover count as seen), so that nothing the peer sent is accepted twice.
+    void catch_up(const ReplayWindow &old);
 
     uint64_t highest() const { return top_; }
     uint32_t window() const { return window_; }

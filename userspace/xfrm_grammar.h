@@ -56,5 +56,8 @@ std::string describe_policy(const Selector &sel, Dir dir);
 // Field-by-field equality of configurations (keys compared in constant time).
 bool same_sa(const SaConfig &a, const SaConfig &b);
 bool same_policy(const PolicyConfig &a, const PolicyConfig &b);
+// The same algorithms and key material (salt included): what a peer's packets under a can be
+// replayed to b, and what shares b's nonces.
+bool same_keys(const SaConfig &a, const SaConfig &b);
 
 } // namespace xesp

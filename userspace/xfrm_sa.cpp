@@ -429,12 +429,17 @@ std::string describe_sa(const IpAddr &dst, uint32_t spi)
     return "SA dst " + dst.str() + " spi " + hex32(spi);
 }
 
-bool same_sa(const SaConfig &a, const SaConfig &b)
+bool same_keys(const SaConfig &a, const SaConfig &b)
 {
     const Transform &x = a.xf, &y = b.xf;
-    bool xf = x.aead == y.aead && x.enc == y.enc && x.auth == y.auth && x.enc_key == y.enc_key &&
-              CRYPTO_memcmp(x.salt.data(), y.salt.data(), x.salt.size()) == 0 &&
-              x.auth_key == y.auth_key && x.icv_len == y.icv_len;
+    return x.aead == y.aead && x.enc == y.enc && x.auth == y.auth && x.enc_key == y.enc_key &&
+           CRYPTO_memcmp(x.salt.data(), y.salt.data(), x.salt.size()) == 0 &&
+           x.auth_key == y.auth_key;
+}
+
+bool same_sa(const SaConfig &a, const SaConfig &b)
+{
+    bool xf = same_keys(a, b) && a.xf.icv_len == b.xf.icv_len;
     bool encap = a.encap.has_value() == b.encap.has_value() &&
                  (!a.encap || (a.encap->sport == b.encap->sport && a.encap->dport == b.encap->dport &&
                                a.encap->oaddr == b.encap->oaddr));

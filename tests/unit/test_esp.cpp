@@ -603,6 +603,28 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
             }
         }
     }
+    SECTION("an SA replaced under the same keys keeps its replay window")
+    {
+        SaConfig in = sa;
+        in.replay_window = 64;
+        auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        Config rc = receiver(in);
+        auto rx = make_engine(rc);
+        Frame f(plain);
+        REQUIRE(run(*tx, f) == Verdict::Encrypted);
+        std::vector<uint8_t> esp = f.bytes();
+        REQUIRE(run(*rx, f) == Verdict::Decrypted);
+        rc.sas[0].lifetime.hard_packets = 1000;         // `sa update` with a new limit
+        auto rx2 = Engine::create(rc, Backend::Auto, {}, rx.get());
+        REQUIRE(rx2);
+        Frame again(esp);
+        CHECK(run(**rx2, again) == Verdict::Drop);
+        CHECK(again.pkt.drop == Drop::InReplay);
+        rc.sas[0].xf.salt = {9, 9, 9, 9};               // new keys: a new window
+        auto rx3 = Engine::create(rc, Backend::Auto, {}, rx2->get());
+        REQUIRE(rx3);
+        CHECK((*rx3)->sas().all()[0]->replay().highest() == 0);
+    }
     SECTION("inbound policy that expects another SA")
     {
         Config rc = receiver(sa, false);

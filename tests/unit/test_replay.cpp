@@ -142,3 +142,40 @@ TEST_CASE("replay window matches a naive model for every power-of-two size", "[r
         }
     }
 }
+
+TEST_CASE("replay: an SA that replaces another under the same keys catches up", "[replay]")
+{
+    ReplayWindow old;
+    old.init(64, false, 0);
+    for (uint64_t s : {1, 2, 3, 100, 98})
+        REQUIRE(old.update(s) == ReplayWindow::Verdict::Ok);
+    uint64_t seq = 0;
+    SECTION("same window: what old saw stays seen, the rest of it stays open")
+    {
+        ReplayWindow now;
+        now.init(64, false, 0);
+        now.catch_up(old);
+        CHECK(now.highest() == 100);
+        CHECK(now.check(100, &seq) == ReplayWindow::Verdict::Replay);
+        CHECK(now.check(98, &seq) == ReplayWindow::Verdict::Replay);
+        CHECK(now.check(99, &seq) == ReplayWindow::Verdict::Ok);
+        CHECK(now.check(3, &seq) == ReplayWindow::Verdict::TooOld);
+    }
+    SECTION("a wider window: what old did not cover counts as seen")
+    {
+        ReplayWindow now;
+        now.init(256, false, 0);
+        now.catch_up(old);
+        CHECK(now.check(3, &seq) != ReplayWindow::Verdict::Ok);
+        CHECK(now.check(20, &seq) != ReplayWindow::Verdict::Ok);
+        CHECK(now.check(99, &seq) == ReplayWindow::Verdict::Ok);
+    }
+    SECTION("behind: nothing changes")
+    {
+        ReplayWindow now;
+        now.init(64, false, 500);
+        now.catch_up(old);
+        CHECK(now.highest() == 500);
+        CHECK(now.check(499, &seq) == ReplayWindow::Verdict::Ok);
+    }
+}

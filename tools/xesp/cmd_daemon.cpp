@@ -174,7 +174,7 @@ GatewayState initial_state(const DaemonOptions &o, const StateKeeper *keeper)
             throw Failure("state file " + keeper->path() + " was written in " +
                           describe_netns(*saved.netns) + ", and this daemon runs in " +
                           describe_netns(netns_name()) + ": give it a state file of its own "
-                          "(--state FILE, or --no-state)");
+                          "(--state FILE)");
         st.config = saved.config;
         st.ifaces = saved.ifaces;
         log(LogLevel::Info, "resuming from %s: %zu SAs, %zu policies, %zu interfaces",
@@ -208,6 +208,10 @@ void run_daemon(const DaemonOptions &o)
     if (!backend)
         throw Failure("--crypto " + o.crypto + ": expected auto, openssl or ipsecmb");
     std::string state_path = o.no_state ? "" : (o.state.empty() ? default_state(o.socket) : o.state);
+    if (o.no_state)
+        log(LogLevel::Warning, "--no-state: sequence numbers start from the configuration at "
+            "every start; with keys that were used before, nonces repeat (AES-GCM is then "
+            "broken): give every SA fresh keys");
     std::unique_ptr<StateKeeper> keeper;
     if (!state_path.empty()) {
         ::mkdir(parent_dir(state_path).c_str(), 0700);

@@ -95,7 +95,8 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
     wipe(text);
     auto bad = [&](const std::string &what) {
         return make_error("state file " + path + ": " + what +
-                          "; move it away to start without it");
+                          "; starting without it would send sequence numbers the peers have "
+                          "seen: replace every SA's keys first");
     };
     if (!j.is_object() || !j.contains("config") || !j["config"].is_string() ||
         !j.contains("ifaces") || !j["ifaces"].is_array())

@@ -78,7 +78,12 @@ void StateKeeper::writer()
         st.ledger = std::move(job.ledger);
         st.replay = std::move(job.replay);
         st.netns = netns_;
-        Result<void> r = save_state(path_, st);
+        Result<void> r;
+        try {
+            r = save_state(path_, st);
+        } catch (const std::exception &e) {     // a write that fails must not end the daemon
+            r = make_error("state file " + path_ + ": " + e.what());
+        }
         lk.lock();
         result_ = std::move(r);
         cv_.notify_all();
@@ -89,17 +94,25 @@ void StateKeeper::restore_replay(Gateway &gw)
 {
     if (!loaded_)
         return;
-    const auto &sas = gw.sas();
+    std::unordered_map<SaKey, Sa *, SaKeyHash> by_spi;
+    for (const auto &sa : gw.sas())
+        by_spi[SaKey{sa->config().dst, sa->config().spi}] = sa.get();
+    // A window saved under the same keys comes back whatever else the configuration changed
+    // (a restart with an edited config file): what the peer sent under them stays seen.
     for (const SavedReplay &r : loaded_->replay) {
         const SaConfig *saved = loaded_->config.find_sa(r.dst, r.spi);
-        for (size_t i = 0; saved && i < sas.size(); i++) {
-            Sa &sa = *sas[i];
-            if (sa.config().dst == r.dst && sa.config().spi == r.spi &&
-                same_sa(sa.config(), *saved) && sa.replay().highest() == r.window.top &&
-                !sa.replay().restore(r.window))
-                log(LogLevel::Warning, "%s: the saved replay window does not fit; only its top "
-                    "is kept", describe_sa(r.dst, r.spi).c_str());
+        auto it = by_spi.find(SaKey{r.dst, r.spi});
+        if (!saved || it == by_spi.end() || !same_keys(it->second->config(), *saved))
+            continue;
+        ReplayWindow &now = it->second->replay();
+        ReplayWindow was;
+        was.init(now.window(), now.esn(), 0);
+        if (!was.restore(r.window)) {
+            was.init(0, now.esn(), r.window.top);       // another window size: all below seen
+            log(LogLevel::Warning, "%s: the saved replay window does not fit; everything up "
+                "to its top counts as seen", describe_sa(r.dst, r.spi).c_str());
         }
+        now.catch_up(was);
     }
     loaded_.reset();
 }
