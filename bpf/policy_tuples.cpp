@@ -163,13 +163,15 @@ Result<TupleChange> TupleSpace::remove(uint32_t policy_id)
         }
     }
 
+    // The table keeps each tuple's best rank as a lower bound: a removal that leaves the tuple
+    // in use needs no new table (the walk merely looks at that tuple a little longer), so
+    // deleting many policies does not republish, and wait for readers, once each.
     auto tuple = tuples_.find(e.shape);
     auto &ranks = tuple->second.ranks;
-    bool was_best = *ranks.begin() == e.rank;
     ranks.erase(ranks.find(e.rank));
+    ch.table_changed = ranks.empty();
     if (ranks.empty())
         tuples_.erase(tuple);
-    ch.table_changed = was_best;
     by_id_.erase(it);
     return ch;
 }

@@ -961,3 +961,22 @@ int main(int argc, char **argv)
     }
     return session.run();
 }
+
+TEST_CASE("removing a policy republishes the tuple table only when its shape goes")
+{
+    TupleSpace ts;
+    for (uint32_t i = 0; i < 3; i++) {
+        std::string dst = "10.2." + std::to_string(i) + ".0/24";
+        auto ch = ts.add(i, policy("10.1.0.0/16", dst.c_str(), Dir::Out, 10 + i, true));
+        REQUIRE(ch);
+        CHECK(ch->table_changed == (i == 0));      // the shape is new, then it has its best
+    }
+    auto first = ts.remove(0);                      // the best of its shape, others remain
+    REQUIRE(first);
+    CHECK_FALSE(first->table_changed);              // the published best stays a lower bound
+    REQUIRE(ts.remove(1));
+    auto last = ts.remove(2);
+    REQUIRE(last);
+    CHECK(last->table_changed);                     // the shape is gone from the table
+    CHECK(ts.tuples() == 0);
+}
