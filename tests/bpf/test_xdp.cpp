@@ -149,6 +149,17 @@ void load_config(XdpProgram &prog)
     REQUIRE(prog.add_policy(12, policy("0.0.0.0/0", "192.0.2.1/32", In, 300, true)));
 }
 
+// The classifier with nothing in its maps, the host's routes left out.
+std::unique_ptr<XdpProgram> empty_program()
+{
+    XdpOptions opt;
+    opt.fib_lookup = false;
+    auto p = XdpProgram::load(opt);
+    if (!p)
+        FAIL(p.error().message);
+    return std::move(*p);
+}
+
 std::unique_ptr<XdpProgram> loaded(XdpOptions opt = {})
 {
     opt.fib_lookup = false;      // the host's routes are not the test's business
@@ -653,11 +664,8 @@ IpAddr v4(uint32_t a)
 TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspace SPD")
 {
     constexpr uint32_t kSas = 100000, kPolicies = 100000;
-    XdpOptions opt;
-    opt.fib_lookup = false;
-    auto loaded_prog = XdpProgram::load(opt);
-    REQUIRE(loaded_prog);
-    XdpProgram &prog = **loaded_prog;
+    auto loaded_prog = empty_program();
+    XdpProgram &prog = *loaded_prog;
     std::mt19937 rng(4303);
 
     auto t0 = std::chrono::steady_clock::now();
@@ -838,11 +846,8 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
 
 TEST_CASE("an updated policy keeps its place among policies of equal priority")
 {
-    XdpOptions opt;
-    opt.fib_lookup = false;
-    auto loaded_prog = XdpProgram::load(opt);
-    REQUIRE(loaded_prog);
-    XdpProgram &prog = **loaded_prog;
+    auto loaded_prog = empty_program();
+    XdpProgram &prog = *loaded_prog;
     REQUIRE(prog.set_iface_role(kLoIfindex, Prot));
     // Both match 10.1.0.5 -> 10.2.0.5 at priority 10: the first added, `site`, wins.
     PolicyConfig site = policy("10.1.0.0/16", "10.2.0.0/16", Dir::Out, 10, false);
@@ -871,11 +876,8 @@ TEST_CASE("an updated policy keeps its place among policies of equal priority")
 
 TEST_CASE("many tuple table publishes in a row leave the right table live")
 {
-    XdpOptions opt;
-    opt.fib_lookup = false;
-    auto loaded_prog = XdpProgram::load(opt);
-    REQUIRE(loaded_prog);
-    XdpProgram &prog = **loaded_prog;
+    auto loaded_prog = empty_program();
+    XdpProgram &prog = *loaded_prog;
     REQUIRE(prog.set_iface_role(kLoIfindex, Prot));
     // A policy that stays, and shapes that come and go in front of it: each add and each
     // remove rewrites the idle tuple table and flips to it, the stable policy's tuple moving
