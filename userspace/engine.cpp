@@ -28,7 +28,7 @@ size_t SaKeyHash::operator()(const FlowSaKey &k) const
     return size_t(h ^ (h >> 29));
 }
 
-uint32_t SaTable::add(std::unique_ptr<Sa> sa)
+uint32_t SaTable::add(std::shared_ptr<Sa> sa)
 {
     const SaConfig &c = sa->config();
     uint32_t id = uint32_t(sas_.size());
@@ -49,17 +49,12 @@ uint32_t SaTable::id_of(const Sa &sa) const
     return it == ids_.end() ? kNoId : it->second;
 }
 
-std::unique_ptr<Sa> SaTable::take(const SaConfig &cfg)
+std::shared_ptr<Sa> SaTable::share(const SaConfig &cfg) const
 {
     Sa *sa = find_in(cfg.dst, cfg.spi);
     if (!sa || !same_sa(sa->config(), cfg))
         return nullptr;
-    auto id = ids_.find(sa);
-    std::unique_ptr<Sa> owned = std::move(sas_[id->second]);
-    ids_.erase(id);
-    by_spi_.erase(SaKey{cfg.dst, cfg.spi});
-    std::erase_if(by_flow_, [sa](const auto &kv) { return kv.second == sa; });
-    return owned;
+    return sas_[ids_.find(sa)->second];
 }
 
 Sa *SaTable::find_in(const IpAddr &dst, uint32_t spi) const
@@ -94,33 +89,25 @@ bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend backend,
-                                               const EngineOptions &options, Engine *prev)
+                                               const EngineOptions &options, const Engine *prev)
 {
     std::unique_ptr<Engine> e(new Engine());
     e->options_ = options;
-    // SAs that stay as they were keep running; the others start afresh. Creating the new
-    // ones first means a failure leaves prev whole.
-    std::vector<std::unique_ptr<Sa>> fresh(config.sas.size());
-    for (size_t i = 0; i < config.sas.size(); i++) {
-        const SaConfig &c = config.sas[i];
-        Sa *kept = prev ? prev->sas_.find_in(c.dst, c.spi) : nullptr;
-        if (kept && same_sa(kept->config(), c))
-            continue;
-        auto sa = Sa::create(c, backend);
-        if (!sa)
-            return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) + ": " +
-                              sa.error().message);
-        // An SA replaced under the same keys (`sa update` with new limits, a delete and re-add
-        // in one change) keeps its replay window, as the kernel's xfrm_state_update does:
-        // what the peer sent under those keys must not be accepted a second time.
-        if (kept && same_keys(kept->config(), c))
-            (*sa)->replay().catch_up(kept->replay());
-        fresh[i] = std::move(*sa);
-    }
-    if (prev)
-        prev->policy_sa_.assign(prev->policy_sa_.size(), nullptr);
-    for (size_t i = 0; i < config.sas.size(); i++) {
-        std::unique_ptr<Sa> sa = fresh[i] ? std::move(fresh[i]) : prev->sas_.take(config.sas[i]);
+    // SAs that stay as they were keep running; the others start afresh.
+    for (const SaConfig &c : config.sas) {
+        std::shared_ptr<Sa> sa = prev ? prev->sas_.share(c) : nullptr;
+        if (!sa) {
+            auto made = Sa::create(c, backend);
+            if (!made)
+                return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) +
+                                  ": " + made.error().message);
+            sa = std::move(*made);
+            if (options.on_expire)
+                sa->on_expire(options.on_expire);
+            Sa *kept = prev ? prev->sas_.find_in(c.dst, c.spi) : nullptr;
+            if (kept && same_keys(kept->config(), c))
+                e->inherit_.emplace_back(sa.get(), prev->sas_.all()[prev->sas_.id_of(*kept)]);
+        }
         if (sa->config().lifetime.has_time())
             e->timed_.push_back(sa.get());
         e->sas_.add(std::move(sa));
@@ -134,6 +121,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
             e->policy_sa_[id] = e->sas_.find_out(*p.tmpl, FlowKey{});  // flow not consulted
     }
     return e;
+}
+
+void Engine::take_over()
+{
+    for (auto &[sa, old] : inherit_)
+        sa->replay().catch_up(old->replay());
+    inherit_.clear();
+    inherit_.shrink_to_fit();
 }
 
 void Engine::on_expire(Sa::ExpireFn fn)
@@ -415,6 +410,8 @@ void Engine::dispatch(Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size
 
 void Engine::process(Pkt *const *pkts, size_t n)
 {
+    if (!inherit_.empty()) [[unlikely]]
+        take_over();
     Dirn dirn[kMaxBurst];
     Sa *owner[kMaxBurst];
     while (n) {
@@ -546,6 +543,8 @@ uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
 
 void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t n)
 {
+    if (!inherit_.empty()) [[unlikely]]
+        take_over();
     Dirn dirn[kMaxBurst];
     Sa *owner[kMaxBurst];
     while (n) {

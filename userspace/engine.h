@@ -44,18 +44,19 @@ class SaTable {
 public:
     static constexpr uint32_t kNoId = UINT32_MAX;
 
-    uint32_t add(std::unique_ptr<Sa> sa);     // returns the SA's id
+    uint32_t add(std::shared_ptr<Sa> sa);     // returns the SA's id
     Sa *find_in(const IpAddr &dst, uint32_t spi) const;
     Sa *find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const;
     Sa *by_id(uint32_t id) const { return id < sas_.size() ? sas_[id].get() : nullptr; }
     uint32_t id_of(const Sa &sa) const;       // kNoId if the SA is not in this table
-    // Hands over the SA configured exactly as `cfg` (same_sa), runtime state and all, and
-    // forgets it here; nullptr if there is none. Its id is not reused.
-    std::unique_ptr<Sa> take(const SaConfig &cfg);
-    const std::vector<std::unique_ptr<Sa>> &all() const { return sas_; }
+    // The SA configured exactly as `cfg` (same_sa), to be shared with another table, runtime
+    // state and all; nullptr if there is none. Reads only: safe while another thread runs
+    // packets through this table.
+    std::shared_ptr<Sa> share(const SaConfig &cfg) const;
+    const std::vector<std::shared_ptr<Sa>> &all() const { return sas_; }
 
 private:
-    std::vector<std::unique_ptr<Sa>> sas_;
+    std::vector<std::shared_ptr<Sa>> sas_;
     std::unordered_map<const Sa *, uint32_t> ids_;
     std::unordered_map<SaKey, Sa *, SaKeyHash> by_spi_;
     std::unordered_map<FlowSaKey, Sa *, SaKeyHash> by_flow_;
@@ -72,6 +73,8 @@ struct EngineOptions {
     // our own outbound traffic reflected back (in-reflected). Unset (`xesp pcap` without
     // --local): every SA destination counts as ours.
     std::optional<std::vector<IpAddr>> local;
+    // Told when an SA crosses a lifetime limit (Sa::on_expire), for every SA create() makes.
+    Sa::ExpireFn on_expire;
 };
 
 // What the XDP classifier found for a packet: the gateway translates struct xesp_meta
@@ -121,14 +124,21 @@ struct EngineStats {
 
 class Engine {
 public:
-    // With `prev`, every SA of `config` configured exactly as one of prev's is taken over from
-    // it, runtime state and all (sequence numbers, replay window, lifetimes, counters): a change
-    // to the configuration must not restart the tunnels it leaves alone. prev must then only be
-    // destroyed. On error prev is left as it was only if it gave nothing up yet: callers build
-    // the new engine before they retire the old one and treat an error as fatal for prev.
+    // With `prev`, every SA of `config` configured exactly as one of prev's is shared with
+    // it, runtime state and all (sequence numbers, replay window, lifetimes, counters): a
+    // change to the configuration must not restart the tunnels it leaves alone. create() only
+    // reads prev, so it may run on another thread while prev carries packets; from the moment
+    // the new engine carries them, prev must carry none (the SAs they share have one owner at
+    // a time). On error prev is as it was.
+    //
+    // An SA replaced under the same keys (`sa update` with new limits) keeps its replay
+    // window, as the kernel's xfrm_state_update does: take_over() brings the new SA's window
+    // up to the old one's, on the thread that ran prev, before the first packet. process()
+    // and process_classified() call it if nobody did.
     static Result<std::unique_ptr<Engine>> create(const Config &config, Backend backend,
                                                   const EngineOptions &options = {},
-                                                  Engine *prev = nullptr);
+                                                  const Engine *prev = nullptr);
+    void take_over();
 
     // Classifies and processes a burst of IP packets in place; each gets its verdict.
     void process(Pkt *const *pkts, size_t n);
@@ -169,7 +179,8 @@ public:
     void set_local(std::vector<IpAddr> local) { options_.local = std::move(local); }
     // Whether sa may decrypt: `dir in`, or no `dir` and its destination is ours.
     bool inbound(const Sa &sa) const;
-    // Expire notifications (soft and hard lifetimes) as they happen.
+    // Expire notifications (soft and hard lifetimes) as they happen, for every SA (shared
+    // ones too: not while another engine runs them; EngineOptions::on_expire is for that).
     void on_expire(Sa::ExpireFn fn);
     // Time limits (`limit time-*`): Sa::check_time() for every SA that has one. Call about
     // once a second, off the data path.
@@ -198,6 +209,9 @@ private:
     // addresses from the packet are looked up per packet.
     std::vector<Sa *> policy_sa_;
     std::vector<Sa *> timed_;           // the SAs with time limits
+    // Replaced under the same keys: the new SA and the one whose replay window it inherits
+    // (take_over()).
+    std::vector<std::pair<Sa *, std::shared_ptr<Sa>>> inherit_;
     EngineStats stats_;
 };
 

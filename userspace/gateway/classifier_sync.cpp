@@ -117,7 +117,11 @@ void ClassifierSync::commit(const Config &next)
         (void)prog_.remove_policy(kv.second.slot);
         return true;
     });
+}
 
+ClassifierSync::Ids ClassifierSync::ids(const Config &next) const
+{
+    Ids out;
     static_assert(SlotTable::kMissing == Engine::kNoId, "a gone slot must read as no state");
     std::vector<std::pair<uint32_t, uint32_t>> ids;
     for (uint32_t i = 0; i < next.sas.size(); i++) {
@@ -127,14 +131,15 @@ void ClassifierSync::commit(const Config &next)
         if (it != sas_.end())
             ids.emplace_back(it->second.slot, i);
     }
-    sa_ids_.rebuild(ids);
+    out.sa.rebuild(ids);
     ids.clear();
     for (uint32_t i = 0; i < next.policies.size(); i++) {
         auto it = policies_.find(describe_policy(next.policies[i].sel, next.policies[i].dir));
         if (it != policies_.end())
             ids.emplace_back(it->second.slot, i);
     }
-    policy_ids_.rebuild(ids);
+    out.policy.rebuild(ids);
+    return out;
 }
 
 } // namespace xesp

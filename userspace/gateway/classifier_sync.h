@@ -11,9 +11,11 @@
 // entry of something that stays:
 //   stage(next)    writes what `next` adds or changes (an updated policy overwrites the old
 //                  one in place); on error undoes it and the maps are as before;
-//   (the caller makes the engine built from `next` live)
-//   commit(next)   deletes what `next` no longer has, and translates slots into the new
-//                  engine's ids from now on.
+//   ids(next)      the tables that translate slots into the ids of the engine built from
+//                  `next`; the caller makes that engine and these tables live together;
+//   commit(next)   deletes what `next` no longer has.
+// All three run on the thread that makes changes; the data thread only reads the SlotTables
+// it was handed.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +35,13 @@ public:
     explicit ClassifierSync(XdpProgram &prog) : prog_(prog) {}
 
     Result<void> stage(const Config &next);
+    // From a metadata id to the id of the engine built from `next` (Engine::kNoId for a slot
+    // that is gone), for SAs and for policies. After stage(next).
+    struct Ids {
+        SlotTable sa, policy;
+    };
+    Ids ids(const Config &next) const;
     void commit(const Config &next);
-
-    // From a metadata id to the engine id; Engine::kNoId for a slot that is gone.
-    uint32_t sa_id(uint32_t slot) const { return sa_ids_.find(slot); }
-    uint32_t policy_id(uint32_t slot) const { return policy_ids_.find(slot); }
 
     size_t sas() const { return sas_.size(); }
     size_t policies() const { return policies_.size(); }
@@ -69,7 +73,6 @@ private:
     std::map<std::string, SaEntry> sas_;            // by describe_sa
     std::map<std::string, PolicyEntry> policies_;   // by describe_policy
     uint32_t next_slot_ = 0;                        // shared by SAs and policies
-    SlotTable sa_ids_, policy_ids_;                 // the live slots only
 };
 
 } // namespace xesp

@@ -126,10 +126,11 @@ Gateway::~Gateway()
     close_ports();
 }
 
-EngineOptions Gateway::engine_options() const
+EngineOptions Gateway::engine_options(bool local) const
 {
     EngineOptions o;
-    o.local = local_;
+    if (local)
+        o.local = local_;
     for (const auto &i : ifaces_)
         if (i.role == IfaceRole::Public && i.mtu && (!o.link_mtu || i.mtu < o.link_mtu))
             o.link_mtu = i.mtu;
@@ -149,33 +150,71 @@ EngineOptions Gateway::engine_options() const
     return o;
 }
 
-Result<void> Gateway::rebuild_engine(const Config &next)
+// Off the data thread (local = false: local_ is the data thread's, install() sets it).
+Result<std::unique_ptr<Engine>> Gateway::build_engine(const Config &next, bool local) const
 {
-    auto e = Engine::create(next, options_.backend, engine_options(), engine_.get());
-    if (!e)
-        return e.error();
-    if (engine_)
-        retired_ += engine_->stats();
-    engine_ = std::move(*e);
-    engine_->on_expire([](const Sa &sa, bool hard) {
+    EngineOptions o = engine_options(local);
+    o.on_expire = [](const Sa &sa, bool hard) {
         log(hard ? LogLevel::Warning : LogLevel::Notice, "%s: %s lifetime reached%s",
             sa_label(sa.config()).c_str(), hard ? "hard" : "soft",
             hard ? "; the SA no longer carries traffic: replace it (xesp sa update/add)" : "");
-    });
+    };
+    return Engine::create(next, options_.backend, o, engine_.get());
+}
+
+// On the data thread, when what the engine knows of the links changed (an interface came or
+// went): the same configuration, every SA kept.
+Result<void> Gateway::rebuild_engine()
+{
+    auto e = build_engine(*config_, true);
+    if (!e)
+        return e.error();
+    (*e)->take_over();
+    retired_ += engine_->stats();
+    engine_ = std::move(*e);
     return {};
+}
+
+Result<std::unique_ptr<Gateway::Change>> Gateway::prepare(std::shared_ptr<const Config> next)
+{
+    auto ch = std::make_unique<Change>();
+    // The engine first: the slow part, and it touches nothing the data thread sees. Then the
+    // maps, so that new entries are classified only a moment before install().
+    auto e = build_engine(*next, false);
+    if (!e)
+        return e.error();
+    if (auto r = sync_->stage(*next); !r)
+        return r.error();
+    ch->engine = std::move(*e);
+    ch->ids = std::make_unique<ClassifierSync::Ids>(sync_->ids(*next));
+    ch->config = std::move(next);
+    return ch;
+}
+
+void Gateway::install(Change &ch)
+{
+    ch.engine->set_local(local_);
+    ch.engine->take_over();
+    if (engine_)
+        retired_ += engine_->stats();
+    std::swap(engine_, ch.engine);
+    std::swap(ids_, ch.ids);
+    std::swap(config_, ch.config);
+}
+
+void Gateway::finish(std::unique_ptr<Change> ch)
+{
+    sync_->commit(*config_);
+    ch.reset();
 }
 
 Result<void> Gateway::apply(const Config &next)
 {
-    if (auto r = sync_->stage(next); !r)
-        return r;
-    if (auto r = rebuild_engine(next); !r) {
-        (void)sync_->stage(config_);    // put back what stage(next) changed
-        sync_->commit(config_);
-        return r;
-    }
-    sync_->commit(next);
-    config_ = next;
+    auto ch = prepare(std::make_shared<const Config>(next));
+    if (!ch)
+        return ch.error();
+    install(**ch);
+    finish(std::move(*ch));
     return {};
 }
 
@@ -284,7 +323,7 @@ void Gateway::rx_one(Port &port)
                 port.x.recycle(pkts[i]);
             continue;
         }
-        c.id = c.kind == Classified::Decap ? sync_->sa_id(c.id) : sync_->policy_id(c.id);
+        c.id = c.kind == Classified::Decap ? ids_->sa.find(c.id) : ids_->policy.find(c.id);
         big |= may_split(pkts[i], c, split);
         ready[k++] = &pkts[i];
     }

@@ -7,8 +7,13 @@
 //                                                      '-> the kernel (unresolved next hop,
 //                                                          packets for the gateway itself)
 //
-// One thread runs it all (poll_data, then housekeeping when idle); the configuration changes
-// between two bursts (apply), so a packet sees either the old tables or the new ones.
+// One thread runs the data path (poll_data, then housekeeping when idle). Configuration
+// changes are built on another thread while it runs (prepare: the new engine, sharing every
+// SA that stays, and the classifier's new entries) and go live between two bursts, when the
+// data thread swaps its pointers to them (install); so a packet sees either the old tables or
+// the new ones, and what a change costs the data path does not grow with the configuration.
+// The old engine is then freed on the preparing thread (finish). An SA is shared by the old
+// and the new engine, but only the data thread ever touches its runtime part.
 //
 // Fail closed. The classifier is attached with a netlink attach, which outlives this process:
 // after a crash it keeps dropping what it would redirect (the sockets are gone, so the
@@ -107,7 +112,25 @@ public:
                                                    const GatewayOptions &options);
     ~Gateway();
 
-    // The SAs and policies of `next` into the engine and the classifier, all or nothing.
+    // The SAs and policies of `next` into the engine and the classifier, all or nothing, in
+    // three steps:
+    //   prepare(next)  builds the engine for `next` and writes what `next` adds or changes
+    //                  into the classifier's maps; on any one thread (the one that makes
+    //                  changes), while the data thread runs; on error nothing changed;
+    //   install(ch)    on the data thread, between two bursts: the engine, the classifier's
+    //                  slot tables and the configuration of ch go live, and ch takes the old
+    //                  ones; a constant cost, whatever the size of the configuration;
+    //   finish(ch)     back on the thread of prepare(): deletes from the maps what `next` no
+    //                  longer has, and frees the old engine (deleted SAs wipe their keys).
+    // apply() is all three on the data thread.
+    struct Change {
+        std::shared_ptr<const Config> config;
+        std::unique_ptr<Engine> engine;
+        std::unique_ptr<ClassifierSync::Ids> ids;
+    };
+    Result<std::unique_ptr<Change>> prepare(std::shared_ptr<const Config> next);
+    void install(Change &ch);
+    void finish(std::unique_ptr<Change> ch);
     Result<void> apply(const Config &next);
 
     // Attaches the classifier to an interface and opens a socket on each of its RX queues.
@@ -134,8 +157,9 @@ public:
 
     // The configuration it runs, and its SAs: the engine's, one for each of config().sas, in
     // the same order. For the state file (state_keeper.h), on the data thread.
-    const Config &config() const { return config_; }
-    const std::vector<std::unique_ptr<Sa>> &sas() const { return engine_->sas().all(); }
+    const Config &config() const { return *config_; }
+    const std::shared_ptr<const Config> &config_ptr() const { return config_; }
+    const std::vector<std::shared_ptr<Sa>> &sas() const { return engine_->sas().all(); }
 
 private:
     static constexpr size_t kBurst = 64;
@@ -156,9 +180,10 @@ private:
     Result<void> release_leftover(const std::string &name);
     Result<void> rebuild_ports();
     void close_ports();
-    Result<void> rebuild_engine(const Config &next);
+    Result<std::unique_ptr<Engine>> build_engine(const Config &next, bool local) const;
+    Result<void> rebuild_engine();
     void refresh_local_addresses();
-    EngineOptions engine_options() const;
+    EngineOptions engine_options(bool local = true) const;
     void rx_one(Port &port);
     bool learn_pmtu(const PmtuReport &r, uint64_t now);
     void take_report(Port &port, Pkt &p, const Classified &c);
@@ -174,9 +199,10 @@ private:
     void count(GwCounter c, uint64_t n = 1) { counters_[size_t(c)] += n; }
 
     GatewayOptions options_;
-    Config config_;
+    std::shared_ptr<const Config> config_ = std::make_shared<const Config>();
     std::unique_ptr<XdpProgram> prog_;
-    std::unique_ptr<ClassifierSync> sync_;
+    std::unique_ptr<ClassifierSync> sync_;          // the changing thread's
+    std::unique_ptr<ClassifierSync::Ids> ids_;      // the data thread's: live with engine_
     std::unique_ptr<Engine> engine_;
     EngineStats retired_;           // what engines replaced by apply() had counted
     std::unique_ptr<NextHops> hops_;
