@@ -82,6 +82,12 @@ public:
     // bound, the SA sets *wake for the owner (once per reserve_to(), or per packet held back).
     // Unbound, as `xesp pcap` uses it, an SA is limited only by the sequence space.
     bool reservation_bound() const { return bound_; }
+    // Before binding: the SA sends nothing (out-seq-unreserved) until bind_reservation().
+    void hold()
+    {
+        if (!bound_)
+            reserved_.store(oseq_, std::memory_order_release);
+    }
     void bind_reservation(uint64_t start, std::atomic<bool> *wake = nullptr)
     {
         if (start > oseq_)

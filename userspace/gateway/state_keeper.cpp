@@ -50,6 +50,7 @@ StateKeeper::~StateKeeper()
         stop_ = true;
     }
     cv_.notify_all();
+    done_cv_.notify_all();
     if (thread_.joinable())
         thread_.join();
 }
@@ -64,30 +65,69 @@ void StateKeeper::writer()
         Job job = std::move(*job_);
         job_.reset();
         lk.unlock();
-        GatewayState st;
-        st.config = *job.config;
-        for (size_t i = 0; i < st.config.sas.size() && i < job.seqs.size(); i++) {
-            SaConfig &sc = st.config.sas[i];
-            auto [last, top] = job.seqs[i];
-            sc.oseq = uint32_t(last);
-            sc.oseq_hi = uint32_t(last >> 32);
-            sc.seq = uint32_t(top);
-            sc.seq_hi = uint32_t(top >> 32);
-        }
-        st.ifaces = std::move(job.ifaces);
-        st.ledger = std::move(job.ledger);
-        st.replay = std::move(job.replay);
-        st.netns = netns_;
+        std::vector<Grant> grants;
         Result<void> r;
         try {
+            GatewayState st = plan(job, grants);
             r = save_state(path_, st);
         } catch (const std::exception &e) {     // a write that fails must not end the daemon
             r = make_error("state file " + path_ + ": " + e.what());
         }
         lk.lock();
         result_ = std::move(r);
+        grants_ = std::move(grants);
         cv_.notify_all();
     }
+}
+
+// What the file is to hold, and the bounds it grants: every SA's reservation from its rate, a
+// new SA's start from the ledger's record for its key.
+GatewayState StateKeeper::plan(Job &job, std::vector<Grant> &grants)
+{
+    GatewayState st;
+    st.config = *job.config;
+    round_++;
+    ledger_.new_round();
+    for (size_t i = 0; i < st.config.sas.size() && i < job.sas.size(); i++) {
+        SaConfig &sc = st.config.sas[i];
+        Sample &s = job.sas[i];
+        auto [it, added] = tracks_.try_emplace(s.serial);
+        Track &t = it->second;
+        uint64_t limit = seq_limit(sc);
+        uint64_t start = 0, oseq = s.oseq;
+        if (added)
+            t = Track{ledger_.fingerprint(sc.xf), oseq, job.now, 0, 0};
+        if (s.fresh) {
+            start = std::max(oseq, std::min(limit, ledger_.floor(t.fp)));
+            oseq = start;
+            t.oseq = start;
+        } else if (job.now > t.at) {
+            uint64_t moved = oseq - t.oseq, dt = job.now - t.at;
+            uint64_t inst = moved > UINT64_MAX / kSecondNs ? UINT64_MAX : moved * kSecondNs / dt;
+            t.rate = std::max(inst, t.rate - t.rate / 4);
+            t.oseq = oseq;
+            t.at = job.now;
+        }
+        t.round = round_;
+        uint64_t reserved = s.fresh ? oseq : s.reserved;
+        uint64_t last = std::max(reserved, reservation_target(oseq, t.rate, limit, policy_));
+        ledger_.record(t.fp, last);
+        grants.push_back({s.serial, start, last,
+                          reservation_low_water(oseq, last, t.rate, limit, policy_)});
+        sc.oseq = uint32_t(last);
+        sc.oseq_hi = uint32_t(last >> 32);
+        uint64_t top = s.window.top;
+        sc.seq = uint32_t(top);
+        sc.seq_hi = uint32_t(top >> 32);
+        if (s.has_window)
+            st.replay.push_back({sc.dst, sc.spi, std::move(s.window)});
+    }
+    std::erase_if(tracks_, [&](const auto &kv) { return kv.second.round != round_; });
+    ledger_.forget_oldest(job.sas.size() + kLedgerRetiredKeys);
+    st.ledger = ledger_;
+    st.ifaces = std::move(job.ifaces);
+    st.netns = netns_;
+    return st;
 }
 
 void StateKeeper::restore_replay(Gateway &gw)
@@ -117,54 +157,48 @@ void StateKeeper::restore_replay(Gateway &gw)
     loaded_.reset();
 }
 
-// What the file is to hold now, and the bounds it grants (grants_). A new SA is bound here,
-// before it has sent anything: at the higher of its configured counter and the ledger's
-// record for its key.
-StateKeeper::Job StateKeeper::snapshot(Gateway &gw, uint64_t now)
+// What the writer needs of the SAs, read on the data thread: no hashing, no ledger. A new SA
+// is held here, before it has sent anything.
+StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now)
 {
     Job job;
-    job.config = config_;
+    job.config = gw.config_ptr();
+    job.now = now;
+    job.ticket = requested_;
     const auto &sas = gw.sas();
-    tracks_.resize(sas.size());
-    grants_.clear();
-    ledger_.new_round();
+    job.sas.resize(sas.size());
     for (size_t i = 0; i < sas.size(); i++) {
         Sa &sa = *sas[i];
-        Track &t = tracks_[i];
-        uint64_t oseq = sa.oseq();
-        if (t.serial != sa.serial()) {
-            t = Track{sa.serial(), ledger_.fingerprint(sa.config().xf), oseq, now, 0};
-        } else if (now > t.at) {
-            uint64_t moved = oseq - t.oseq, dt = now - t.at;
-            uint64_t inst = moved > UINT64_MAX / kSecondNs ? UINT64_MAX : moved * kSecondNs / dt;
-            t.rate = std::max(inst, t.rate - t.rate / 4);
-            t.oseq = oseq;
-            t.at = now;
-        }
-        uint64_t limit = seq_limit(sa.config());
-        if (!sa.reservation_bound()) {
-            sa.bind_reservation(std::min(limit, ledger_.floor(t.fp)), &wake_);
-            t.oseq = sa.oseq();
-        }
-        uint64_t last =
-            std::max(sa.reserved(), reservation_target(sa.oseq(), t.rate, limit, policy_));
-        ledger_.record(t.fp, last);
-        grants_.push_back({sa.serial(), last,
-                           reservation_low_water(sa.oseq(), last, t.rate, limit, policy_)});
-        job.seqs.emplace_back(last, sa.replay().highest());
-        if (sa.replay().window())
-            job.replay.push_back({sa.config().dst, sa.config().spi, sa.replay().snapshot()});
+        Sample &s = job.sas[i];
+        s.serial = sa.serial();
+        s.fresh = !sa.reservation_bound();
+        if (s.fresh)
+            sa.hold();
+        s.oseq = sa.oseq();
+        s.reserved = sa.reserved();
+        s.has_window = sa.replay().window() != 0;
+        if (s.has_window)
+            s.window = sa.replay().snapshot();
+        else
+            s.window.top = sa.replay().highest();
     }
-    ledger_.forget_oldest(sas.size() + kLedgerRetiredKeys);
-    job.ledger = ledger_;
     for (const auto &i : gw.ifaces())
         if (!i.local)                   // made afresh at each start
             job.ifaces.emplace_back(i.name, i.role);
     return job;
 }
 
+// New SAs send nothing until the next write gives them their start.
+void StateKeeper::hold_new(Gateway &gw)
+{
+    for (const auto &sa : gw.sas())
+        if (!sa->reservation_bound())
+            sa->hold();
+}
+
 void StateKeeper::start(Job job)
 {
+    in_flight_ = job.ticket;
     {
         std::lock_guard<std::mutex> g(mu_);
         job_ = std::move(job);
@@ -174,30 +208,49 @@ void StateKeeper::start(Job job)
 }
 
 // The write in flight is done: its bounds go to the SAs still running, or, if it failed,
-// nothing changes and the SAs stop at the bounds they have.
-void StateKeeper::finish(Gateway &gw, const Result<void> &r)
+// nothing changes and the SAs stop at the bounds they have (new ones stay held).
+void StateKeeper::finish(Gateway &gw, const Result<void> &r, std::vector<Grant> &grants)
 {
     busy_ = false;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        done_ = in_flight_;
+        done_result_ = r;
+    }
+    done_cv_.notify_all();
     if (!r) {
         if (!failing_)
             log(LogLevel::Error, "%s; SAs stop sending when their sequence reservation runs "
                 "out (out-seq-unreserved)", r.error().message.c_str());
         failing_ = true;
         saved_activity_ = UINT64_MAX;   // the windows are not on disk: write them again
-        grants_.clear();
         return;
     }
     if (failing_)
         log(LogLevel::Notice, "state file %s written again", path_.c_str());
     failing_ = false;
+    auto give = [&](Sa &sa, const Grant &g) {
+        if (!sa.reservation_bound())
+            sa.bind_reservation(g.start, &wake_);
+        sa.reserve_to(g.last, g.low_water);
+    };
+    // The SAs are usually those sampled, in the same order; after a change, by serial.
+    const auto &sas = gw.sas();
+    bool same = sas.size() == grants.size();
+    for (size_t i = 0; same && i < sas.size(); i++)
+        same = sas[i]->serial() == grants[i].serial;
+    if (same) {
+        for (size_t i = 0; i < sas.size(); i++)
+            give(*sas[i], grants[i]);
+        return;
+    }
     std::unordered_map<uint64_t, const Grant *> by_serial;
-    by_serial.reserve(grants_.size());
-    for (const Grant &g : grants_)
+    by_serial.reserve(grants.size());
+    for (const Grant &g : grants)
         by_serial[g.serial] = &g;
-    for (const auto &sa : gw.sas())
+    for (const auto &sa : sas)
         if (auto it = by_serial.find(sa->serial()); it != by_serial.end())
-            sa->reserve_to(it->second->last, it->second->low_water);
-    grants_.clear();
+            give(*sa, *it->second);
 }
 
 Result<void> StateKeeper::wait_idle(Gateway &gw)
@@ -205,22 +258,47 @@ Result<void> StateKeeper::wait_idle(Gateway &gw)
     if (!busy_)
         return {};
     Result<void> r;
+    std::vector<Grant> grants;
     {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [this] { return result_.has_value(); });
         r = std::move(*result_);
         result_.reset();
+        grants.swap(grants_);
     }
-    finish(gw, r);
+    finish(gw, r, grants);
     return r;
+}
+
+uint64_t StateKeeper::request_save(Gateway &gw, uint64_t now)
+{
+    config_ = gw.config_ptr();
+    uint64_t ticket = ++requested_;
+    if (busy_) {
+        hold_new(gw);
+        want_ = true;
+    } else {
+        start(sample(gw, now));
+    }
+    return ticket;
+}
+
+Result<void> StateKeeper::wait_saved(uint64_t ticket)
+{
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [&] { return done_ >= ticket || stop_; });
+    if (done_ < ticket)
+        return make_error("state file " + path_ + ": the daemon stopped before writing it");
+    return done_result_;
 }
 
 Result<void> StateKeeper::save_now(Gateway &gw)
 {
     (void)wait_idle(gw);
-    config_ = std::make_shared<const Config>(gw.config());
+    want_ = false;
     uint64_t now = now_ns();
-    start(snapshot(gw, now));
+    uint64_t ticket = request_save(gw, now);
+    (void)ticket;
     auto r = wait_idle(gw);
     retry_at_ = r ? 0 : now + kRetryNs;
     return r;
@@ -239,15 +317,22 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
 {
     if (busy_) {
         std::optional<Result<void>> r;
+        std::vector<Grant> grants;
         {
             std::lock_guard<std::mutex> g(mu_);
             r.swap(result_);
+            grants.swap(grants_);
         }
         if (!r)
             return;
-        finish(gw, *r);
+        finish(gw, *r, grants);
         if (!*r)
             retry_at_ = now + kRetryNs;
+    }
+    if (want_) {                    // a change waits for its write: no retry delay
+        want_ = false;
+        start(sample(gw, now));
+        return;
     }
     if (now < retry_at_ || !config_)
         return;
@@ -259,7 +344,7 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
         saved_activity_ = a;
     }
     if (due)
-        start(snapshot(gw, now));
+        start(sample(gw, now));
 }
 
 } // namespace xesp

@@ -1,23 +1,31 @@
 // Keeps the daemon's state file (state.h) and the sequence reservations it carries
-// (seq_reserve.h) up to date without stalling the data path.
+// (seq_reserve.h) up to date without stalling the data path. The data thread only reads its
+// SAs' counters and windows and hands out bounds; everything that costs (fingerprints, the
+// ledger, rates, formatting, the write) happens on the writer thread.
 //
 //   data thread                                  writer thread
 //   an SA's counter reaches its low-water mark
 //   (Sa::next_seq sets a flag: one compare per
 //   packet), or a second passed and counters or
 //   replay windows moved:
-//   tick(): new bounds, numbers, replay windows  -> copy of the configuration with those
-//           handed over                             numbers, format, write the temporary,
-//                                                   fsync, rename, fsync the directory
+//   tick(): a sample of every SA (counter,       -> rates, ledger floors for new SAs, bounds;
+//           bound, replay window) handed over       the configuration with those numbers,
+//                                                   format, write the temporary, fsync,
+//                                                   rename, fsync the directory
 //   tick(): write done? -> publish the new bounds <-
-//           (Sa::reserve_to), or on failure keep
-//           the old ones: the SAs stop at them
+//           (new SAs: their start first), or on
+//           failure keep the old ones: the SAs
+//           stop at them
 //
-// A bound is oseq + max(min_ahead, 4 s at the SA's rate) and the low-water mark sits 2 s at
-// that rate (or min_ahead / 2) below it, so under load the file is rewritten about every two
-// seconds per busy SA and an SA never waits for it. Configuration changes write at once and
-// wait (save_now()): a new SA sends nothing before its reservation is on disk. After a failed
-// write the next attempt waits a second.
+// A new SA is held (Sa::hold: it sends nothing) from the moment the data thread first sees it
+// until a write records its start, the higher of its configured counter and the ledger's
+// record for its key. A bound is oseq + max(min_ahead, 4 s at the SA's rate) and the
+// low-water mark sits 2 s at that rate (or min_ahead / 2) below it, so under load the file is
+// rewritten about every two seconds per busy SA and an SA never waits for it. A configuration
+// change asks for a write at once (request_save(), on the data thread, right after the change
+// went live; save_now() when nothing else runs), and whoever made the change waits for it on
+// its own thread (wait_saved()). After a failed periodic write the next attempt waits a
+// second.
 #pragma once
 
 #include <atomic>
@@ -28,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -54,60 +63,87 @@ public:
     // each SA the file had configured the same way, then forgets what was loaded (keys too).
     void restore_replay(Gateway &gw);
 
-    // After every change of configuration or interfaces: binds every new SA's reservation,
-    // writes the file and waits; on success the SAs may send up to their new bounds.
+    // After every change of configuration or interfaces, on the data thread: holds every new
+    // SA at its reservation (it sends nothing yet) and starts a write, or asks for one after
+    // the write in flight. Returns a ticket for wait_saved(); tick() carries the write on.
+    uint64_t request_save(Gateway &gw, uint64_t now);
+    // On another thread: waits until a write that covers `ticket` is done; its result.
+    Result<void> wait_saved(uint64_t ticket);
+    // request_save() and wait_saved() in one, for the data thread while nothing else runs
+    // (start, stop).
     Result<void> save_now(Gateway &gw);
     // From the data loop, about once a millisecond (now: CLOCK_MONOTONIC ns).
     void tick(Gateway &gw, uint64_t now);
 
 private:
-    struct Track {                  // by SA index
-        uint64_t serial = 0;        // the SA this entry is about
+    // One SA as the data thread saw it, in the order of the configuration's SAs.
+    struct Sample {
+        uint64_t serial = 0;
+        uint64_t oseq = 0, reserved = 0;
+        bool fresh = false;         // not bound yet: held, its start comes from the ledger
+        ReplayWindow::Snapshot window;
+        bool has_window = false;
+    };
+    // What the writer thread turns into a GatewayState and grants.
+    struct Job {
+        std::shared_ptr<const Config> config;
+        std::vector<Sample> sas;
+        std::vector<std::pair<std::string, IfaceRole>> ifaces;
+        uint64_t now = 0;
+        uint64_t ticket = 0;        // covers the requests up to this one
+    };
+    struct Grant {
+        uint64_t serial, start, last, low_water;   // start: for a fresh SA, else 0
+    };
+    struct Track {                  // the writer's, by SA serial
         KeyFingerprint fp{};
         uint64_t oseq = 0, at = 0;  // the counter at the last write, and when
         uint64_t rate = 0;          // numbers a second, a slowly decaying peak
-    };
-    struct Grant {
-        uint64_t serial, last, low_water;
-    };
-    // What the writer thread turns into a GatewayState.
-    struct Job {
-        std::shared_ptr<const Config> config;
-        std::vector<std::pair<uint64_t, uint64_t>> seqs;   // per SA: reservation, highest in
-        std::vector<SavedReplay> replay;
-        SeqLedger ledger;
-        std::vector<std::pair<std::string, IfaceRole>> ifaces;
+        uint64_t round = 0;
     };
 
     StateKeeper(std::string path, PrivateFileLock lock, const ReservePolicy &policy);
-    Job snapshot(Gateway &gw, uint64_t now);
+    Job sample(Gateway &gw, uint64_t now);
+    void hold_new(Gateway &gw);
     void start(Job job);
-    void finish(Gateway &gw, const Result<void> &r);
+    void finish(Gateway &gw, const Result<void> &r, std::vector<Grant> &grants);
     Result<void> wait_idle(Gateway &gw);
     uint64_t activity(const Gateway &gw) const;
     void writer();
+    GatewayState plan(Job &job, std::vector<Grant> &grants);    // on the writer thread
 
     std::string path_;
     PrivateFileLock lock_;
     ReservePolicy policy_;
     std::optional<GatewayState> loaded_;
     std::string netns_ = netns_name();      // recorded in the file: another namespace's is refused
-    SeqLedger ledger_;
-    std::shared_ptr<const Config> config_;  // as of the last save_now()
-    std::vector<Track> tracks_;
-    std::vector<Grant> grants_;             // of the write in flight
+
+    // The data thread's.
+    std::shared_ptr<const Config> config_;  // as of the last request_save()
     std::atomic<bool> wake_{false};         // set by an SA at its low-water mark
     uint64_t last_look_ = 0, retry_at_ = 0;
     uint64_t saved_activity_ = UINT64_MAX;
     bool busy_ = false;                     // a job handed over and not yet taken back
     bool failing_ = false;
+    uint64_t requested_ = 0;                // tickets given by request_save()
+    uint64_t in_flight_ = 0;                // the ticket of the job handed over
+    bool want_ = false;                     // a request came while busy_
+
+    // The writer thread's.
+    SeqLedger ledger_;
+    std::unordered_map<uint64_t, Track> tracks_;
+    uint64_t round_ = 0;
 
     // Shared with the writer thread, under mu_.
     std::mutex mu_;
     std::condition_variable cv_;
     std::optional<Job> job_;                // to write
     std::optional<Result<void>> result_;    // of the last write, not yet taken
+    std::vector<Grant> grants_;             // with result_
     bool stop_ = false;
+    std::condition_variable done_cv_;       // for wait_saved()
+    uint64_t done_ = 0;                     // the ticket of the last write finished
+    Result<void> done_result_;              // and how it went
     std::thread thread_;
 };
 
