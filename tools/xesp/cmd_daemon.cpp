@@ -1,6 +1,8 @@
 // `xesp daemon`: runs the gateway in the foreground (userspace/gateway/gateway.h) and serves
 // the control socket that `xesp sa|policy|iface|stats` talk to. Logs go to stderr, one line per
-// event (userspace/log.h). SIGTERM or SIGINT: saves the state and exits. After a stop, as
+// event (userspace/log.h). Two threads: the data thread forwards, and the control thread
+// serves the socket, builds each change and hands it over (userspace/gateway/handoff.h), so
+// that a request, however large, costs forwarding only the moment of the swap. SIGTERM or SIGINT: saves the state and exits. After a stop, as
 // after a crash, the classifier stays attached and keeps protected traffic dropped (fail
 // closed); the next start reads the state file and resumes (userspace/gateway/state_keeper.h
 // keeps it). --detach-on-exit, or `xesp iface del`, hands an interface back to the kernel.
@@ -9,15 +11,18 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <thread>
 
 #include "bpf/kernel_probe.h"
 #include "tools/xesp/commands.h"
 #include "userspace/clock.h"
 #include "userspace/control.h"
 #include "userspace/gateway/gateway.h"
+#include "userspace/gateway/handoff.h"
 #include "userspace/gateway/state_keeper.h"
 #include "userspace/log.h"
 #include "userspace/netns.h"
@@ -28,16 +33,10 @@ namespace xesp::cli {
 
 namespace {
 
-volatile sig_atomic_t g_stop = 0;
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 
-void on_signal(int) { g_stop = 1; }
-
-uint64_t now_ms()
-{
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1'000'000;
-}
+void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
 
 // The state file beside nothing else: /var/lib/xesp/<socket name>.state, so that two daemons
 // with two sockets (one per network namespace) keep two states.
@@ -49,34 +48,28 @@ std::string default_state(const std::string &socket)
     return "/var/lib/xesp/" + base + ".state";
 }
 
-// The control requests, applied to the running gateway. Every change is written to the state
-// file before it is answered, and a new SA sends nothing until then.
+// The control requests, on the control thread. A change is built there and handed to the
+// data thread (Gateway::prepare, install, finish); every change is written to the state file
+// before it is answered, and a new SA sends nothing until then. What only the data thread may
+// touch (interfaces, counters) runs there through the handoff.
 class GatewayHandler : public ConfigHandler {
 public:
-    GatewayHandler(Gateway &gw, Config initial, StateKeeper *keeper)
-        : ConfigHandler(std::move(initial)), gw_(gw), keeper_(keeper)
+    GatewayHandler(Gateway &gw, Config initial, StateKeeper *keeper, Handoff &data)
+        : ConfigHandler(std::move(initial)), gw_(gw), keeper_(keeper), data_(data)
     {
     }
 
     Result<std::string> iface(const std::vector<std::string> &w) override
     {
         if (w.size() == 1 && w[0] == "list")
-            return iface_list();
+            return on_data<std::string>([&] { return iface_list(); });
         if (w.size() == 4 && w[0] == "add" && w[2] == "role" &&
             (w[3] == "public" || w[3] == "protected")) {
-            auto r = gw_.add_iface(w[1], w[3] == "public" ? IfaceRole::Public
-                                                          : IfaceRole::Protected);
-            if (!r)
-                return r.error();
-            save();
-            return std::string();
+            IfaceRole role = w[3] == "public" ? IfaceRole::Public : IfaceRole::Protected;
+            return changed_ifaces([&] { return gw_.add_iface(w[1], role); });
         }
-        if (w.size() == 2 && w[0] == "del") {
-            if (auto r = gw_.del_iface(w[1]); !r)
-                return r.error();
-            save();
-            return std::string();
-        }
+        if (w.size() == 2 && w[0] == "del")
+            return changed_ifaces([&] { return gw_.del_iface(w[1]); });
         return make_error("iface: expected `add DEV role protected|public`, `del DEV` or `list`");
     }
 
@@ -90,15 +83,20 @@ public:
         return out;
     }
 
-    std::string stats_json() override { return gw_.stats_json().dump(); }
+    std::string stats_json() override
+    {
+        return on_data<std::string>([&] { return gw_.stats_json().dump(); });
+    }
 
+    // On the data thread.
     void tick(uint64_t now)
     {
         if (keeper_)
             keeper_->tick(gw_, now);
     }
 
-    void save()
+    // On the data thread, while the control thread does not run (start, stop).
+    void save_now()
     {
         if (!keeper_)
             return;
@@ -122,16 +120,56 @@ public:
 protected:
     Result<void> commit(Config next) override
     {
-        if (auto r = gw_.apply(next); !r)
-            return r;
+        auto ch = gw_.prepare(std::make_shared<const Config>(next));
+        if (!ch)
+            return ch.error();
+        uint64_t ticket = 0;
+        data_.call([&] {
+            gw_.install(**ch);
+            if (keeper_)
+                ticket = keeper_->request_save(gw_, now_ns());
+        });
+        gw_.finish(std::move(*ch));
         auto r = ConfigHandler::commit(std::move(next));
-        save();
+        wait_saved(ticket);
         log_shared_keys();
         return r;
     }
 
 private:
-    Result<std::string> iface_list()
+    template <typename T, typename F> T on_data(F &&fn)
+    {
+        T out;
+        data_.call([&] { out = fn(); });
+        return out;
+    }
+
+    // An interface added or removed on the data thread, then saved.
+    template <typename F> Result<std::string> changed_ifaces(F &&change)
+    {
+        Result<void> r;
+        uint64_t ticket = 0;
+        data_.call([&] {
+            r = change();
+            if (r && keeper_)
+                ticket = keeper_->request_save(gw_, now_ns());
+        });
+        if (!r)
+            return r.error();
+        wait_saved(ticket);
+        return std::string();
+    }
+
+    void wait_saved(uint64_t ticket)
+    {
+        if (!keeper_)
+            return;
+        if (auto r = keeper_->wait_saved(ticket); !r)
+            log(LogLevel::Error, "%s", r.error().message.c_str());
+    }
+
+    // On the data thread.
+    std::string iface_list() const
     {
         std::string out;
         for (const auto &i : gw_.ifaces())
@@ -146,6 +184,7 @@ private:
 
     Gateway &gw_;
     StateKeeper *keeper_;
+    Handoff &data_;
     std::string warned_;            // shared_key_warnings() as last logged
 };
 
@@ -212,6 +251,19 @@ void run_daemon(const DaemonOptions &o)
         log(LogLevel::Warning, "--no-state: sequence numbers start from the configuration at "
             "every start; with keys that were used before, nonces repeat (AES-GCM is then "
             "broken): give every SA fresh keys");
+    // SIGTERM and SIGINT go to the control thread only: they interrupt its wait at once,
+    // and every thread made before it (the state writer) inherits the block.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
     std::unique_ptr<StateKeeper> keeper;
     if (!state_path.empty()) {
         ::mkdir(parent_dir(state_path).c_str(), 0700);
@@ -234,7 +286,10 @@ void run_daemon(const DaemonOptions &o)
         throw Failure(gw.error().message);
     if (keeper)
         keeper->restore_replay(**gw);
-    GatewayHandler handler(**gw, std::move(st.config), keeper.get());
+    auto data = Handoff::create();
+    if (!data)
+        throw Failure(data.error().message);
+    GatewayHandler handler(**gw, std::move(st.config), keeper.get(), **data);
     handler.log_shared_keys();
     st.config = {};         // the handler's copy lives on: a deleted SA's key must not stay here
     auto server = ControlServer::listen(handler, o.socket);
@@ -243,31 +298,42 @@ void run_daemon(const DaemonOptions &o)
     for (const auto &[name, role] : st.ifaces)
         if (auto r = (*gw)->add_iface(name, role); !r)
             log(LogLevel::Error, "%s (from the state file)", r.error().message.c_str());
-    handler.save();
+    handler.save_now();
 
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGINT, &sa, nullptr);
-    signal(SIGPIPE, SIG_IGN);
     log(LogLevel::Info, "running: control socket %s, state %s, crypto %s", o.socket.c_str(),
         state_path.empty() ? "(none)" : state_path.c_str(), o.crypto.c_str());
 
-    // Packets first; the control socket, routing events and completions once a millisecond;
-    // when nothing came in for `spin` rounds, sleep until a socket has something.
+    // The control thread: requests until a stop, then it finishes the one it serves.
+    std::atomic<bool> control_done{false};
+    std::thread control([&] {
+        pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+        while (!g_stop.load(std::memory_order_relaxed)) {
+            try {
+                if (auto r = server->poll_once(100); !r)
+                    log(LogLevel::Warning, "control socket: %s", r.error().message.c_str());
+            } catch (const std::exception &e) {
+                log(LogLevel::Error, "control socket: %s", e.what());
+            }
+        }
+        control_done.store(true, std::memory_order_release);
+    });
+
+    // The data thread. Packets first; handed-over work after every burst; routing events,
+    // completions and the state file once a millisecond; when nothing came in for `spin`
+    // rounds, sleep until a socket (or the handoff) has something. It runs until the control
+    // thread is done, as that may wait for it.
     Gateway &g = **gw;
     uint64_t last_house = 0;
     uint32_t idle = 0;
     std::vector<pollfd> pfds;
-    while (!g_stop) {
+    while (!control_done.load(std::memory_order_acquire)) {
         size_t moved = g.poll_data();
-        uint64_t now = now_ms();
-        if (now != last_house) {
-            last_house = now;
+        (*data)->serve();
+        uint64_t ns = now_ns();
+        if (ns / 1'000'000 != last_house) {
+            last_house = ns / 1'000'000;
             g.housekeeping();
-            if (auto r = server->poll_once(0); !r)
-                log(LogLevel::Warning, "control socket: %s", r.error().message.c_str());
-            handler.tick(now_ns());
+            handler.tick(ns);
         }
         if (moved || ++idle <= o.spin) {
             idle = moved ? 0 : idle;
@@ -278,10 +344,12 @@ void run_daemon(const DaemonOptions &o)
         pfds.clear();
         for (int fd : g.wait_fds())
             pfds.push_back({fd, POLLIN, 0});
+        pfds.push_back({(*data)->fd(), POLLIN, 0});
         ::poll(pfds.data(), pfds.size(), 10);
     }
+    control.join();
     log(LogLevel::Info, "stopping: saving the state");
-    handler.save();
+    handler.save_now();
     g.shutdown(o.detach_on_exit);
 }
 
