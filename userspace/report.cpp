@@ -23,12 +23,40 @@ nlohmann::json counters_json(const Counters &c, bool all_drops)
     return {{"packets", c.packets}, {"bytes", c.bytes}, {"drops", drops}};
 }
 
-nlohmann::json engine_json(const Engine &e) { return engine_json(e, e.stats(), 0); }
+nlohmann::json engine_json(const Engine &e) { return engine_json(sample_engine(e, e.stats(), 0)); }
 
-nlohmann::json engine_json(const Engine &e, const EngineStats &s, uint32_t link_mtu)
+EngineSample sample_engine(const Engine &e, const EngineStats &totals, uint32_t link_mtu)
 {
-    if (!link_mtu)
-        link_mtu = 1500;
+    EngineSample out;
+    out.totals = totals;
+    out.link_mtu = link_mtu ? link_mtu : 1500;
+    const uint64_t now = now_ns();
+    out.sas.reserve(e.sas().all().size());
+    for (const auto &sa : e.sas().all()) {
+        if (!sa)
+            continue;
+        SaSample &s = out.sas.emplace_back();
+        s.sa = sa;
+        s.counters = sa->counters();
+        s.oseq = sa->oseq();
+        s.bound = sa->reservation_bound();
+        s.reserved = sa->reserved();
+        s.replay_top = sa->replay().highest();
+        s.soft_expired = sa->soft_expired();
+        s.hard_expired = sa->hard_expired();
+        if (sa->config().lifetime.has_time()) {
+            s.soft_left = sa->seconds_left(now, false);
+            s.hard_left = sa->seconds_left(now, true);
+        }
+        s.path_mtu = sa->path_mtu();
+        s.tunnel_mtu = sa->inner_mtu(sa->outer_mtu(out.link_mtu));
+    }
+    return out;
+}
+
+nlohmann::json engine_json(const EngineSample &es)
+{
+    const EngineStats &s = es.totals;
     nlohmann::json j = {{"encrypted", s.encrypted}, {"decrypted", s.decrypted},
                         {"passed", s.passed},       {"dropped", s.dropped},
                         {"too_big", s.too_big},
@@ -42,32 +70,28 @@ nlohmann::json engine_json(const Engine &e, const EngineStats &s, uint32_t link_
     }
     j["xfrm_stat"] = xfrm;
     nlohmann::json sas = nlohmann::json::array();
-    const uint64_t now = now_ns();
-    for (const auto &sa : e.sas().all()) {
-        if (!sa)
-            continue;
-        const SaConfig &c = sa->config();
-        nlohmann::json js = counters_json(sa->counters(), false);
+    for (const SaSample &ss : es.sas) {
+        const SaConfig &c = ss.sa->config();
+        nlohmann::json js = counters_json(ss.counters, false);
         js["spi"] = c.spi;
         js["src"] = c.src.str();
         js["dst"] = c.dst.str();
         js["mode"] = c.mode == Mode::Tunnel ? "tunnel" : "transport";
         js["transform"] = c.xf.name();
-        js["crypto"] = std::string(backend_name(sa->backend()));
-        js["oseq"] = sa->oseq();
-        if (sa->reservation_bound())        // the last number the state file lets it send
-            js["oseq_reserved"] = sa->reserved();
-        js["replay_top"] = sa->replay().highest();
-        js["soft_expired"] = sa->soft_expired();
-        js["hard_expired"] = sa->hard_expired();
-        if (c.lifetime.has_time()) {        // seconds to the time limits that are running
-            for (bool hard : {false, true})
-                if (uint64_t left = sa->seconds_left(now, hard); left != UINT64_MAX)
-                    js[hard ? "hard_lifetime_s" : "soft_lifetime_s"] = left;
-        }
-        js["link_mtu"] = link_mtu;
-        js["path_mtu"] = sa->path_mtu();        // 0: none learnt
-        js["tunnel_mtu"] = sa->inner_mtu(sa->outer_mtu(link_mtu));
+        js["crypto"] = std::string(backend_name(ss.sa->backend()));
+        js["oseq"] = ss.oseq;
+        if (ss.bound)                       // the last number the state file lets it send
+            js["oseq_reserved"] = ss.reserved;
+        js["replay_top"] = ss.replay_top;
+        js["soft_expired"] = ss.soft_expired;
+        js["hard_expired"] = ss.hard_expired;
+        if (ss.soft_left != UINT64_MAX)     // seconds to the time limits that are running
+            js["soft_lifetime_s"] = ss.soft_left;
+        if (ss.hard_left != UINT64_MAX)
+            js["hard_lifetime_s"] = ss.hard_left;
+        js["link_mtu"] = es.link_mtu;
+        js["path_mtu"] = ss.path_mtu;       // 0: none learnt
+        js["tunnel_mtu"] = ss.tunnel_mtu;
         sas.push_back(js);
     }
     j["sas"] = sas;

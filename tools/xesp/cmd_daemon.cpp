@@ -85,7 +85,8 @@ public:
 
     std::string stats_json() override
     {
-        return on_data<std::string>([&] { return gw_.stats_json().dump(); });
+        auto sample = on_data<Gateway::Stats>([&] { return gw_.stats_sample(); });
+        return gw_.stats_json(sample).dump();
     }
 
     // On the data thread.

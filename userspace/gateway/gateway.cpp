@@ -126,14 +126,22 @@ Gateway::~Gateway()
     close_ports();
 }
 
+// The smallest MTU of the public interfaces; 0: none known.
+uint32_t Gateway::link_mtu() const
+{
+    uint32_t mtu = 0;
+    for (const auto &i : ifaces_)
+        if (i.role == IfaceRole::Public && i.mtu && (!mtu || i.mtu < mtu))
+            mtu = i.mtu;
+    return mtu;
+}
+
 EngineOptions Gateway::engine_options(bool local) const
 {
     EngineOptions o;
     if (local)
         o.local = local_;
-    for (const auto &i : ifaces_)
-        if (i.role == IfaceRole::Public && i.mtu && (!o.link_mtu || i.mtu < o.link_mtu))
-            o.link_mtu = i.mtu;
+    o.link_mtu = link_mtu();
     // ICMP errors go back to the protected side: answer from an address there.
     auto addrs = interface_addresses();
     for (const auto &i : ifaces_) {

@@ -43,6 +43,7 @@
 #include "userspace/gateway/local_link.h"
 #include "userspace/nexthop.h"
 #include "userspace/pmtu.h"
+#include "userspace/report.h"
 
 namespace xesp {
 
@@ -153,7 +154,18 @@ public:
     // interface goes back to the kernel instead, and with it whatever no policy stops.
     void shutdown(bool detach);
 
-    nlohmann::json stats_json() const;
+    // `xesp stats`: the numbers, copied on the data thread (stats_sample(), no formatting),
+    // and their JSON, made on any thread (with the classifier's counters, read there).
+    struct Stats {
+        EngineSample engine;
+        std::array<uint64_t, size_t(GwCounter::Count)> counters{};
+        std::vector<GatewayIface> ifaces;
+        uint32_t link_mtu = 0;          // 0: no public interface yet
+        XskStats xsk;
+    };
+    Stats stats_sample() const;
+    nlohmann::json stats_json(const Stats &s) const;
+    nlohmann::json stats_json() const { return stats_json(stats_sample()); }
 
     // The configuration it runs, and its SAs: the engine's, one for each of config().sas, in
     // the same order. For the state file (state_keeper.h), on the data thread.
@@ -184,6 +196,7 @@ private:
     Result<void> rebuild_engine();
     void refresh_local_addresses();
     EngineOptions engine_options(bool local = true) const;
+    uint32_t link_mtu() const;
     void rx_one(Port &port);
     bool learn_pmtu(const PmtuReport &r, uint64_t now);
     void take_report(Port &port, Pkt &p, const Classified &c);

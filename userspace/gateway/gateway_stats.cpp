@@ -4,16 +4,41 @@
 
 namespace xesp {
 
-nlohmann::json Gateway::stats_json() const
+Gateway::Stats Gateway::stats_sample() const
 {
-    using nlohmann::json;
+    Stats s;
     EngineStats total = retired_;
     total += engine_->stats();
-    EngineOptions eo = engine_options();
-    json j = engine_json(*engine_, total, eo.link_mtu);
+    s.link_mtu = link_mtu();
+    s.engine = sample_engine(*engine_, total, s.link_mtu);
+    s.counters = counters_;
+    s.ifaces = ifaces_;
+    // The sockets, summed: what the kernel could not hand us counts as lost here.
+    for (const auto &p : ports_) {
+        auto st = p->x.stats();
+        if (!st)
+            continue;
+        s.xsk.rx += st->rx;
+        s.xsk.tx += st->tx;
+        s.xsk.tx_ring_full += st->tx_ring_full;
+        s.xsk.tx_bad += st->tx_bad;
+        s.xsk.fill_short += st->fill_short;
+        s.xsk.rx_dropped += st->rx_dropped;
+        s.xsk.rx_ring_full += st->rx_ring_full;
+        s.xsk.rx_fill_ring_empty += st->rx_fill_ring_empty;
+        s.xsk.rx_invalid_descs += st->rx_invalid_descs;
+        s.xsk.tx_invalid_descs += st->tx_invalid_descs;
+    }
+    return s;
+}
+
+nlohmann::json Gateway::stats_json(const Stats &s) const
+{
+    using nlohmann::json;
+    json j = engine_json(s.engine);
     json gw = json::object();
     for (size_t i = 0; i < kGwCounterNames.size(); i++)
-        gw[std::string(kGwCounterNames[i])] = counters_[i];
+        gw[std::string(kGwCounterNames[i])] = s.counters[i];
     j["gateway"] = gw;
     json xdp = json::object();
     if (auto c = prog_->counters())
@@ -21,7 +46,7 @@ nlohmann::json Gateway::stats_json() const
             xdp[std::string(kXdpCounterNames[i])] = c->v[i];
     j["xdp"] = xdp;
     json ifs = json::array();
-    for (const auto &i : ifaces_) {
+    for (const auto &i : s.ifaces) {
         const char *role = i.role == IfaceRole::Public ? "public" : "protected";
         ifs.push_back({{"name", i.name},
                        {"role", i.local ? "local" : role},
@@ -32,34 +57,18 @@ nlohmann::json Gateway::stats_json() const
             ifs.back()["warning"] = i.warning;
     }
     j["ifaces"] = ifs;
-    j["link_mtu"] = eo.link_mtu;
-    // The sockets, summed: what the kernel could not hand us counts as lost here.
-    XskStats sum;
-    for (const auto &p : ports_) {
-        auto st = p->x.stats();
-        if (!st)
-            continue;
-        sum.rx += st->rx;
-        sum.tx += st->tx;
-        sum.tx_ring_full += st->tx_ring_full;
-        sum.tx_bad += st->tx_bad;
-        sum.fill_short += st->fill_short;
-        sum.rx_dropped += st->rx_dropped;
-        sum.rx_ring_full += st->rx_ring_full;
-        sum.rx_fill_ring_empty += st->rx_fill_ring_empty;
-        sum.rx_invalid_descs += st->rx_invalid_descs;
-        sum.tx_invalid_descs += st->tx_invalid_descs;
-    }
-    j["xsk"] = {{"rx", sum.rx},
-                {"tx", sum.tx},
-                {"drop-rx-ring-full", sum.rx_ring_full},
-                {"drop-rx-other", sum.rx_dropped},
-                {"rx-fill-ring-empty", sum.rx_fill_ring_empty},
-                {"tx-ring-full", sum.tx_ring_full},
-                {"drop-tx-bad", sum.tx_bad},
-                {"fill-short", sum.fill_short},
-                {"rx-invalid-descs", sum.rx_invalid_descs},
-                {"tx-invalid-descs", sum.tx_invalid_descs}};
+    j["link_mtu"] = s.link_mtu;
+    const XskStats &x = s.xsk;
+    j["xsk"] = {{"rx", x.rx},
+                {"tx", x.tx},
+                {"drop-rx-ring-full", x.rx_ring_full},
+                {"drop-rx-other", x.rx_dropped},
+                {"rx-fill-ring-empty", x.rx_fill_ring_empty},
+                {"tx-ring-full", x.tx_ring_full},
+                {"drop-tx-bad", x.tx_bad},
+                {"fill-short", x.fill_short},
+                {"rx-invalid-descs", x.rx_invalid_descs},
+                {"tx-invalid-descs", x.tx_invalid_descs}};
     return j;
 }
 
