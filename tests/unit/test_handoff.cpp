@@ -28,7 +28,7 @@ template <typename F> std::thread data_thread(Handoff &h, std::atomic<bool> &sto
 
 } // namespace
 
-TEST_CASE("a handoff runs the call on the data thread and returns after it", "[handoff]")
+TEST_CASE("a handoff runs the call on the data thread and returns after it", "[handoff][threads]")
 {
     auto h = Handoff::create();
     REQUIRE(h);
@@ -60,7 +60,7 @@ TEST_CASE("a handoff runs the call on the data thread and returns after it", "[h
 }
 
 TEST_CASE("engines built beside the running one take over without restarting its SAs",
-          "[handoff][engine][rebuild]")
+          "[handoff][engine][rebuild][threads]")
 {
     const auto &gcm = all_transforms()[0];
     SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
