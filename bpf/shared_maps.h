@@ -1,6 +1,6 @@
 /* The maps that both programs of the classifier's BPF object use: the XDP classifier
- * (xesp_xdp.bpf.c) and the tc egress program. Each .bpf.c is compiled on its own and the
- * objects are linked into one (`bpftool gen object`, libbpf's static linker; see
+ * (xesp_xdp.bpf.c) and the tc egress program (xesp_tc.bpf.c). Each .bpf.c is compiled on its
+ * own and the objects are linked into one (`bpftool gen object`, libbpf's static linker; see
  * cmake/BpfSkeleton.cmake). The maps here are __weak: every file that includes this header
  * defines them, and the link keeps one of each, which both programs then share (one map,
  * not a copy, in the skeleton). A map only one program uses is defined in that program's file.

@@ -1,5 +1,6 @@
 // The XDP classifier as seen from C++: one RAII type that opens and loads the skeleton of
-// xesp_xdp.bpf.c, sets its read-only knobs, fills its maps and attaches it to interfaces.
+// its BPF object (xesp_xdp.bpf.c, linked with the tc egress program of xesp_tc.bpf.c), sets
+// its read-only knobs, fills its maps and attaches the programs to interfaces.
 // The map layouts are those of xesp_xdp_abi.h, shared with the program and pinned in
 // abi_check.h.
 #pragma once
