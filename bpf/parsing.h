@@ -30,6 +30,9 @@
 #define NEXTHDR_FRAGMENT_ 44
 #define NEXTHDR_DEST_ 60
 #define NEXTHDR_ICMP_ 58
+#define NATT_PORT 4500              /* RFC 3948 */
+#define IKE_PORT 500
+#define ESP_HDR_LEN 8               /* SPI + sequence number */
 
 struct cursor {
     void *pos;

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "bpf/xesp_xdp_abi.h"
+#include "bpf/abi_check.h"
 #include "userspace/result.h"
 #include "userspace/sa_config.h"
 

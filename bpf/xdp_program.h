@@ -1,6 +1,8 @@
 // The XDP classifier as seen from C++: one RAII type that opens and loads the skeleton of
-// xesp_xdp.bpf.c, sets its read-only knobs, fills its maps and attaches it to interfaces.
-// The map layouts are those of xesp_xdp_abi.h, shared with the program.
+// its BPF object (xesp_xdp.bpf.c, linked with the tc egress program of xesp_tc.bpf.c), sets
+// its read-only knobs, fills its maps and attaches the programs to interfaces.
+// The map layouts are those of xesp_xdp_abi.h, shared with the program and pinned in
+// abi_check.h.
 #pragma once
 
 #include <array>
@@ -8,8 +10,8 @@
 #include <memory>
 #include <string_view>
 
+#include "bpf/abi_check.h"
 #include "bpf/policy_tuples.h"
-#include "bpf/xesp_xdp_abi.h"
 #include "userspace/ip.h"
 #include "userspace/result.h"
 #include "userspace/sa_config.h"
@@ -17,16 +19,6 @@
 struct xesp_xdp;    // the bpftool skeleton
 
 namespace xesp {
-
-static_assert(sizeof(xesp_sa_key) == 24);
-static_assert(sizeof(xesp_sa_val) == 8);
-static_assert(sizeof(xesp_tuple) == 48);
-static_assert(sizeof(xesp_tuple_table) == 8 + 48 * XESP_MAX_TUPLES);
-static_assert(sizeof(xesp_policy_key) == 40);
-static_assert(sizeof(xesp_policy_val) == 16);
-static_assert(sizeof(xesp_iface) == 8);
-static_assert(sizeof(xesp_addr_key) == 20);
-static_assert(sizeof(xesp_meta) == 32 && sizeof(xesp_meta) % 4 == 0);
 
 enum class XdpCounter : uint32_t {
 #define XESP_XDP_COUNTER_ENUM(e, name) e = XESP_CTR_##e,

@@ -20,19 +20,23 @@
  *
  * Parsing (bpf/parsing.h) follows xdp-tools' parsing_helpers.h: a cursor, and parse_*
  * helpers that bounds-check and return the next protocol, or a verdict.
+ *
+ * What the gateway's own kernel sends is the tc egress program's (xesp_tc.bpf.c), linked
+ * into the same BPF object and sharing the maps of shared_maps.h.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
-#include <linux/pkt_cls.h>
 #include <linux/udp.h>
 
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #include "bpf/parsing.h"
+#include "bpf/shared_maps.h"
+#include "bpf/spd_lookup.h"
 #include "bpf/xesp_xdp_abi.h"
 
 /* ---- Fixed knobs, set by the loader before load ---------------------------------------- */
@@ -40,7 +44,7 @@
 const volatile __u32 default_role = XESP_ROLE_PROTECTED;   /* interfaces not in `ifaces` */
 const volatile __u32 fib_lookup_enabled = 1;               /* next hop for ENCAP metadata */
 
-/* ---- Maps ------------------------------------------------------------------------------ */
+/* ---- Maps (and those the egress program uses too: shared_maps.h) ---------------------- */
 
 struct {
     __uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -58,85 +62,13 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 262144);                /* the loader resizes it */
-    __type(key, struct xesp_policy_key);
-    __type(value, struct xesp_policy_val);
-} policies SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 2);
-    __type(key, __u32);
-    __type(value, struct xesp_tuple_table);
-} tuple_tables SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, __u32);                       /* index of the live tuple table */
-} tuple_ctl SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 256);
     __type(key, __u32);                         /* ifindex */
     __type(value, struct xesp_iface);
 } ifaces SEC(".maps");
 
-struct {
-    __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 256);
-    __type(key, struct xesp_addr_key);
-    __type(value, __u32);
-} local_addrs SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, __u32);                       /* ifindex; 0: none */
-} local_link SEC(".maps");                      /* where tc egress sends the gateway's own */
-
-struct {
-    __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 16);
-    __type(key, __u64);                         /* socket cookie */
-    __type(value, __u32);
-} own_sockets SEC(".maps");                     /* the daemon's sockets that send ESP */
-
-struct {
-    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, XESP_CTR__COUNT);
-    __type(key, __u32);
-    __type(value, __u64);
-} counters SEC(".maps");
-
-/* ---- Protocol constants ---------------------------------------------------------------- */
-
-#define NATT_PORT 4500              /* RFC 3948 */
-#define IKE_PORT 500
-#define ESP_HDR_LEN 8               /* SPI + sequence number */
-
 /* What a classify step decided: not its kind of packet, or a final verdict. */
 enum step { STEP_CONTINUE = 0, STEP_DONE = 1 };
-
-/* What the policy walk found. */
-struct spd_match {
-    __u64 rank;                     /* of the best exact match; ~0 if none */
-    __u64 shadow_rank;              /* of the best portless shadow (fragments only) */
-    __u32 policy_id;
-    __u8 found;
-    __u8 action;
-    __u8 flags;
-};
-
-static __always_inline void count(__u32 ctr)
-{
-    __u64 *v = bpf_map_lookup_elem(&counters, &ctr);
-    if (v)
-        *v += 1;
-}
 
 static __always_inline int pass(__u32 ctr)
 {
@@ -170,25 +102,10 @@ static __always_inline __u32 flow_hash_5tuple(const struct flow *f)
     return mix(h, f->proto | ((__u32)f->sport << 8 ^ (__u32)f->dport << 16));
 }
 
-static __always_inline int is_local_addr(__u8 family, const __be32 *addr)
-{
-    struct xesp_addr_key k = {.family = family};
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        k.addr[i] = addr[i];
-    return bpf_map_lookup_elem(&local_addrs, &k) != NULL;
-}
-
 /* Addressed to the gateway itself. */
 static __always_inline int is_local(const struct flow *f)
 {
     return is_local_addr(f->family, f->dst);
-}
-
-/* Sent by the gateway itself. */
-static __always_inline int is_local_src(const struct flow *f)
-{
-    return is_local_addr(f->family, f->src);
 }
 
 static __always_inline __u32 iface_role(__u32 ifindex)
@@ -325,93 +242,7 @@ static __always_inline int classify_udp_4500(struct xdp_md *ctx, struct cursor *
     return classify_esp(ctx, c, data, f, 1, local, verdict);
 }
 
-/* ---- Policies -------------------------------------------------------------------------- */
-
-/* One step of the tuple-space search (see xesp_xdp_abi.h), run by bpf_loop so that the
- * verifier checks it once instead of once per tuple. Portless packets look up exact entries
- * only in tuples without ports, and shadows in tuples with ports. */
-struct spd_walk {
-    struct xesp_policy_key k;       /* family, dir and the packet's fields, unmasked */
-    __u32 table;
-    __u8 portless;
-    struct spd_match r;
-};
-
-static long spd_step(__u32 i, void *arg)
-{
-    struct spd_walk *w = arg;
-    struct xesp_tuple_table *tt = bpf_map_lookup_elem(&tuple_tables, &w->table);
-    if (!tt || i >= tt->count)
-        return 1;
-    struct xesp_tuple *t = &tt->t[i & (XESP_MAX_TUPLES - 1)];   /* bpf_loop keeps i < 32 */
-    if (t->best_rank >= w->r.rank)
-        return 1;                       /* sorted: nothing further can win */
-    if (t->family != w->k.family || t->dir != w->k.dir)
-        return 0;
-
-    int ported = t->fields & (XESP_TUPLE_F_SPORT | XESP_TUPLE_F_DPORT);
-    struct xesp_policy_key k = {
-        .tuple = t->id,
-        .family = w->k.family,
-        .dir = w->k.dir,
-        .proto = (t->fields & XESP_TUPLE_F_PROTO) ? w->k.proto : 0,
-    };
-    if (!w->portless) {
-        k.sport = (t->fields & XESP_TUPLE_F_SPORT) ? w->k.sport : 0;
-        k.dport = (t->fields & XESP_TUPLE_F_DPORT) ? w->k.dport : 0;
-    } else if (ported) {
-        k.dir |= XESP_DIR_F_PORTLESS;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        k.src[j] = w->k.src[j] & t->src_mask[j];
-        k.dst[j] = w->k.dst[j] & t->dst_mask[j];
-    }
-    struct xesp_policy_val *v = bpf_map_lookup_elem(&policies, &k);
-    if (!v)
-        return 0;
-    if (w->portless && ported) {
-        if (v->rank < w->r.shadow_rank)
-            w->r.shadow_rank = v->rank;
-    } else if (v->rank < w->r.rank) {
-        w->r.rank = v->rank;
-        w->r.policy_id = v->policy_id;
-        w->r.action = v->action;
-        w->r.flags = v->flags;
-        w->r.found = 1;
-    }
-    return 0;
-}
-
-/* Adds the best match of direction `dir` to *r (ranks only improve). */
-static __always_inline void spd_lookup(const struct flow *f, __u32 dir, struct spd_match *r)
-{
-    __u32 zero = 0;
-    __u32 *live = bpf_map_lookup_elem(&tuple_ctl, &zero);
-    if (!live)
-        return;
-    struct spd_walk w = {
-        .k = {.family = f->family, .dir = dir, .proto = f->proto, .sport = f->sport,
-              .dport = f->dport},
-        .table = *live & 1,
-        .portless = f->fragment,
-        .r = *r,
-    };
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        w.k.src[j] = f->src[j];
-        w.k.dst[j] = f->dst[j];
-    }
-    bpf_loop(XESP_MAX_TUPLES, spd_step, &w, 0);
-    *r = w.r;
-}
-
-static __always_inline void spd_init(struct spd_match *r)
-{
-    __builtin_memset(r, 0, sizeof(*r));
-    r->rank = ~0ULL;
-    r->shadow_rank = ~0ULL;
-}
+/* ---- Plaintext: the policies (spd_lookup.h) -------------------------------------------- */
 
 /* Where the plaintext's route goes, for the encapsulating side. */
 static __always_inline void fib_next_hop(struct xdp_md *ctx, const struct flow *f,
@@ -587,68 +418,3 @@ int xesp_xdp(struct xdp_md *ctx)
 }
 
 char LICENSE[] SEC("license") = "GPL";
-
-/* ---- Egress: plaintext the gateway's own kernel sends ------------------------------------
- *
- * The XDP program sees what arrives. What the kernel itself sends out of a public interface (a
- * process on the gateway, a route from an interface xesp is not attached to) leaves through
- * the qdisc layer, where this program runs; AF_XDP transmissions bypass it. Plaintext that an
- * out policy blocks is dropped. Plaintext it protects cannot be encrypted here: it is sent to
- * the gateway's local link (local_link), a veth whose far end is one of the gateway's
- * protected interfaces, and is dropped if there is none; it never leaves in the clear. Like
- * the XDP program, this stays attached after a crash. */
-SEC("tc")
-int xesp_tc_egress(struct __sk_buff *skb)
-{
-    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256);    /* headers in the linear part */
-    void *data = (void *)(long)skb->data;
-    struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
-    struct flow f;
-    __builtin_memset(&f, 0, sizeof(f));
-
-    int rc = parse_ip(&c, data, &f);
-    if (rc == PARSE_VLAN_DEPTH || rc == PARSE_EXT_DEPTH) {
-        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);      /* cannot tell: fail closed */
-        return TC_ACT_SHOT;
-    }
-    if (rc < 0)
-        return TC_ACT_OK;
-    parse_ports(&c, &f);
-    /* IKE, NAT-T keepalives and ESP (in UDP or not) leave as they are only when the gateway
-     * sends them: made on this host (a socket, so not forwarded, whatever its source address
-     * says) and from one of its addresses, or from the daemon's own sockets (transport-mode
-     * ESP carries the hosts' addresses). Anything else of that shape, forwarded from a
-     * protected host, is plaintext like the rest and goes through the policies. */
-    if (f.proto == IPPROTO_ESP ||
-        (f.proto == IPPROTO_UDP && !f.fragment &&
-         (f.sport == bpf_htons(NATT_PORT) || f.dport == bpf_htons(NATT_PORT) ||
-          f.sport == bpf_htons(IKE_PORT) || f.dport == bpf_htons(IKE_PORT)))) {
-        __u64 cookie = bpf_get_socket_cookie(skb);
-        if (cookie && (is_local_src(&f) || bpf_map_lookup_elem(&own_sockets, &cookie))) {
-            count(XESP_CTR_PASS_EGRESS_OWN);
-            return TC_ACT_OK;
-        }
-    }
-
-    struct spd_match r;
-    spd_init(&r);
-    spd_lookup(&f, XESP_DIR_OUT, &r);
-    if (r.shadow_rank < r.rank || (r.found && r.action == XESP_ACTION_BLOCK)) {
-        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
-        return TC_ACT_SHOT;
-    }
-    if (r.found && (r.flags & XESP_POL_F_TMPL)) {
-        /* Protected: through the gateway's local link, whose far end runs the XDP program as
-         * a protected interface and hands it to the gateway to encrypt. Without that link
-         * (no gateway running) it is dropped, never sent in the clear. */
-        __u32 zero = 0;
-        __u32 *link = bpf_map_lookup_elem(&local_link, &zero);
-        if (link && *link) {
-            count(XESP_CTR_EGRESS_LOCAL);
-            return bpf_redirect(*link, 0);
-        }
-        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
-        return TC_ACT_SHOT;
-    }
-    return TC_ACT_OK;
-}

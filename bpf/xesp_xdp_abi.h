@@ -1,7 +1,8 @@
-/* The ABI between the XDP classifier (xesp_xdp.bpf.c) and its loader (xdp_program.h): map
- * keys and values, the metadata handed to userspace in front of each redirected frame, and
- * the counters. Included by both sides; plain fixed-width fields only, no padding the
- * compiler chooses (the C++ side pins every size with static_assert).
+/* The ABI between the XDP classifier (xesp_xdp.bpf.c), the tc egress program (xesp_tc.bpf.c)
+ * and their loader (xdp_program.h): map keys and values, the metadata handed to userspace in
+ * front of each redirected frame, and the counters. Included by both sides; plain fixed-width
+ * fields only, no padding the compiler chooses. C++ includes it through abi_check.h, which
+ * pins every size and offset and the values C++ passes by cast.
  *
  * Addresses are in network byte order. An IPv4 address sits in word 0 of a 4-word array and
  * words 1-3 are zero, so one key layout serves both families.

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "bpf/xesp_xdp_abi.h"
+#include "bpf/abi_check.h"
 #include "userspace/icmp.h"
 #include "userspace/wire.h"
 
@@ -563,8 +563,6 @@ void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t 
         n -= k;
     }
 }
-
-static_assert(sizeof(xesp_meta) == 32);
 
 bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c)
 {

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "bpf/xesp_xdp_abi.h"
+#include "bpf/abi_check.h"
 #include "tests/unit/esp_fixture.h"
 
 using namespace xesp;

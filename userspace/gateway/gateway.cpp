@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "bpf/xesp_xdp_abi.h"
+#include "bpf/abi_check.h"
 #include "userspace/fragment.h"
 #include "userspace/wire.h"
 #include "userspace/log.h"

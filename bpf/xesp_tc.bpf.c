@@ -1,0 +1,107 @@
+/* The gateway's egress guard: plaintext that the gateway's own kernel sends.
+ *
+ * The XDP program (xesp_xdp.bpf.c) sees what arrives. What the kernel itself sends out of a
+ * public interface (a process on the gateway, a route from an interface xesp is not attached
+ * to) leaves through the qdisc layer, where this program runs; AF_XDP transmissions bypass it.
+ * Plaintext that an out policy blocks is dropped. Plaintext it protects cannot be encrypted
+ * here: it is sent to the gateway's local link (local_link), a veth whose far end is one of
+ * the gateway's protected interfaces, and is dropped if there is none; it never leaves in the
+ * clear. Like the XDP program, this stays attached after a crash.
+ *
+ * This file is compiled on its own and linked with xesp_xdp.bpf.c into one BPF object (see
+ * shared_maps.h): the policies, local addresses and counters it reads are the very maps the
+ * XDP program uses and the loader fills.
+ */
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "bpf/parsing.h"
+#include "bpf/shared_maps.h"
+#include "bpf/spd_lookup.h"
+#include "bpf/xesp_xdp_abi.h"
+
+/* ---- Maps (and those the XDP program uses too: shared_maps.h) ------------------------- */
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u32);                       /* ifindex; 0: none */
+} local_link SEC(".maps");                      /* where tc egress sends the gateway's own */
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16);
+    __type(key, __u64);                         /* socket cookie */
+    __type(value, __u32);
+} own_sockets SEC(".maps");                     /* the daemon's sockets that send ESP */
+
+/* Sent by the gateway itself. */
+static __always_inline int is_local_src(const struct flow *f)
+{
+    return is_local_addr(f->family, f->src);
+}
+
+/* ---- The program ----------------------------------------------------------------------- */
+
+SEC("tc")
+int xesp_tc_egress(struct __sk_buff *skb)
+{
+    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256);    /* headers in the linear part */
+    void *data = (void *)(long)skb->data;
+    struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
+    struct flow f;
+    __builtin_memset(&f, 0, sizeof(f));
+
+    int rc = parse_ip(&c, data, &f);
+    if (rc == PARSE_VLAN_DEPTH || rc == PARSE_EXT_DEPTH) {
+        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);      /* cannot tell: fail closed */
+        return TC_ACT_SHOT;
+    }
+    if (rc < 0)
+        return TC_ACT_OK;
+    parse_ports(&c, &f);
+    /* IKE, NAT-T keepalives and ESP (in UDP or not) leave as they are only when the gateway
+     * sends them: made on this host (a socket, so not forwarded, whatever its source address
+     * says) and from one of its addresses, or from the daemon's own sockets (transport-mode
+     * ESP carries the hosts' addresses). Anything else of that shape, forwarded from a
+     * protected host, is plaintext like the rest and goes through the policies. */
+    if (f.proto == IPPROTO_ESP ||
+        (f.proto == IPPROTO_UDP && !f.fragment &&
+         (f.sport == bpf_htons(NATT_PORT) || f.dport == bpf_htons(NATT_PORT) ||
+          f.sport == bpf_htons(IKE_PORT) || f.dport == bpf_htons(IKE_PORT)))) {
+        __u64 cookie = bpf_get_socket_cookie(skb);
+        if (cookie && (is_local_src(&f) || bpf_map_lookup_elem(&own_sockets, &cookie))) {
+            count(XESP_CTR_PASS_EGRESS_OWN);
+            return TC_ACT_OK;
+        }
+    }
+
+    struct spd_match r;
+    spd_init(&r);
+    spd_lookup(&f, XESP_DIR_OUT, &r);
+    if (r.shadow_rank < r.rank || (r.found && r.action == XESP_ACTION_BLOCK)) {
+        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
+        return TC_ACT_SHOT;
+    }
+    if (r.found && (r.flags & XESP_POL_F_TMPL)) {
+        /* Protected: through the gateway's local link, whose far end runs the XDP program as
+         * a protected interface and hands it to the gateway to encrypt. Without that link
+         * (no gateway running) it is dropped, never sent in the clear. */
+        __u32 zero = 0;
+        __u32 *link = bpf_map_lookup_elem(&local_link, &zero);
+        if (link && *link) {
+            count(XESP_CTR_EGRESS_LOCAL);
+            return bpf_redirect(*link, 0);
+        }
+        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
+        return TC_ACT_SHOT;
+    }
+    return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "GPL";
