@@ -57,7 +57,10 @@ for c in qemu-system-x86_64:qemu-system-x86 /bin/busybox:busybox-static; do
         exit 77
     }
 done
-/bin/busybox --list | grep -qx insmod || {
+# The list is read whole first: with pipefail, grep -q closing the pipe early kills busybox
+# with SIGPIPE and the check fails at random.
+applets=$(/bin/busybox --list)
+grep -qx insmod <<<"$applets" || {
     echo "$PROG: /bin/busybox has no insmod; install busybox-static" >&2
     exit 77
 }
