@@ -3,7 +3,10 @@
 // over without restarting them: the sequence numbers the data thread sends go on, none twice.
 #include <catch2/catch.hpp>
 
+#include <poll.h>
+
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 
@@ -39,23 +42,50 @@ TEST_CASE("a handoff runs the call on the data thread and returns after it", "[h
     data_id = t.get_id();
     for (int i = 0; i < 100; i++) {
         std::thread::id ran_on;
-        uint64_t seen = 0;
+        bool done_before_return = false;
         (*h)->call([&] {
             ran_on = std::this_thread::get_id();
-            seen = rounds.load();
+            done_before_return = true;
         });
         CHECK(ran_on == data_id);
-        CHECK(seen > 0);
+        CHECK(done_before_return);
     }
     SECTION("what the call throws reaches the caller, and the data thread goes on")
     {
         CHECK_THROWS_AS((*h)->call([] { throw std::runtime_error("refused"); }),
                         std::runtime_error);
-        uint64_t before = rounds.load();
-        (*h)->call([] {});
-        CHECK(rounds.load() >= before);
+        std::thread::id ran_on;
+        (*h)->call([&] { ran_on = std::this_thread::get_id(); });
+        CHECK(ran_on == data_id);
     }
     stop = true;
+    t.join();
+}
+
+TEST_CASE("a call wakes a data thread that sleeps in poll(), and leaves nothing to wake it again",
+          "[handoff][threads]")
+{
+    auto h = Handoff::create();
+    REQUIRE(h);
+    std::atomic<bool> stop{false};
+    std::atomic<int> wakeups{0};
+    std::thread t([&] {
+        while (!stop.load()) {
+            pollfd p{(*h)->fd(), POLLIN, 0};
+            if (::poll(&p, 1, 10'000) > 0)         // ten seconds: only a call wakes it
+                wakeups++;
+            (*h)->serve();
+        }
+    });
+    for (int i = 0; i < 20; i++) {
+        auto t0 = std::chrono::steady_clock::now();
+        (*h)->call([] {});
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+        pollfd p{(*h)->fd(), POLLIN, 0};
+        CHECK(::poll(&p, 1, 0) == 0);               // the counter was emptied
+    }
+    CHECK(wakeups.load() >= 20);
+    (*h)->call([&] { stop = true; });              // set on the data thread: no call is lost
     t.join();
 }
 

@@ -43,9 +43,12 @@ void Handoff::call(const std::function<void()> &fn)
 
 void Handoff::run()
 {
+    // The caller holds mu_ from setting pending_ to writing the eventfd: once we have the
+    // lock, the write is done and this read empties the counter (it must not stay readable,
+    // or an idle data thread's poll() would return at once, round after round).
+    std::lock_guard<std::mutex> lk(mu_);
     uint64_t events;
     (void)!::read(efd_, &events, sizeof events);
-    std::lock_guard<std::mutex> lk(mu_);
     pending_.store(false, std::memory_order_relaxed);
     try {
         (*fn_)();

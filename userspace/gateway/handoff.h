@@ -8,7 +8,8 @@
 //                                          serve(): runs fn, says done
 //   ... returns                            goes on with the next burst
 //
-// One call at a time: callers queue on a mutex. The data thread never waits for anybody.
+// One call at a time: callers queue on a mutex. The data thread waits for nobody but a
+// caller between posting its call and starting to wait for it (microseconds).
 #pragma once
 
 #include <atomic>
