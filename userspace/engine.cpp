@@ -104,6 +104,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
             sa = std::move(*made);
             if (options.on_expire)
                 sa->on_expire(options.on_expire);
+            if (options.hold_new)
+                sa->hold();
             Sa *kept = prev ? prev->sas_.find_in(c.dst, c.spi) : nullptr;
             if (kept && same_keys(kept->config(), c))
                 e->inherit_.emplace_back(sa.get(), prev->sas_.all()[prev->sas_.id_of(*kept)]);

@@ -75,6 +75,9 @@ struct EngineOptions {
     std::optional<std::vector<IpAddr>> local;
     // Told when an SA crosses a lifetime limit (Sa::on_expire), for every SA create() makes.
     Sa::ExpireFn on_expire;
+    // Every SA create() makes is held (Sa::hold): it sends nothing until its owner binds a
+    // sequence reservation (the daemon's state file, state_keeper.h).
+    bool hold_new = false;
 };
 
 // What the XDP classifier found for a packet: the gateway translates struct xesp_meta

@@ -33,8 +33,6 @@ EngineSample sample_engine(const Engine &e, const EngineStats &totals, uint32_t 
     const uint64_t now = now_ns();
     out.sas.reserve(e.sas().all().size());
     for (const auto &sa : e.sas().all()) {
-        if (!sa)
-            continue;
         SaSample &s = out.sas.emplace_back();
         s.sa = sa;
         s.counters = sa->counters();

@@ -4,8 +4,10 @@
 // engine's ids are indexes into the configuration, which shift when an entry is deleted, so
 // the maps carry ids of their own instead: slots, given once per SA (by destination and SPI)
 // and per policy (by selector, direction and everything else it says), never reused. A frame
-// classified a moment before a change then names a slot that no longer exists, and is dropped
-// as having no state, rather than being taken for another SA or policy.
+// classified by an entry that is not live on the data thread (written a moment before the
+// engine that knows it, or kept a moment after) names a slot the live tables do not have:
+// the gateway then has the engine look the packet up itself (`reclassified`), rather than
+// take it for another SA or policy, or drop it.
 //
 // A change is made in three steps, so that no packet ever finds neither the old nor the new
 // entry of something that stays:

@@ -33,7 +33,6 @@ static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler
 
 void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
 
-
 // The control requests, on the control thread. A change is built there and handed to the
 // data thread (Gateway::prepare, install, finish); every change is written to the state file
 // before it is answered, and a new SA sends nothing until then. What only the data thread may
@@ -114,7 +113,7 @@ protected:
         data_.call([&] {
             gw_.install(**ch);
             if (keeper_)
-                ticket = keeper_->request_save(gw_, now_ns());
+                ticket = keeper_->request_save(gw_);
         });
         gw_.finish(std::move(*ch));
         auto r = ConfigHandler::commit(std::move(next));
@@ -139,7 +138,7 @@ private:
         data_.call([&] {
             r = change();
             if (r && keeper_)
-                ticket = keeper_->request_save(gw_, now_ns());
+                ticket = keeper_->request_save(gw_);
         });
         if (!r)
             return r.error();
@@ -174,7 +173,6 @@ private:
     Handoff &data_;
     std::string warned_;            // shared_key_warnings() as last logged
 };
-
 
 // What to start with: the state file (a restart) and/or the config file.
 Result<GatewayState> initial_state(const DaemonOptions &o, const StateKeeper *keeper)
@@ -314,6 +312,7 @@ Result<void> run_daemon(const DaemonOptions &o)
     go.ring_size = o.ring_size;
     go.busy_poll = o.busy_poll;
     go.pmtu_expires_s = o.pmtu_expires;
+    go.hold_new_sas = *keeper != nullptr;
     auto gw = Gateway::create(st->config, go);
     if (!gw)
         return gw.error();

@@ -162,6 +162,7 @@ EngineOptions Gateway::engine_options(bool local) const
 Result<std::unique_ptr<Engine>> Gateway::build_engine(const Config &next, bool local) const
 {
     EngineOptions o = engine_options(local);
+    o.hold_new = options_.hold_new_sas;
     o.on_expire = [](const Sa &sa, bool hard) {
         log(hard ? LogLevel::Warning : LogLevel::Notice, "%s: %s lifetime reached%s",
             sa_label(sa.config()).c_str(), hard ? "hard" : "soft",
@@ -306,8 +307,8 @@ void Gateway::rx_one(Port &port)
         __builtin_prefetch(d - sizeof(xesp_meta), 1);
         __builtin_prefetch(d + 64, 1);
     }
-    Pkt *answers[kBurst];
-    size_t k = 0, na = 0;
+    Pkt *answers[kBurst], *again[kBurst];
+    size_t k = 0, na = 0, nagain = 0;
     bool big = false;                   // a packet prefragment() may have to split
     const uint32_t split = split_mtu();
     for (size_t i = 0; i < n; i++) {
@@ -332,6 +333,13 @@ void Gateway::rx_one(Port &port)
             continue;
         }
         c.id = c.kind == Classified::Decap ? ids_->sa.find(c.id) : ids_->policy.find(c.id);
+        if (c.id == Engine::kNoId) {
+            // Classified by an entry that a change has written and not yet made live, or
+            // made live and not yet deleted (classifier_sync.h): the engine looks it up
+            // again in the tables it has, so a change loses no packet.
+            again[nagain++] = &pkts[i];
+            continue;
+        }
         big |= may_split(pkts[i], c, split);
         ready[k++] = &pkts[i];
     }
@@ -345,6 +353,11 @@ void Gateway::rx_one(Port &port)
         size_t m = prefragment(port, split, ready, cls, k, pieces, all, all_cls);
         engine_->process_classified(all, all_cls, m);
         transmit(port, all, m);
+    }
+    if (nagain) {
+        count(GwCounter::Reclassified, nagain);
+        engine_->process(again, nagain);
+        transmit(port, again, nagain);
     }
     if (na)
         transmit(port, answers, na);

@@ -57,6 +57,7 @@ namespace xesp {
     X(RxKernel, "rx-reassembled", false)        /* ESP the kernel reassembled */            \
     X(RxKernelTooBig, "drop-rx-reassembled-too-big", true) /* over a frame: not cut */     \
     X(RxNoMeta, "drop-rx-no-metadata", true)    /* redirected without classification */     \
+    X(Reclassified, "reclassified", false)      /* its slot not live yet, or no longer */   \
     X(TxRingFull, "drop-tx-ring-full", true)                                                \
     X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */  \
     X(TxTooBig, "drop-tx-too-big", true)        /* over the egress MTU, not fragmentable */ \
@@ -94,6 +95,7 @@ struct GatewayOptions {
     uint32_t ring_size = kDefaultRingSize;  // each RX, TX, fill and completion ring
     bool busy_poll = false;
     uint32_t pmtu_expires_s = kPmtuExpiresSeconds;  // how long a learnt path MTU lasts
+    bool hold_new_sas = false;      // EngineOptions::hold_new: a state file binds them
 };
 
 struct GatewayIface {
@@ -217,7 +219,7 @@ private:
     std::unique_ptr<ClassifierSync> sync_;          // the changing thread's
     std::unique_ptr<ClassifierSync::Ids> ids_;      // the data thread's: live with engine_
     std::unique_ptr<Engine> engine_;
-    EngineStats retired_;           // what engines replaced by apply() had counted
+    EngineStats retired_;           // what the engines replaced by install() had counted
     std::unique_ptr<NextHops> hops_;
     KernelEspInput kernel_esp_;
     bool kernel_esp_ok_ = false;

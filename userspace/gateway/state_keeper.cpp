@@ -112,7 +112,7 @@ GatewayState StateKeeper::plan(Job &job, std::vector<Grant> &grants)
         uint64_t reserved = s.fresh ? oseq : s.reserved;
         uint64_t last = std::max(reserved, reservation_target(oseq, t.rate, limit, policy_));
         ledger_.record(t.fp, last);
-        grants.push_back({s.serial, start, last,
+        grants.push_back({std::move(s.sa), start, last,
                           reservation_low_water(oseq, last, t.rate, limit, policy_)});
         sc.oseq = uint32_t(last);
         sc.oseq_hi = uint32_t(last >> 32);
@@ -170,10 +170,11 @@ StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now)
     for (size_t i = 0; i < sas.size(); i++) {
         Sa &sa = *sas[i];
         Sample &s = job.sas[i];
+        s.sa = sas[i];
         s.serial = sa.serial();
         s.fresh = !sa.reservation_bound();
         if (s.fresh)
-            sa.hold();
+            sa.hold();              // held since it was made, when the gateway holds new SAs
         s.oseq = sa.oseq();
         s.reserved = sa.reserved();
         s.has_window = sa.replay().window() != 0;
@@ -186,14 +187,6 @@ StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now)
         if (!i.local)                   // made afresh at each start
             job.ifaces.emplace_back(i.name, i.role);
     return job;
-}
-
-// New SAs send nothing until the next write gives them their start.
-void StateKeeper::hold_new(Gateway &gw)
-{
-    for (const auto &sa : gw.sas())
-        if (!sa->reservation_bound())
-            sa->hold();
 }
 
 void StateKeeper::start(Job job)
@@ -209,7 +202,7 @@ void StateKeeper::start(Job job)
 
 // The write in flight is done: its bounds go to the SAs still running, or, if it failed,
 // nothing changes and the SAs stop at the bounds they have (new ones stay held).
-void StateKeeper::finish(Gateway &gw, const Result<void> &r, std::vector<Grant> &grants)
+void StateKeeper::finish(const Result<void> &r, std::vector<Grant> &grants)
 {
     busy_ = false;
     {
@@ -229,31 +222,16 @@ void StateKeeper::finish(Gateway &gw, const Result<void> &r, std::vector<Grant> 
     if (failing_)
         log(LogLevel::Notice, "state file %s written again", path_.c_str());
     failing_ = false;
-    auto give = [&](Sa &sa, const Grant &g) {
-        if (!sa.reservation_bound())
-            sa.bind_reservation(g.start, &wake_);
-        sa.reserve_to(g.last, g.low_water);
-    };
-    // The SAs are usually those sampled, in the same order; after a change, by serial.
-    const auto &sas = gw.sas();
-    bool same = sas.size() == grants.size();
-    for (size_t i = 0; same && i < sas.size(); i++)
-        same = sas[i]->serial() == grants[i].serial;
-    if (same) {
-        for (size_t i = 0; i < sas.size(); i++)
-            give(*sas[i], grants[i]);
-        return;
-    }
-    std::unordered_map<uint64_t, const Grant *> by_serial;
-    by_serial.reserve(grants.size());
+    // An SA deleted since it was sampled is gone: its grant goes nowhere.
     for (const Grant &g : grants)
-        by_serial[g.serial] = &g;
-    for (const auto &sa : sas)
-        if (auto it = by_serial.find(sa->serial()); it != by_serial.end())
-            give(*sa, *it->second);
+        if (std::shared_ptr<Sa> sa = g.sa.lock()) {
+            if (!sa->reservation_bound())
+                sa->bind_reservation(g.start, &wake_);
+            sa->reserve_to(g.last, g.low_water);
+        }
 }
 
-Result<void> StateKeeper::wait_idle(Gateway &gw)
+Result<void> StateKeeper::wait_idle()
 {
     if (!busy_)
         return {};
@@ -266,21 +244,15 @@ Result<void> StateKeeper::wait_idle(Gateway &gw)
         result_.reset();
         grants.swap(grants_);
     }
-    finish(gw, r, grants);
+    finish(r, grants);
     return r;
 }
 
-uint64_t StateKeeper::request_save(Gateway &gw, uint64_t now)
+uint64_t StateKeeper::request_save(Gateway &gw)
 {
     config_ = gw.config_ptr();
-    uint64_t ticket = ++requested_;
-    if (busy_) {
-        hold_new(gw);
-        want_ = true;
-    } else {
-        start(sample(gw, now));
-    }
-    return ticket;
+    want_ = true;                   // tick() starts the write, after the one in flight
+    return ++requested_;
 }
 
 Result<void> StateKeeper::wait_saved(uint64_t ticket)
@@ -294,12 +266,12 @@ Result<void> StateKeeper::wait_saved(uint64_t ticket)
 
 Result<void> StateKeeper::save_now(Gateway &gw)
 {
-    (void)wait_idle(gw);
+    (void)wait_idle();
+    request_save(gw);
     want_ = false;
     uint64_t now = now_ns();
-    uint64_t ticket = request_save(gw, now);
-    (void)ticket;
-    auto r = wait_idle(gw);
+    start(sample(gw, now));
+    auto r = wait_idle();
     retry_at_ = r ? 0 : now + kRetryNs;
     return r;
 }
@@ -325,7 +297,7 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
         }
         if (!r)
             return;
-        finish(gw, *r, grants);
+        finish(*r, grants);
         if (!*r)
             retry_at_ = now + kRetryNs;
     }

@@ -17,8 +17,8 @@
 //           failure keep the old ones: the SAs
 //           stop at them
 //
-// A new SA is held (Sa::hold: it sends nothing) from the moment the data thread first sees it
-// until a write records its start, the higher of its configured counter and the ledger's
+// A new SA is held (Sa::hold: it sends nothing) from the moment it is made (the gateway makes
+// them held) until a write records its start, the higher of its configured counter and the ledger's
 // record for its key. A bound is oseq + max(min_ahead, 4 s at the SA's rate) and the
 // low-water mark sits 2 s at that rate (or min_ahead / 2) below it, so under load the file is
 // rewritten about every two seconds per busy SA and an SA never waits for it. A configuration
@@ -63,10 +63,10 @@ public:
     // each SA the file had configured the same way, then forgets what was loaded (keys too).
     void restore_replay(Gateway &gw);
 
-    // After every change of configuration or interfaces, on the data thread: holds every new
-    // SA at its reservation (it sends nothing yet) and starts a write, or asks for one after
-    // the write in flight. Returns a ticket for wait_saved(); tick() carries the write on.
-    uint64_t request_save(Gateway &gw, uint64_t now);
+    // After every change of configuration or interfaces, on the data thread: asks for a
+    // write, which tick() starts (after the one in flight, if any). Returns a ticket for
+    // wait_saved(). New SAs must be held meanwhile (GatewayOptions::hold_new_sas).
+    uint64_t request_save(Gateway &gw);
     // On another thread: waits until a write that covers `ticket` is done; its result.
     Result<void> wait_saved(uint64_t ticket);
     // request_save() and wait_saved() in one, for the data thread while nothing else runs
@@ -78,6 +78,7 @@ public:
 private:
     // One SA as the data thread saw it, in the order of the configuration's SAs.
     struct Sample {
+        std::weak_ptr<Sa> sa;
         uint64_t serial = 0;
         uint64_t oseq = 0, reserved = 0;
         bool fresh = false;         // not bound yet: held, its start comes from the ledger
@@ -93,7 +94,8 @@ private:
         uint64_t ticket = 0;        // covers the requests up to this one
     };
     struct Grant {
-        uint64_t serial, start, last, low_water;   // start: for a fresh SA, else 0
+        std::weak_ptr<Sa> sa;
+        uint64_t start, last, low_water;    // start: for a fresh SA, else 0
     };
     struct Track {                  // the writer's, by SA serial
         KeyFingerprint fp{};
@@ -104,10 +106,9 @@ private:
 
     StateKeeper(std::string path, PrivateFileLock lock, const ReservePolicy &policy);
     Job sample(Gateway &gw, uint64_t now);
-    void hold_new(Gateway &gw);
     void start(Job job);
-    void finish(Gateway &gw, const Result<void> &r, std::vector<Grant> &grants);
-    Result<void> wait_idle(Gateway &gw);
+    void finish(const Result<void> &r, std::vector<Grant> &grants);
+    Result<void> wait_idle();
     uint64_t activity(const Gateway &gw) const;
     void writer();
     GatewayState plan(Job &job, std::vector<Grant> &grants);    // on the writer thread
