@@ -192,43 +192,24 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
 {
     *sa = nullptr;
     uint8_t *ip = p.ip();
-    IpAddr dst;
-    uint32_t off;
-    uint8_t proto;
-    bool frag;
-    if (p.len >= kIpv4Len && (ip[0] >> 4) == 4) {
-        off = uint32_t(ip[0] & 0x0f) * 4;
-        uint32_t total = get16(ip + 2);
-        proto = ip[9];
-        if (off < kIpv4Len || total < off || total > p.len)
-            return bad_length(p, proto);
-        p.len = total;                  // drop link-layer padding
-        dst = IpAddr::v4(ip + 16);
-        // ESP fragments are reassembled by the kernel first. All other fragments, UDP ones
-        // too (ESP in UDP or not, only the first one has ports), go to the SPD: a protected
-        // flow's fragments must not leave in the clear.
-        frag = get16(ip + 6) & 0x3fff;
-        if (frag && proto == kProtoEsp)
-            return Dirn::None;
-    } else if (p.len >= kIpv6Len && (ip[0] >> 4) == 6) {
-        uint32_t total = kIpv6Len + get16(ip + 4);
-        if (total > p.len)
-            return bad_length(p, ip[6]);
-        p.len = total;
-        uint32_t nh_off;
-        off = ipv6_unfragmentable_len(ip, p.len, &nh_off);
-        if (!off)
-            return Dirn::None;
-        proto = ip[nh_off];
-        frag = proto == kProtoIpv6Frag;
-        dst = IpAddr::v6(ip + 24);
-    } else {
+    IpHeader h;
+    IpParse st = parse_ip(ip, p.len, &h);
+    if (st == IpParse::NotIp)
         return Dirn::None;
-    }
-
-    if (proto == kProtoEsp)
-        return classify_esp(p, ip, off, false, dst, sa);
-    if (!frag && proto == kProtoUdp && off + kUdpLen <= p.len &&
+    if (!lengths_ok(st))
+        return bad_length(p, h.proto);
+    p.len = h.total;                    // drop link-layer padding
+    if (st != IpParse::Ok)
+        return Dirn::None;              // IPv6 extension headers cut short: the kernel's
+    // ESP fragments are reassembled by the kernel first. All other fragments, UDP ones too
+    // (ESP in UDP or not, only the first one has ports), go to the SPD: a protected flow's
+    // fragments must not leave in the clear.
+    if (h.fragment && h.proto == kProtoEsp)
+        return Dirn::None;
+    const uint32_t off = h.l4_off;
+    if (h.proto == kProtoEsp)
+        return classify_esp(p, ip, off, false, h.dst(), sa);
+    if (!h.fragment && h.proto == kProtoUdp && off + kUdpLen <= p.len &&
         get16(ip + off + 2) == kNatTPort) {
         uint32_t payload = p.len - off - kUdpLen;
         const uint8_t *d = ip + off + kUdpLen;
@@ -242,14 +223,11 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
         }
         if (payload == 0)
             return Dirn::None;
-        return classify_esp(p, ip, off + kUdpLen, true, dst, sa);
+        return classify_esp(p, ip, off + kUdpLen, true, h.dst(), sa);
     }
 
     FlowKey flow;
-    if (!parse_flow(ip, p.len, &flow))
-        return Dirn::None;
-    if (flow.fragment && flow.proto == kProtoEsp)
-        return Dirn::None;              // as for IPv4: the kernel reassembles ESP first
+    flow_from_header(h, &flow);
     bool unsure = false;
     const PolicyConfig *pol = spd_.lookup(Dir::Out, flow, &unsure);
     if (unsure && !(pol && pol->tmpl)) {
@@ -324,7 +302,7 @@ bool Engine::too_big(Sa &sa, Pkt &p)
     uint32_t fits = sa.inner_mtu(mtu);
     if (p.len <= fits || may_fragment(p))
         return false;
-    bool v4 = (p.ip()[0] >> 4) == 4;
+    bool v4 = ip_version(p.ip()) == 4;
     IpAddr from = v4 ? options_.icmp_src4 : options_.icmp_src6;
     if (!from.family)
         from = sa.config().src;
@@ -428,43 +406,24 @@ void Engine::process(Pkt *const *pkts, size_t n)
     }
 }
 
-// The length of the IP datagram in p per its own header, and in *hdr_len the length of that
-// header (IPv6: without extension headers); 0 if the header is not IP or its lengths lie.
-static uint32_t ip_datagram_len(const Pkt &p, uint32_t *hdr_len)
-{
-    const uint8_t *ip = p.ip();
-    if (p.len >= kIpv4Len && (ip[0] >> 4) == 4) {
-        uint32_t hl = uint32_t(ip[0] & 0x0f) * 4, total = get16(ip + 2);
-        *hdr_len = hl;
-        return hl >= kIpv4Len && total >= hl && total <= p.len ? total : 0;
-    }
-    if (p.len >= kIpv6Len && (ip[0] >> 4) == 6) {
-        uint32_t total = kIpv6Len + get16(ip + 4);
-        *hdr_len = kIpv6Len;
-        return total <= p.len ? total : 0;
-    }
-    return 0;
-}
-
 // ESP the classifier matched to SA c.id. The id is checked against the packet's own
 // (destination, SPI), the key it was found by: an id from before a reload may name another
 // SA now, or none.
 Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
 {
-    uint32_t hl = 0, total = ip_datagram_len(p, &hl);
-    if (!total || c.l4 < hl) {
+    IpHeader h;
+    if (!lengths_ok(parse_ip(p.ip(), p.len, &h)) || c.l4 < h.hdr_len) {
         p.set_drop(Drop::InBadLength);
         return Dirn::None;
     }
-    p.len = total;                      // drop link-layer padding
+    p.len = h.total;                    // drop link-layer padding
     if (c.l4 + kEspHdrLen > p.len) {
         p.set_drop(Drop::InTruncated);
         return Dirn::None;
     }
     const uint8_t *ip = p.ip();
     Sa *s = sas_.by_id(c.id);
-    if (!s || s->config().spi != get32(ip + c.l4) ||
-        s->config().dst != ((ip[0] >> 4) == 6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16))) {
+    if (!s || s->config().spi != get32(ip + c.l4) || s->config().dst != h.dst()) {
         p.set_drop(Drop::InNoStates);
         return Dirn::None;
     }
@@ -481,20 +440,16 @@ Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
     return Dirn::Decap;
 }
 
-// Plaintext the classifier matched to out policy c.id: its SA, from the cache when the
-// template names both addresses, else found with the packet's addresses (transport mode).
-// The SA that out policy `id` (pol) protects p with: the one its template names, found at
-// create(), or for a transport template without addresses the one for p's own addresses.
-// p must hold a whole IP header.
-Sa *Engine::out_sa(uint32_t id, const PolicyConfig &pol, const Pkt &p)
+// The SA that out policy `id` (pol) protects a packet with: the one its template names, found
+// at create(), or for a transport template without addresses the one for the packet's own
+// addresses (from h, its IP header).
+Sa *Engine::out_sa(uint32_t id, const PolicyConfig &pol, const IpHeader &h)
 {
     if (Sa *sa = policy_sa_[id]; sa || (pol.tmpl->src.family && pol.tmpl->dst.family))
         return sa;
-    const uint8_t *ip = p.ip();
     FlowKey flow;
-    bool v6 = (ip[0] >> 4) == 6;
-    flow.src = v6 ? IpAddr::v6(ip + 8) : IpAddr::v4(ip + 12);
-    flow.dst = v6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16);
+    flow.src = h.src();
+    flow.dst = h.dst();
     return sas_.find_out(*pol.tmpl, flow);
 }
 
@@ -511,13 +466,13 @@ Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
     }
     if (!pol->tmpl)
         return Dirn::None;              // bypass
-    uint32_t hl = 0, total = ip_datagram_len(p, &hl);
-    if (!total) {
+    IpHeader h;
+    if (!lengths_ok(parse_ip(p.ip(), p.len, &h))) {
         p.set_drop(Drop::OutBadInner);
         return Dirn::None;
     }
-    p.len = total;
-    *sa = out_sa(c.id, *pol, p);
+    p.len = h.total;
+    *sa = out_sa(c.id, *pol, h);
     if (!*sa) {
         // Fail closed: the policy says protect, and there is nothing to protect it with.
         p.set_drop(Drop::OutNoStates);
@@ -533,10 +488,10 @@ uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
     const PolicyConfig *pol = spd_.by_id(c.id);
     if (!pol || pol->dir != Dir::Out || pol->action == Action::Block || !pol->tmpl)
         return 0;
-    uint32_t hl = 0;
-    if (!ip_datagram_len(p, &hl))
+    IpHeader h;
+    if (!lengths_ok(parse_ip(p.ip(), p.len, &h)))
         return 0;
-    Sa *sa = out_sa(c.id, *pol, p);
+    Sa *sa = out_sa(c.id, *pol, h);
     // Transport mode carries whole datagrams only (RFC 4303 3.3.4): its packets are not split
     // before encryption, the outer packet is fragmented instead.
     uint32_t mtu = sa && sa->natt() && sa->tunnel() ? sa->outer_mtu(options_.link_mtu) : 0;

@@ -195,7 +195,7 @@ private:
     Dirn classify(Pkt &p, Sa **sa);
     Dirn resolve_decap(Pkt &p, const Classified &c, Sa **sa);
     Dirn resolve_encap(Pkt &p, const Classified &c, Sa **sa);
-    Sa *out_sa(uint32_t id, const PolicyConfig &pol, const Pkt &p);
+    Sa *out_sa(uint32_t id, const PolicyConfig &pol, const IpHeader &h);
     void dispatch(Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size_t n);
     Dirn classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp, const IpAddr &dst,
                       Sa **sa);

@@ -8,29 +8,6 @@ namespace xesp {
 
 using namespace wire;
 
-// Length of the IPv6 header chain that ESP goes behind in transport mode (hop-by-hop, routing
-// and destination options stay in front, RFC 4303 3.1.1), and where its last next-header
-// field is. Returns 0 if the chain does not fit in len.
-uint32_t ipv6_unfragmentable_len(const uint8_t *ip, uint32_t len, uint32_t *nh_off)
-{
-    if (len < kIpv6Len)
-        return 0;
-    uint32_t off = kIpv6Len;
-    *nh_off = 6;
-    uint8_t nh = ip[6];
-    while (nh == kProtoIpv6HopByHop || nh == kProtoIpv6Route || nh == kProtoIpv6Opts) {
-        if (off + 8 > len)
-            return 0;
-        uint32_t ext = (uint32_t(ip[off + 1]) + 1) * 8;
-        if (off + ext > len)
-            return 0;
-        *nh_off = off;
-        nh = ip[off];
-        off += ext;
-    }
-    return off;
-}
-
 namespace {
 
 // The outer header template, copied with fixed sizes: a variable-length memcpy becomes a
@@ -54,59 +31,17 @@ inline void copy_outer(uint8_t *dst, const Sa &sa)
     }
 }
 
-// The IP header of a plaintext packet: its length (with IPv6 extension headers for transport
-// mode), the offset of the next-header/protocol byte, and the packet's real length.
-struct InnerInfo {
-    uint32_t hdr_len;
-    uint32_t nh_off;
-    uint32_t total;
-};
-
-bool parse_plain(const uint8_t *ip, uint32_t len, bool transport, InnerInfo *info)
+// The IP header of a plaintext packet, checked as far as the mode needs it: the lengths, and
+// for transport mode the IPv6 extension headers ESP goes behind (h->chain_len).
+bool parse_plain(const uint8_t *ip, uint32_t len, bool transport, IpHeader *h)
 {
-    if (len < 1)
-        return false;
-    if ((ip[0] >> 4) == 4) {
-        uint32_t ihl = uint32_t(ip[0] & 0x0f) * 4;
-        if (len < kIpv4Len || ihl < kIpv4Len || ihl > len)
-            return false;
-        uint32_t total = get16(ip + 2);
-        if (total < ihl || total > len)
-            return false;
-        *info = {ihl, 9, total};
-        return true;
-    }
-    if ((ip[0] >> 4) == 6) {
-        if (len < kIpv6Len)
-            return false;
-        uint32_t total = kIpv6Len + get16(ip + 4);
-        if (total > len)
-            return false;
-        info->total = total;
-        info->hdr_len = kIpv6Len;
-        info->nh_off = 6;
-        if (transport) {
-            info->hdr_len = ipv6_unfragmentable_len(ip, total, &info->nh_off);
-            if (!info->hdr_len)
-                return false;
-        }
-        return true;
-    }
-    return false;
-}
-
-// An IPv4 fragment (MF set or an offset), or an IPv6 packet with a Fragment header behind the
-// part ESP goes behind in transport mode (parse_plain with transport set).
-bool is_fragment(const uint8_t *ip, const InnerInfo &in)
-{
-    if ((ip[0] >> 4) == 4)
-        return get16(ip + 6) & 0x3fff;
-    return ip[in.nh_off] == kProtoIpv6Frag;
+    IpParse st = parse_ip(ip, len, h);
+    return transport ? chain_ok(st) : lengths_ok(st);
 }
 
 void set_ip_total(uint8_t *ip, uint32_t total)
 {
-    if ((ip[0] >> 4) == 4) {
+    if (ip_version(ip) == 4) {
         put16(ip + 2, uint16_t(total));
         ipv4_set_checksum(ip);
     } else {
@@ -150,43 +85,29 @@ int ecn_decapsulate(uint8_t outer, uint8_t inner)
     return inner;
 }
 
+void flow_from_header(const IpHeader &h, FlowKey *key)
+{
+    key->src = h.src();
+    key->dst = h.dst();
+    key->proto = h.proto;
+    // Fragments are classified without ports: a non-first one has none, and every fragment
+    // of a datagram must get the same treatment.
+    key->fragment = h.fragment;
+    key->sport = key->dport = 0;
+    bool ports = h.proto == kProtoTcp || h.proto == kProtoUdp || h.proto == kProtoSctp ||
+                 h.proto == kProtoUdpLite;
+    if (ports && !h.fragment && h.l4_off + 4 <= h.total) {
+        key->sport = get16(h.ip + h.l4_off);
+        key->dport = get16(h.ip + h.l4_off + 2);
+    }
+}
+
 bool parse_flow(const uint8_t *ip, uint32_t len, FlowKey *key)
 {
-    uint32_t off;
-    uint8_t proto;
-    if (len >= kIpv4Len && (ip[0] >> 4) == 4) {
-        key->src = IpAddr::v4(ip + 12);
-        key->dst = IpAddr::v4(ip + 16);
-        off = uint32_t(ip[0] & 0x0f) * 4;
-        proto = ip[9];
-        // Fragments are classified without ports: a non-first one has none, and every
-        // fragment of a datagram must get the same treatment.
-        key->fragment = get16(ip + 6) & 0x3fff;
-    } else if (len >= kIpv6Len && (ip[0] >> 4) == 6) {
-        key->src = IpAddr::v6(ip + 8);
-        key->dst = IpAddr::v6(ip + 24);
-        uint32_t nh_off;
-        off = ipv6_unfragmentable_len(ip, len, &nh_off);
-        if (!off)
-            return false;
-        proto = ip[nh_off];
-        key->fragment = proto == kProtoIpv6Frag;
-        if (key->fragment) {
-            if (off + 8 > len)
-                return false;
-            proto = ip[off];
-        }
-    } else {
+    IpHeader h;
+    if (parse_ip(ip, len, &h) != IpParse::Ok)
         return false;
-    }
-    key->proto = proto;
-    key->sport = key->dport = 0;
-    bool ports = proto == kProtoTcp || proto == kProtoUdp || proto == kProtoSctp ||
-                 proto == kProtoUdpLite;
-    if (ports && !key->fragment && off + 4 <= len) {
-        key->sport = get16(ip + off);
-        key->dport = get16(ip + off + 2);
-    }
+    flow_from_header(h, key);
     return true;
 }
 
@@ -197,12 +118,12 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
 {
     uint8_t *ip = p.ip();
     bool transport = !sa.tunnel();
-    InnerInfo in;
+    IpHeader in;
     if (!parse_plain(ip, p.len, transport, &in)) {
         p.set_drop(Drop::OutBadInner);
         return false;
     }
-    if (transport && (ip[0] >> 4) != sa.outer_family()) {
+    if (transport && in.version != sa.outer_family()) {
         p.set_drop(Drop::OutModeMismatch);
         return false;
     }
@@ -210,11 +131,11 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
     // transport segment, and a fragment's would leave the receiver a piece of one, checked
     // against its policy without ports. Fragments reach us when the sender or a router on the
     // protected side split a packet; they are not reassembled here.
-    if (transport && is_fragment(ip, in)) {
+    if (transport && in.fragment) {
         p.set_drop(Drop::OutTransportFragment);
         return false;
     }
-    uint32_t keep = transport ? in.hdr_len : 0;          // IP header bytes kept in front
+    uint32_t keep = transport ? in.chain_len : 0;        // IP header bytes kept in front
     uint32_t plain_len = in.total - keep;
     uint32_t udp_len = sa.natt() ? kUdpLen : 0;
     uint32_t front = (transport ? udp_len : sa.outer_len()) + kEspHdrLen + sa.iv_len();
@@ -240,7 +161,7 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
         std::memmove(start, ip, keep);
         start[in.nh_off] = sa.natt() ? kProtoUdp : kProtoEsp;
     } else {
-        next_header = (ip[0] >> 4) == 4 ? kProtoIpIp : kProtoIpv6;
+        next_header = in.version == 4 ? kProtoIpIp : kProtoIpv6;
         copy_outer(start, sa);
     }
     uint8_t *payload = ip + keep;
@@ -254,9 +175,9 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
         // RFC 6040 normal mode: DSCP and ECN are copied from the inner header. DF is copied
         // from an IPv4 inner header (RFC 4301 8.1).
         uint8_t tos = ip_tos(ip);
-        if (outer[0] >> 4 == 4) {
+        if (ip_version(outer) == 4) {
             uint16_t id = uint16_t(seq);        // unique enough per SA and SA lifetime
-            uint16_t frag = (ip[0] >> 4) == 4 ? get16(ip + 6) & kIpv4Df : kIpv4Df;
+            uint16_t frag = in.dont_fragment ? kIpv4Df : 0;
             outer[1] = tos;
             put16(outer + 2, uint16_t(total));
             put16(outer + 4, id);
@@ -329,7 +250,7 @@ void esp_encap_finish(Sa &sa, EspBurst &b)
             continue;
         }
         uint8_t *ip = p.ip();
-        if (sa.natt() && (ip[0] >> 4) == 6) {
+        if (sa.natt() && ip_version(ip) == 6) {
             uint8_t *udp = b.ops[i].esp - kUdpLen;
             udp6_checksum(ip, udp, uint32_t(p.len - (udp - ip)));
         }
@@ -411,7 +332,7 @@ void esp_decap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
 static void nat_oa_fixup(uint8_t *ip, uint32_t l4_off, uint32_t len, uint8_t proto,
                          const IpAddr &oa)
 {
-    bool v4 = (ip[0] >> 4) == 4;
+    bool v4 = ip_version(ip) == 4;
     if (oa.family != (v4 ? 4 : 6) || (proto != kProtoTcp && proto != kProtoUdp))
         return;
     uint32_t csum_off = l4_off + (proto == kProtoTcp ? 16 : 6);
@@ -438,18 +359,9 @@ static void nat_oa_fixup(uint8_t *ip, uint32_t l4_off, uint32_t len, uint8_t pro
 // after it is cut off by trusting the inner length field. Returns the inner length or 0.
 static uint32_t tunnel_inner_len(const uint8_t *inner, uint32_t len, uint8_t next_header)
 {
-    if (next_header == kProtoIpIp) {
-        if (len < kIpv4Len || (inner[0] >> 4) != 4 || (inner[0] & 0x0f) < 5)
-            return 0;
-        uint32_t total = get16(inner + 2);
-        if (total < uint32_t(inner[0] & 0x0f) * 4 || total > len)
-            return 0;
-        return total;
-    }
-    if (len < kIpv6Len || (inner[0] >> 4) != 6)
-        return 0;
-    uint32_t total = kIpv6Len + get16(inner + 4);
-    return total <= len ? total : 0;
+    IpHeader h;
+    bool ok = lengths_ok(parse_ip(inner, len, &h));
+    return ok && h.version == (next_header == kProtoIpIp ? 4 : 6) ? h.total : 0;
 }
 
 static bool decap_one(Sa &sa, Pkt &p, const CryptoOp &op, uint64_t seq)
@@ -511,11 +423,13 @@ static bool decap_one(Sa &sa, Pkt &p, const CryptoOp &op, uint64_t seq)
     } else {
         // Transport mode: the IP header (and IPv6 extension headers) moves up to the payload.
         uint32_t keep = p.l4 - (sa.natt() ? kUdpLen : 0);
-        uint32_t nh_off = 9;
-        if ((ip[0] >> 4) == 6 && !ipv6_unfragmentable_len(ip, keep, &nh_off)) {
+        IpHeader outer;
+        IpParse st = parse_ip(ip, p.len, &outer);
+        if (outer.version == 6 && (!chain_ok(st) || outer.chain_len > keep)) {
             p.set_drop(Drop::InBadInner);
             return false;
         }
+        uint32_t nh_off = outer.nh_off;
         uint8_t *start = payload - keep;
         std::memmove(start, ip, keep);
         start[nh_off] = next_header;

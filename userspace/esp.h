@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "userspace/crypto.h"
+#include "userspace/ip_header.h"
 #include "userspace/packet.h"
 #include "userspace/sa.h"
 
@@ -51,12 +52,9 @@ struct FlowKey {
     uint16_t sport = 0, dport = 0;
     bool fragment = false;      // ports unknown: see Spd::lookup
 };
+// From a header parse_ip() found Ok, or from the packet at ip (false if it is not Ok).
+void flow_from_header(const IpHeader &h, FlowKey *key);
 bool parse_flow(const uint8_t *ip, uint32_t len, FlowKey *key);
-
-// Length of an IPv6 header with the extension headers that stay in front of ESP in transport
-// mode (hop-by-hop, routing, destination options); *nh_off is where the last next-header byte
-// is. 0 if the chain does not fit in len.
-uint32_t ipv6_unfragmentable_len(const uint8_t *ip, uint32_t len, uint32_t *nh_off);
 
 // RFC 6040 section 4.2: the ECN field of the inner header after decapsulation, or -1 to drop.
 int ecn_decapsulate(uint8_t outer_ecn, uint8_t inner_ecn);

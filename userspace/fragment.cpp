@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "userspace/esp.h"
+#include "userspace/ip_header.h"
 #include "userspace/wire.h"
 
 namespace xesp {
@@ -66,23 +66,19 @@ uint32_t finish_plan(Plan *pl, uint32_t mtu)
     return pl->count;
 }
 
-uint32_t plan_ipv4(const uint8_t *ip, uint32_t len, uint32_t mtu, Plan *pl)
+uint32_t plan_ipv4(const IpHeader &h, IpParse st, uint32_t mtu, Plan *pl)
 {
-    uint32_t ihl = uint32_t(ip[0] & 0x0f) * 4;
-    if (len < kIpv4Len || ihl < kIpv4Len || ihl > len)
+    if (st != IpParse::Ok)
         return 0;
-    uint32_t total = get16(ip + 2);
-    if (total < ihl || total > len)
-        return 0;
-    if (total <= mtu)
+    if (h.total <= mtu)
         return 1;
-    uint16_t frag = get16(ip + 6);
-    int copied = ipv4_copied_options(ip + kIpv4Len, ihl - kIpv4Len, nullptr);
+    int copied = ipv4_copied_options(h.ip + kIpv4Len, h.hdr_len - kIpv4Len, nullptr);
     // The offsets of the new fragments must still fit the 13-bit field.
-    bool offsets_fit = uint32_t(frag & kIpv4OffsetMask) * 8 + (total - ihl) <= 0xffff;
-    if ((frag & kIpv4Df) || mtu < kIpv4MinMtu || copied < 0 || !offsets_fit)
+    bool offsets_fit = h.frag_offset + (h.total - h.hdr_len) <= 0xffff;
+    if (h.dont_fragment || mtu < kIpv4MinMtu || copied < 0 || !offsets_fit)
         return 0;
-    *pl = Plan{true, total, ihl, ihl, uint32_t(kIpv4Len + copied), 0, 0, 0, 0, frag};
+    uint16_t frag = get16(h.ip + 6);
+    *pl = Plan{true, h.total, h.hdr_len, h.hdr_len, uint32_t(kIpv4Len + copied), 0, 0, 0, 0, frag};
     return finish_plan(pl, mtu);
 }
 
@@ -90,21 +86,19 @@ uint32_t plan_ipv4(const uint8_t *ip, uint32_t len, uint32_t mtu, Plan *pl)
 // nodes on the way process: hop-by-hop and routing headers, and destination options in front
 // of a routing header. Destination options behind the last routing header are for the
 // destination and travel in the fragments.
-uint32_t plan_ipv6(const uint8_t *ip, uint32_t len, uint32_t mtu, Plan *pl)
+uint32_t plan_ipv6(const IpHeader &h, IpParse st, uint32_t mtu, Plan *pl)
 {
-    if (len < kIpv6Len)
+    if (!lengths_ok(st))
         return 0;
-    uint32_t total = kIpv6Len + get16(ip + 4);
-    if (total > len)
-        return 0;
-    if (total <= mtu)
+    if (h.total <= mtu)
         return 1;
-    uint32_t last_nh;
-    uint32_t chain = ipv6_unfragmentable_len(ip, total, &last_nh);   // bounds-checks the chain
-    if (!chain || ip[last_nh] == kProtoIpv6Frag || mtu < kIpv6MinMtu)
+    if (!chain_ok(st) || h.fragment || mtu < kIpv6MinMtu)
         return 0;
+    // The chain is parse_ip()'s, already bounds-checked: only where its last routing or
+    // hop-by-hop header ends is looked for.
+    const uint8_t *ip = h.ip;
     uint32_t front = kIpv6Len, nh_off = 6;
-    for (uint32_t off = kIpv6Len, type = ip[6]; off < chain;) {
+    for (uint32_t off = kIpv6Len, type = ip[6]; off < h.chain_len;) {
         uint32_t ext = (uint32_t(ip[off + 1]) + 1) * 8;
         if (type != kProtoIpv6Opts) {
             front = off + ext;
@@ -116,18 +110,18 @@ uint32_t plan_ipv6(const uint8_t *ip, uint32_t len, uint32_t mtu, Plan *pl)
     uint32_t hdr = front + kIpv6FragHdrLen;
     if (hdr + 8 > mtu)
         return 0;
-    *pl = Plan{false, total, front, hdr, hdr, 0, 0, 0, nh_off, 0};
+    *pl = Plan{false, h.total, front, hdr, hdr, 0, 0, 0, nh_off, 0};
     return finish_plan(pl, mtu);
 }
 
 uint32_t make_plan(const uint8_t *ip, uint32_t len, uint32_t mtu, Plan *pl)
 {
-    if (len < 1)
-        return 0;
-    if ((ip[0] >> 4) == 4)
-        return plan_ipv4(ip, len, mtu, pl);
-    if ((ip[0] >> 4) == 6)
-        return plan_ipv6(ip, len, mtu, pl);
+    IpHeader h;
+    IpParse st = parse_ip(ip, len, &h);
+    if (h.version == 4)
+        return plan_ipv4(h, st, mtu, pl);
+    if (h.version == 6)
+        return plan_ipv6(h, st, mtu, pl);
     return 0;
 }
 

@@ -15,12 +15,13 @@
 #include <cstdint>
 
 #include "userspace/packet.h"
+#include "userspace/wire.h"
 
 namespace xesp {
 
 constexpr uint32_t kIpv4MinMtu = 68;        // RFC 791: every IPv4 link carries 68 bytes
 constexpr uint32_t kIpv6MinMtu = 1280;      // RFC 8200 5
-constexpr uint32_t kIpv6FragHdrLen = 8;
+using wire::kIpv6FragHdrLen;
 
 // How many fragments of at most mtu bytes the IP packet at ip (len bytes available; the
 // length in its header is the packet's) becomes: 1 if it fits as it is, 0 if it may not or

@@ -16,8 +16,8 @@ constexpr uint32_t kIpv6ErrorMax = 1280;
 
 bool is_icmp_error(const uint8_t *ip, uint32_t len)
 {
-    if ((ip[0] >> 4) == 4) {
-        uint32_t ihl = uint32_t(ip[0] & 0x0f) * 4;
+    if (ip_version(ip) == 4) {
+        uint32_t ihl = ipv4_hdr_len(ip);
         if (ip[9] != kProtoIcmp || ihl + 1 > len)
             return false;
         uint8_t type = ip[ihl];
@@ -32,7 +32,7 @@ bool is_icmp_error(const uint8_t *ip, uint32_t len)
 bool may_fragment(const Pkt &p)
 {
     const uint8_t *ip = p.ip();
-    return (ip[0] >> 4) == 4 && !(get16(ip + 6) & kIpv4Df);
+    return ip_version(ip) == 4 && !(get16(ip + 6) & kIpv4Df);
 }
 
 namespace {
@@ -44,7 +44,7 @@ bool answerable(const uint8_t *ip, uint32_t len)
 {
     if (is_icmp_error(ip, len))
         return false;
-    if ((ip[0] >> 4) == 4) {
+    if (ip_version(ip) == 4) {
         const uint8_t *src = ip + 12, *dst = ip + 16;
         bool frag_later = get16(ip + 6) & kIpv4OffsetMask;
         bool dst_group = dst[0] >= 224;         // multicast, reserved, limited broadcast
@@ -62,7 +62,7 @@ bool icmp_error(Pkt &p, const IpAddr &from, uint8_t type4, uint8_t code4, uint8_
                 uint8_t code6, uint32_t param)
 {
     uint8_t *orig = p.ip();
-    bool v4 = (orig[0] >> 4) == 4;
+    bool v4 = ip_version(orig) == 4;
     if (from.family != (v4 ? 4 : 6))
         return false;
     uint32_t ip_len = v4 ? kIpv4Len : kIpv6Len;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "userspace/ip_header.h"
 #include "userspace/nexthop_state.h"
 
 namespace xesp {
@@ -78,21 +79,22 @@ std::vector<int> NextHops::send_fds() const
 Result<void> NextHops::send_via_kernel(const uint8_t *ip, size_t len)
 {
     State &s = *s_;
-    int version = len ? ip[0] >> 4 : 0;
+    IpHeader h;
+    parse_ip(ip, uint32_t(len), &h);        // only the address is needed: the kernel checks
     ssize_t sent = -1;
     IpAddr dst;
     errno = EINVAL;
-    if (version == 4 && len >= 20) {
-        dst = IpAddr::v4(ip + 16);
+    if (h.version == 4) {
+        dst = h.dst();
         sockaddr_in to{};
         to.sin_family = AF_INET;
-        std::memcpy(&to.sin_addr, ip + 16, 4);
+        std::memcpy(&to.sin_addr, dst.b.data(), 4);
         sent = sendto(s.raw4, ip, len, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&to), sizeof(to));
-    } else if (version == 6 && len >= 40) {
-        dst = IpAddr::v6(ip + 24);
+    } else if (h.version == 6) {
+        dst = h.dst();
         sockaddr_in6 to{};
         to.sin6_family = AF_INET6;
-        std::memcpy(&to.sin6_addr, ip + 24, 16);
+        std::memcpy(&to.sin6_addr, dst.b.data(), 16);
         errno = EAFNOSUPPORT;
         if (s.raw6 >= 0)
             sent = sendto(s.raw6, ip, len, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&to),

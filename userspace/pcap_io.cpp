@@ -73,7 +73,7 @@ bool locate_ip(int linktype, const uint8_t *frame, uint32_t len, uint32_t *l3_of
 {
     if (linktype != DLT_EN10MB) {
         *l3_off = 0;
-        return len > 0 && ((frame[0] >> 4) == 4 || (frame[0] >> 4) == 6);
+        return len > 0 && (ip_version(frame) == 4 || ip_version(frame) == 6);
     }
     uint32_t off = 12;
     for (int tags = 0; off + 2 <= len; tags++) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "userspace/ip_header.h"
 #include "userspace/wire.h"
 
 namespace xesp {
@@ -61,33 +62,34 @@ bool quoted_esp(const uint8_t *q, size_t qlen, size_t hl, uint8_t proto, PmtuRep
 
 bool parse_pmtu_report4(const uint8_t *ip, size_t len, PmtuReport *r)
 {
-    if (len < wire::kIpv4Len || (ip[0] >> 4) != 4 || ip[9] != wire::kProtoIcmp)
+    // Neither header's total length is checked: the kernel gave us what arrived, and the
+    // quoted packet is cut short by design.
+    IpHeader h;
+    if (!header_ok(parse_ip(ip, uint32_t(len), &h)) || h.version != 4 ||
+        h.proto != wire::kProtoIcmp || len < h.hdr_len + kIcmpHdrLen + wire::kIpv4Len)
         return false;
-    size_t hl = size_t(ip[0] & 0x0f) * 4;
-    if (hl < wire::kIpv4Len || len < hl + kIcmpHdrLen + wire::kIpv4Len)
-        return false;
-    const uint8_t *icmp = ip + hl;
+    const uint8_t *icmp = ip + h.hdr_len;
     if (icmp[0] != kIcmpUnreachable || icmp[1] != kIcmpFragNeeded)
         return false;
     const uint8_t *q = icmp + kIcmpHdrLen;
-    size_t qlen = len - hl - kIcmpHdrLen;
-    size_t qhl = size_t(q[0] & 0x0f) * 4;
-    if ((q[0] >> 4) != 4 || qhl < wire::kIpv4Len || qlen < qhl)
+    size_t qlen = len - h.hdr_len - kIcmpHdrLen;
+    IpHeader qh;
+    if (!header_ok(parse_ip(q, uint32_t(qlen), &qh)) || qh.version != 4)
         return false;
-    if (get16(q + 6) & wire::kIpv4OffsetMask)
+    if (qh.frag_offset)
         return false;               // a later fragment carries no ESP header
-    if (!quoted_esp(q, qlen, qhl, q[9], r))
+    if (!quoted_esp(q, qlen, qh.hdr_len, qh.proto, r))
         return false;
-    uint32_t quoted_len = get16(q + 2);
+    uint32_t quoted_len = qh.total;
     uint32_t mtu = get16(icmp + 6);
     if (!mtu)
         mtu = plateau_below(quoted_len);
     if (mtu >= quoted_len)
         return false;               // the packet fitted: not a report to believe
     r->mtu = mtu < kPmtuFloor4 ? kPmtuFloor4 : mtu;
-    r->router = IpAddr::v4(ip + 12);
-    r->src = IpAddr::v4(q + 12);
-    r->dst = IpAddr::v4(q + 16);
+    r->router = h.src();
+    r->src = qh.src();
+    r->dst = qh.dst();
     return true;
 }
 
@@ -97,19 +99,22 @@ bool parse_pmtu_report6(const uint8_t *icmp, size_t len, const IpAddr &router, P
         return false;
     const uint8_t *q = icmp + kIcmpHdrLen;
     size_t qlen = len - kIcmpHdrLen;
-    if ((q[0] >> 4) != 6)
+    IpHeader qh;
+    parse_ip(q, uint32_t(qlen), &qh);
+    if (qh.version != 6)
         return false;
-    // Our ESP packets carry no extension headers: ESP or UDP follows the fixed header.
-    if (!quoted_esp(q, qlen, wire::kIpv6Len, q[6], r))
+    // Our ESP packets carry no extension headers: ESP or UDP follows the fixed header, named
+    // by its next header field (byte 6).
+    if (!quoted_esp(q, qlen, qh.hdr_len, q[6], r))
         return false;
-    uint32_t quoted_len = uint32_t(wire::kIpv6Len) + get16(q + 4);
+    uint32_t quoted_len = qh.total;
     uint32_t mtu = get32(icmp + 4);
     if (mtu >= quoted_len)
         return false;
     r->mtu = mtu < kPmtuFloor6 ? kPmtuFloor6 : mtu;
     r->router = router;
-    r->src = IpAddr::v6(q + 8);
-    r->dst = IpAddr::v6(q + 24);
+    r->src = qh.src();
+    r->dst = qh.dst();
     return true;
 }
 

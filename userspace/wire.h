@@ -38,9 +38,16 @@ constexpr uint16_t kNatTPort = 4500;        // RFC 3948
 constexpr size_t kEthLen = 14;
 constexpr size_t kIpv4Len = 20;
 constexpr size_t kIpv6Len = 40;
+constexpr size_t kIpv6FragHdrLen = 8;
 constexpr size_t kUdpLen = 8;
 constexpr size_t kEspHdrLen = 8;            // SPI + sequence number
 constexpr size_t kEspTrailerLen = 2;        // pad length + next header
+
+// The version nibble. Enough to tell the family of a header already checked; to read an
+// unchecked one, parse_ip() (ip_header.h).
+inline uint8_t ip_version(const uint8_t *ip) { return ip[0] >> 4; }
+// IPv4 header length from IHL, unchecked.
+inline uint32_t ipv4_hdr_len(const uint8_t *ip) { return uint32_t(ip[0] & 0x0f) * 4; }
 
 inline uint16_t get16(const uint8_t *p) { return uint16_t(p[0] << 8 | p[1]); }
 inline uint32_t get32(const uint8_t *p)
@@ -82,7 +89,7 @@ inline uint16_t csum_fold(uint32_t sum)
 }
 inline void ipv4_set_checksum(uint8_t *ip)
 {
-    size_t ihl = size_t(ip[0] & 0x0f) * 4;
+    size_t ihl = ipv4_hdr_len(ip);
     put16(ip + 10, 0);
     put16(ip + 10, uint16_t(~csum_fold(csum_add(0, ip, ihl))));
 }
@@ -96,13 +103,13 @@ inline void csum_replace16(uint8_t *csum, uint16_t old_word, uint16_t new_word)
 // Traffic class (DSCP + ECN) of an IP header, and setting it in place.
 inline uint8_t ip_tos(const uint8_t *ip)
 {
-    if ((ip[0] >> 4) == 4)
+    if (ip_version(ip) == 4)
         return ip[1];
     return uint8_t((ip[0] & 0x0f) << 4 | ip[1] >> 4);
 }
 inline void ip_set_tos(uint8_t *ip, uint8_t tos)
 {
-    if ((ip[0] >> 4) == 4) {
+    if (ip_version(ip) == 4) {
         uint16_t old = get16(ip);
         ip[1] = tos;
         csum_replace16(ip + 10, old, get16(ip));

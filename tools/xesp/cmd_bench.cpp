@@ -3,7 +3,6 @@
 // (tunnel mode, in place, bursts of 32). The ratio ESP/raw is what the ESP code costs on top
 // of the crypto.
 #include <sched.h>
-#include <time.h>
 
 #include <cstdio>
 #include <map>
@@ -14,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/xesp/commands.h"
+#include "userspace/clock.h"
 #include "userspace/esp.h"
 #include "userspace/sa.h"
 #include "userspace/wire.h"
@@ -82,13 +82,6 @@ SaConfig bench_sa(const NamedTransform &t)
     return c;
 }
 
-double now_ns()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return double(ts.tv_sec) * 1e9 + double(ts.tv_nsec);
-}
-
 std::vector<std::string> split_list(const std::string &s)
 {
     std::vector<std::string> out;
@@ -144,18 +137,19 @@ void measure_raw(SaCipher &cipher, const Transform &xf, uint32_t size, double se
     for (size_t i = 0; i < kBurst; i++)
         ops[i] = CryptoOp{fr.pkts[i].ip(), payload, 0, false};
     uint64_t n = 0;
-    double t_enc = 0, t_dec = 0, end = now_ns() + seconds * 2e9;
+    double t_enc = 0, t_dec = 0;
+    uint64_t end = now_ns() + uint64_t(seconds * 2e9);
     while (now_ns() < end) {
-        double t0 = now_ns();
+        uint64_t t0 = now_ns();
         cipher.encrypt(ops, kBurst);
-        double t1 = now_ns();
+        uint64_t t1 = now_ns();
         cipher.decrypt(ops, kBurst);
-        double t2 = now_ns();
+        uint64_t t2 = now_ns();
         for (const CryptoOp &op : ops)
             if (!op.ok)
                 throw Failure("bench: the cipher did not decrypt its own output");
-        t_enc += t1 - t0;
-        t_dec += t2 - t1;
+        t_enc += double(t1 - t0);
+        t_dec += double(t2 - t1);
         n += kBurst;
     }
     row.raw_enc = t_enc / double(n);
@@ -172,17 +166,18 @@ bool measure_esp(const SaConfig &cfg, Backend backend, uint32_t size, double sec
         throw Failure("bench: " + (out ? in.error() : out.error()).message);
     Frames fr(size);
     uint64_t n = 0;
-    double t_enc = 0, t_dec = 0, start = now_ns(), end = start + seconds * 2e9;
+    double t_enc = 0, t_dec = 0;
+    uint64_t end = now_ns() + uint64_t(seconds * 2e9);
     while (now_ns() < end) {
-        double t0 = now_ns();
+        uint64_t t0 = now_ns();
         esp_encap_burst(**out, fr.ptrs, kBurst);
-        double t1 = now_ns();
+        uint64_t t1 = now_ns();
         for (auto &p : fr.pkts)
             p.l4 = wire::kIpv4Len;
         esp_decap_burst(**in, fr.ptrs, kBurst);
-        double t2 = now_ns();
-        t_enc += t1 - t0;
-        t_dec += t2 - t1;
+        uint64_t t2 = now_ns();
+        t_enc += double(t1 - t0);
+        t_dec += double(t2 - t1);
         n += kBurst;
         for (auto &p : fr.pkts)
             if (p.verdict != Verdict::Decrypted || p.l3 != kFrameHeadroom || p.len != size)

@@ -8,6 +8,7 @@
 #include "userspace/engine.h"
 #include "userspace/pcap_io.h"
 #include "userspace/report.h"
+#include "userspace/wire.h"
 
 namespace xesp::cli {
 
@@ -134,7 +135,7 @@ void run_pcap(const PcapOptions &o)
             uint8_t *l2 = s.pkt.ip() - s.l2_len;
             std::memcpy(l2, s.l2, s.l2_len);
             if (lt == DLT_EN10MB) {
-                set_ethertype(l2, s.l2_len, s.pkt.ip()[0] >> 4);
+                set_ethertype(l2, s.l2_len, wire::ip_version(s.pkt.ip()));
                 if (s.pkt.verdict == Verdict::TooBig)      // goes back to where it came from
                     for (int b = 0; b < 6; b++)
                         std::swap(l2[b], l2[6 + b]);

@@ -11,6 +11,7 @@
 
 #include "bpf/abi_check.h"
 #include "userspace/fragment.h"
+#include "userspace/ip_header.h"
 #include "userspace/wire.h"
 #include "userspace/log.h"
 #include "userspace/report.h"
@@ -29,7 +30,7 @@ constexpr uint32_t kMaxEncapOverhead = 128;
 bool may_split(const Pkt &p, const Classified &c, uint32_t mtu)
 {
     return c.kind == Classified::Encap && p.len + kMaxEncapOverhead > mtu &&
-           (p.ip()[0] >> 4) == 4 && may_fragment(p);
+           wire::ip_version(p.ip()) == 4 && may_fragment(p);
 }
 
 // Every address of every interface in this network namespace (IPv6 link-local ones too).
@@ -64,7 +65,7 @@ bool link_local(const IpAddr &a) { return a.family == 6 && a.b[0] == 0xfe && (a.
 bool forward_hop(Pkt &p)
 {
     uint8_t *ip = p.ip();
-    if ((ip[0] >> 4) == 6) {
+    if (wire::ip_version(ip) == 6) {
         if (ip[7] <= 1)
             return false;
         ip[7]--;
@@ -79,12 +80,6 @@ bool forward_hop(Pkt &p)
     ip[10] = uint8_t(sum >> 8);
     ip[11] = uint8_t(sum);
     return true;
-}
-
-IpAddr ip_dst(const Pkt &p)
-{
-    const uint8_t *ip = p.ip();
-    return (ip[0] >> 4) == 6 ? IpAddr::v6(ip + 24) : IpAddr::v4(ip + 16);
 }
 
 } // namespace
@@ -411,7 +406,7 @@ size_t Gateway::prefragment(Port &port, uint32_t split, Pkt *const *in, const Cl
 bool Gateway::time_exceeded(Pkt &p)
 {
     const EngineOptions &o = engine_->options();
-    const IpAddr &from = (p.ip()[0] >> 4) == 6 ? o.icmp_src6 : o.icmp_src4;
+    const IpAddr &from = wire::ip_version(p.ip()) == 6 ? o.icmp_src6 : o.icmp_src4;
     if (!from.family)
         return false;
     if (!icmp_limit_.allow(now_ns())) {
@@ -476,7 +471,7 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
             to_kernel(rx, p);
             continue;
         }
-        const L2Hop *hop = hops_->lookup(ip_dst(p));
+        const L2Hop *hop = hops_->lookup(ip_dst(p.ip()));
         Port *out = hop ? tx_port(hop->ifindex, rx.x.queue()) : nullptr;
         if (!out) {                         // unresolved, local, or not one of ours
             to_kernel(rx, p);
@@ -519,7 +514,7 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
             uint8_t *eth = q.ip() - wire::kEthLen;
             std::memcpy(eth, hop->dst.data(), 6);
             std::memcpy(eth + 6, hop->src.data(), 6);
-            wire::put16(eth + 12, (q.ip()[0] >> 4) == 6 ? wire::kEthIpv6 : wire::kEthIpv4);
+            wire::put16(eth + 12, wire::ip_version(q.ip()) == 6 ? wire::kEthIpv6 : wire::kEthIpv4);
             q.l2_len = uint16_t(wire::kEthLen);
             out->txq.push_back(q);
         }

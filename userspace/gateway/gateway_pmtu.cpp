@@ -3,6 +3,7 @@
 #include "userspace/gateway/gateway.h"
 #include "userspace/log.h"
 #include "userspace/report.h"
+#include "userspace/wire.h"
 
 namespace xesp {
 
@@ -45,7 +46,7 @@ void Gateway::take_report(Port &port, Pkt &p, const Classified &c)
 {
     PmtuReport r;
     bool parsed = false;
-    if ((p.ip()[0] >> 4) == 4) {
+    if (wire::ip_version(p.ip()) == 4) {
         parsed = parse_pmtu_report4(p.ip(), p.len, &r);
     } else if (p.len >= 40 && c.l4 < p.len) {
         parsed = parse_pmtu_report6(p.ip() + c.l4, p.len - c.l4, IpAddr::v6(p.ip() + 8), &r);
