@@ -205,8 +205,26 @@ private:
     void age_pmtu(uint64_t now);
     uint32_t split_mtu() const;
     void rx_kernel();
+    // The transmit side (gateway_tx.cpp). A burst sorted by where each packet goes next.
+    static constexpr size_t kTxSort = kBurst * 2;   // a burst after prefragment()
+    struct TxLists {
+        struct Out {
+            Pkt *p;
+            const L2Hop *hop;
+            Port *port;
+        };
+        Pkt *recycle[kTxSort];      // dropped, or not sent: frames back to the pool
+        Pkt *kernel[kTxSort];       // bypass, or no next hop of ours: the kernel routes it
+        Pkt *answers[kTxSort];      // ICMP time exceeded, for the engine again
+        Out out[kTxSort];           // out of a port
+        size_t nrecycle = 0, nkernel = 0, nanswers = 0, nout = 0;
+    };
     void transmit(Port &rx, Pkt *const *pkts, size_t n);
+    void sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l);
+    bool queue_out(Port &rx, Pkt &p, const L2Hop &hop, Port &out);
+    void flush_ports();
     void to_kernel(Port &rx, Pkt &p);
+    static bool forward_hop(Pkt &p);
     bool time_exceeded(Pkt &p);
     size_t prefragment(Port &port, uint32_t split, Pkt *const *in, const Classified *in_cls,
                        size_t n, Pkt *pieces, Pkt **out, Classified *out_cls);
