@@ -3,6 +3,7 @@
 
 #include <time.h>
 
+#include <chrono>
 #include <cstdint>
 
 namespace xesp {
@@ -16,5 +17,9 @@ inline uint64_t now_ns()
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return uint64_t(ts.tv_sec) * kSecondNs + uint64_t(ts.tv_nsec);
 }
+
+// The same clock for code that keeps std::chrono time points and durations (deadlines).
+using Clock = std::chrono::steady_clock;
+static_assert(Clock::is_steady, "CLOCK_MONOTONIC");
 
 } // namespace xesp

@@ -1,5 +1,6 @@
 // The daemon's side of the control socket (control.h): serving requests, the server loop,
 // and ConfigHandler, which applies changes to a Config all or nothing.
+#include "userspace/clock.h"
 #include "userspace/control.h"
 
 #include <fcntl.h>
@@ -28,7 +29,6 @@ namespace xesp {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 using namespace control_text;

@@ -19,12 +19,13 @@
 #include <cstring>
 #include <vector>
 
+#include "userspace/clock.h"
 #include "userspace/nexthop.h"
 #include "userspace/rtnl.h"
 
 namespace xesp::nexthop {
 
-using Clock = std::chrono::steady_clock;
+using xesp::Clock;
 using Mac = std::array<uint8_t, 6>;
 
 constexpr uint32_t kNone = UINT32_MAX;
