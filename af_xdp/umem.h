@@ -24,8 +24,8 @@
 #include <memory>
 #include <vector>
 
-#include "userspace/packet.h"
-#include "userspace/result.h"
+#include "userspace/base/packet.h"
+#include "userspace/base/result.h"
 
 struct xsk_umem;
 struct xsk_ring_prod;

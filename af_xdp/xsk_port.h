@@ -22,8 +22,8 @@
 #include <string>
 
 #include "af_xdp/umem.h"
-#include "userspace/packet.h"
-#include "userspace/result.h"
+#include "userspace/base/packet.h"
+#include "userspace/base/result.h"
 
 namespace xesp {
 

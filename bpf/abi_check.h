@@ -13,7 +13,7 @@
 #include <cstddef>
 
 #include "bpf/xesp_xdp_abi.h"
-#include "userspace/sa_config.h"
+#include "userspace/esp/sa_config.h"
 
 // Field `f` of struct `s` sits at byte `off` and takes `size` bytes.
 #define XESP_ABI_FIELD(s, f, off, size)                                                     \

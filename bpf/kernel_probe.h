@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "userspace/result.h"
+#include "userspace/base/result.h"
 
 namespace xesp {
 

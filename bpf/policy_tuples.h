@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "bpf/abi_check.h"
-#include "userspace/result.h"
-#include "userspace/sa_config.h"
+#include "userspace/base/result.h"
+#include "userspace/esp/sa_config.h"
 
 namespace xesp {
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "userspace/clock.h"
+#include "userspace/base/clock.h"
 #include "xesp_xdp.skel.h"
 
 namespace xesp {

@@ -12,9 +12,9 @@
 
 #include "bpf/abi_check.h"
 #include "bpf/policy_tuples.h"
-#include "userspace/ip.h"
-#include "userspace/result.h"
-#include "userspace/sa_config.h"
+#include "userspace/base/ip.h"
+#include "userspace/base/result.h"
+#include "userspace/esp/sa_config.h"
 
 struct xesp_xdp;    // the bpftool skeleton
 

@@ -27,7 +27,7 @@
 #include <xdp/xsk.h>
 
 #include "bpf/xdp_program.h"
-#include "userspace/engine.h"
+#include "userspace/esp/engine.h"
 #include "xdp_fixtures.h"
 
 using namespace xesp;

@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "userspace/config.h"
-#include "userspace/control.h"
-#include "userspace/control_text.h"
+#include "userspace/config/config.h"
+#include "userspace/control/control.h"
+#include "userspace/control/control_text.h"
 
 using namespace xesp;
 

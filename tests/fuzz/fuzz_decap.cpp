@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "userspace/config.h"
-#include "userspace/engine.h"
-#include "userspace/wire.h"
+#include "userspace/config/config.h"
+#include "userspace/esp/engine.h"
+#include "userspace/base/wire.h"
 
 using namespace xesp;
 

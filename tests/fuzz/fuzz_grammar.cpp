@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "userspace/config.h"
-#include "userspace/xfrm_grammar.h"
+#include "userspace/config/config.h"
+#include "userspace/config/xfrm_grammar.h"
 
 namespace {
 

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <vector>
 
-#include "userspace/fragment.h"
-#include "userspace/pcap_io.h"
+#include "userspace/esp/fragment.h"
+#include "userspace/pcap/pcap_io.h"
 
 using namespace xesp;
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "userspace/nexthop.h"
+#include "userspace/kernel/nexthop.h"
 
 using namespace xesp;
 

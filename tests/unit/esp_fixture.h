@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "userspace/config.h"
-#include "userspace/engine.h"
-#include "userspace/wire.h"
+#include "userspace/config/config.h"
+#include "userspace/esp/engine.h"
+#include "userspace/base/wire.h"
 
 namespace xesp::test {
 

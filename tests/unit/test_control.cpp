@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "userspace/control.h"
-#include "userspace/control_text.h"
+#include "userspace/control/control.h"
+#include "userspace/control/control_text.h"
 
 using namespace xesp;
 

@@ -12,7 +12,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "userspace/crypto.h"
+#include "userspace/crypto/crypto.h"
 
 using namespace xesp;
 

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/unit/esp_fixture.h"
-#include "userspace/fragment.h"
+#include "userspace/esp/fragment.h"
 
 using namespace xesp;
 using namespace xesp::test;

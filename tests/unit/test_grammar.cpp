@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "userspace/config.h"
-#include "userspace/xfrm_grammar.h"
+#include "userspace/config/config.h"
+#include "userspace/config/xfrm_grammar.h"
 
 using namespace xesp;
 

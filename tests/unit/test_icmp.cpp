@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "esp_fixture.h"
-#include "userspace/icmp.h"
+#include "userspace/esp/icmp.h"
 
 using namespace xesp;
 using namespace xesp::test;

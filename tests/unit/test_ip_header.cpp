@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "userspace/ip_header.h"
+#include "userspace/base/ip_header.h"
 
 using namespace xesp;
 using namespace xesp::wire;

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "userspace/gateway/kernel_esp.h"
+#include "userspace/kernel/kernel_esp.h"
 
 using namespace xesp;
 

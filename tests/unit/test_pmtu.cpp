@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "esp_fixture.h"
-#include "userspace/pmtu.h"
+#include "userspace/kernel/pmtu.h"
 
 using namespace xesp;
 using namespace xesp::test;

@@ -5,7 +5,7 @@
 #include <random>
 #include <set>
 
-#include "userspace/replay.h"
+#include "userspace/esp/replay.h"
 
 using xesp::ReplayWindow;
 using V = ReplayWindow::Verdict;

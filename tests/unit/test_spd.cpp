@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "esp_fixture.h"
-#include "userspace/spd.h"
+#include "userspace/esp/spd.h"
 
 using namespace xesp;
 using namespace xesp::test;

@@ -16,10 +16,10 @@
 #include <string>
 
 #include "esp_fixture.h"
-#include "userspace/esp.h"
+#include "userspace/esp/esp.h"
 #include "userspace/gateway/state.h"
-#include "userspace/private_file.h"
-#include "userspace/seq_reserve.h"
+#include "userspace/base/private_file.h"
+#include "userspace/esp/seq_reserve.h"
 
 using namespace xesp;
 using namespace xesp::test;

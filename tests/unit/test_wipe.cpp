@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <new>
 
-#include "userspace/sa_config.h"
+#include "userspace/esp/sa_config.h"
 
 using namespace xesp;
 

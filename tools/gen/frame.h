@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "userspace/result.h"
+#include "userspace/base/result.h"
 
 namespace xesp::gen {
 

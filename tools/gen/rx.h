@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "userspace/result.h"
+#include "userspace/base/result.h"
 
 namespace xesp::gen {
 

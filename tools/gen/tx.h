@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "tools/gen/frame.h"
-#include "userspace/result.h"
+#include "userspace/base/result.h"
 
 namespace xesp::gen {
 

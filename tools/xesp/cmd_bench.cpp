@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/xesp/commands.h"
-#include "userspace/clock.h"
-#include "userspace/esp.h"
-#include "userspace/sa.h"
-#include "userspace/wire.h"
+#include "userspace/base/clock.h"
+#include "userspace/esp/esp.h"
+#include "userspace/esp/sa.h"
+#include "userspace/base/wire.h"
 
 namespace xesp::cli {
 

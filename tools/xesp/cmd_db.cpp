@@ -21,11 +21,11 @@
 #include <optional>
 
 #include "tools/xesp/commands.h"
-#include "userspace/config.h"
-#include "userspace/control.h"
-#include "userspace/netns.h"
-#include "userspace/seq_reserve.h"
-#include "userspace/sys_util.h"
+#include "userspace/config/config.h"
+#include "userspace/control/control.h"
+#include "userspace/base/netns.h"
+#include "userspace/esp/seq_reserve.h"
+#include "userspace/base/sys_util.h"
 
 namespace xesp::cli {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/xesp/commands.h"
-#include "userspace/control.h"
+#include "userspace/control/control.h"
 
 namespace xesp::cli {
 

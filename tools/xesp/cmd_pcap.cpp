@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "tools/xesp/commands.h"
-#include "userspace/config.h"
-#include "userspace/engine.h"
-#include "userspace/pcap_io.h"
-#include "userspace/report.h"
-#include "userspace/wire.h"
+#include "userspace/config/config.h"
+#include "userspace/esp/engine.h"
+#include "userspace/pcap/pcap_io.h"
+#include "userspace/control/report.h"
+#include "userspace/base/wire.h"
 
 namespace xesp::cli {
 

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "bpf/xdp_program.h"
-#include "userspace/config.h"
-#include "userspace/engine.h"
+#include "userspace/config/config.h"
+#include "userspace/esp/engine.h"
 #include "userspace/gateway/slot_table.h"
 
 namespace xesp {

@@ -13,16 +13,16 @@
 #include <thread>
 
 #include "bpf/kernel_probe.h"
-#include "userspace/clock.h"
-#include "userspace/control.h"
+#include "userspace/base/clock.h"
+#include "userspace/control/control.h"
 #include "userspace/gateway/daemon.h"
 #include "userspace/gateway/gateway.h"
 #include "userspace/gateway/handoff.h"
 #include "userspace/gateway/state_keeper.h"
-#include "userspace/log.h"
-#include "userspace/netns.h"
-#include "userspace/seq_reserve.h"
-#include "userspace/sys_util.h"
+#include "userspace/base/log.h"
+#include "userspace/base/netns.h"
+#include "userspace/esp/seq_reserve.h"
+#include "userspace/base/sys_util.h"
 
 namespace xesp {
 

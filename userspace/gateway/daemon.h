@@ -14,9 +14,9 @@
 #include <string>
 
 #include "userspace/gateway/gateway.h"
-#include "userspace/pmtu.h"
-#include "userspace/result.h"
-#include "userspace/seq_reserve.h"
+#include "userspace/kernel/pmtu.h"
+#include "userspace/base/result.h"
+#include "userspace/esp/seq_reserve.h"
 
 namespace xesp {
 

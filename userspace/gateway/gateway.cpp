@@ -10,11 +10,11 @@
 #include <cstring>
 
 #include "bpf/abi_check.h"
-#include "userspace/fragment.h"
-#include "userspace/ip_header.h"
-#include "userspace/wire.h"
-#include "userspace/log.h"
-#include "userspace/report.h"
+#include "userspace/esp/fragment.h"
+#include "userspace/base/ip_header.h"
+#include "userspace/base/wire.h"
+#include "userspace/base/log.h"
+#include "userspace/control/report.h"
 
 namespace xesp {
 

@@ -33,17 +33,17 @@
 
 #include "af_xdp/umem.h"
 #include "af_xdp/xsk_port.h"
-#include "userspace/clock.h"
+#include "userspace/base/clock.h"
 #include "bpf/xdp_program.h"
-#include "userspace/config.h"
-#include "userspace/engine.h"
-#include "userspace/icmp.h"
+#include "userspace/config/config.h"
+#include "userspace/esp/engine.h"
+#include "userspace/esp/icmp.h"
 #include "userspace/gateway/classifier_sync.h"
-#include "userspace/gateway/kernel_esp.h"
+#include "userspace/kernel/kernel_esp.h"
 #include "userspace/gateway/local_link.h"
-#include "userspace/nexthop.h"
-#include "userspace/pmtu.h"
-#include "userspace/report.h"
+#include "userspace/kernel/nexthop.h"
+#include "userspace/kernel/pmtu.h"
+#include "userspace/control/report.h"
 
 namespace xesp {
 

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "userspace/gateway/iface_checksum.h"
-#include "userspace/log.h"
+#include "userspace/base/log.h"
 
 namespace xesp {
 

@@ -1,9 +1,9 @@
 // The path MTU of the tunnels (userspace/pmtu.h): reports from routers between the gateways
 // lower an SA's path MTU for a while; the engine answers too-big packets with what fits it.
 #include "userspace/gateway/gateway.h"
-#include "userspace/log.h"
-#include "userspace/report.h"
-#include "userspace/wire.h"
+#include "userspace/base/log.h"
+#include "userspace/control/report.h"
+#include "userspace/base/wire.h"
 
 namespace xesp {
 

@@ -1,6 +1,6 @@
 // What the gateway reports: `xesp stats` (engine, per SA, gateway, XDP and socket counters).
 #include "userspace/gateway/gateway.h"
-#include "userspace/report.h"
+#include "userspace/control/report.h"
 
 namespace xesp {
 

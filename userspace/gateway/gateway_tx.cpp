@@ -3,10 +3,10 @@
 // ICMP answer, or out of a port through its next hop; then each list is handled as a whole.
 #include <cstring>
 
-#include "userspace/fragment.h"
+#include "userspace/esp/fragment.h"
 #include "userspace/gateway/gateway.h"
-#include "userspace/ip_header.h"
-#include "userspace/wire.h"
+#include "userspace/base/ip_header.h"
+#include "userspace/base/wire.h"
 
 namespace xesp {
 

@@ -19,7 +19,7 @@
 #include <memory>
 #include <mutex>
 
-#include "userspace/result.h"
+#include "userspace/base/result.h"
 
 namespace xesp {
 

@@ -19,7 +19,7 @@
 #include <fstream>
 #include <thread>
 
-#include "userspace/rtnl.h"
+#include "userspace/kernel/rtnl.h"
 
 namespace xesp {
 

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "userspace/rtnl.h"
+#include "userspace/kernel/rtnl.h"
 
 namespace xesp {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "userspace/result.h"
+#include "userspace/base/result.h"
 
 namespace xesp {
 

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <openssl/crypto.h>
 
-#include "userspace/private_file.h"
-#include "userspace/sys_util.h"
-#include "userspace/xfrm_words.h"
+#include "userspace/base/private_file.h"
+#include "userspace/base/sys_util.h"
+#include "userspace/config/xfrm_words.h"
 
 namespace xesp {
 

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "bpf/xdp_program.h"
-#include "userspace/config.h"
-#include "userspace/replay.h"
-#include "userspace/result.h"
-#include "userspace/seq_reserve.h"
+#include "userspace/config/config.h"
+#include "userspace/esp/replay.h"
+#include "userspace/base/result.h"
+#include "userspace/esp/seq_reserve.h"
 
 namespace xesp {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "userspace/clock.h"
-#include "userspace/log.h"
-#include "userspace/sys_util.h"
+#include "userspace/base/clock.h"
+#include "userspace/base/log.h"
+#include "userspace/base/sys_util.h"
 
 namespace xesp {
 

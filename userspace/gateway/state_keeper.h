@@ -42,9 +42,9 @@
 
 #include "userspace/gateway/gateway.h"
 #include "userspace/gateway/state.h"
-#include "userspace/netns.h"
-#include "userspace/private_file.h"
-#include "userspace/seq_reserve.h"
+#include "userspace/base/netns.h"
+#include "userspace/base/private_file.h"
+#include "userspace/esp/seq_reserve.h"
 
 namespace xesp {
 

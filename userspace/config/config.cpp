@@ -1,0 +1,194 @@
+#include "userspace/config/config.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace xesp {
+
+namespace {
+
+const char *verb_word(Command::Verb v)
+{
+    using V = Command::Verb;
+    switch (v) {
+    case V::Add: return "add";
+    case V::Update: return "update";
+    case V::Del: return "del";
+    case V::Get: return "get";
+    case V::Flush: return "flush";
+    case V::List: return "list";
+    }
+    return "?";
+}
+
+template <class T, class Match>
+auto find_index(const std::vector<T> &v, Match match) -> std::ptrdiff_t
+{
+    for (size_t i = 0; i < v.size(); i++)
+        if (match(v[i]))
+            return std::ptrdiff_t(i);
+    return -1;
+}
+
+} // namespace
+
+const SaConfig *Config::find_sa(const IpAddr &dst, uint32_t spi) const
+{
+    auto i = find_index(sas, [&](const SaConfig &s) { return s.dst == dst && s.spi == spi; });
+    return i < 0 ? nullptr : &sas[size_t(i)];
+}
+
+const PolicyConfig *Config::find_policy(const Selector &sel, Dir dir) const
+{
+    auto i = find_index(policies,
+                        [&](const PolicyConfig &p) { return p.sel == sel && p.dir == dir; });
+    return i < 0 ? nullptr : &policies[size_t(i)];
+}
+
+Result<void> Config::apply(const Command &cmd)
+{
+    return cmd.object == Command::Object::Sa ? apply_sa(cmd) : apply_policy(cmd);
+}
+
+Result<void> Config::apply_sa(const Command &cmd)
+{
+    using V = Command::Verb;
+    const SaConfig &sa = cmd.sa;
+    std::string ctx = std::string("sa ") + verb_word(cmd.verb) + ": ";
+    if (cmd.verb == V::Flush) {
+        sas.clear();
+        return {};
+    }
+    if (cmd.verb == V::List)
+        return {};
+    auto i = find_index(sas, [&](const SaConfig &s) { return s.dst == sa.dst && s.spi == sa.spi; });
+    // del/get may name the source too, as ip xfrm's ID does; it must then match.
+    bool src_differs = cmd.verb != V::Add && cmd.verb != V::Update && sa.src.family &&
+                       i >= 0 && !(sas[size_t(i)].src == sa.src);
+    if (cmd.verb == V::Add) {
+        if (i >= 0)
+            return make_error(ctx + describe_sa(sa.dst, sa.spi) +
+                              " already exists; use 'sa update' to replace it");
+        sas.push_back(sa);
+        return {};
+    }
+    if (i < 0 || src_differs)
+        return make_error(ctx + "no " + describe_sa(sa.dst, sa.spi) +
+                          (src_differs ? " with src " + sa.src.str() : std::string()) +
+                          (cmd.verb == V::Update ? "; use 'sa add' to create it" : ""));
+    if (cmd.verb == V::Update)
+        sas[size_t(i)] = sa;
+    else if (cmd.verb == V::Del)
+        sas.erase(sas.begin() + i);
+    return {};
+}
+
+Result<void> Config::apply_policy(const Command &cmd)
+{
+    using V = Command::Verb;
+    const PolicyConfig &p = cmd.policy;
+    std::string ctx = std::string("policy ") + verb_word(cmd.verb) + ": ";
+    if (cmd.verb == V::Flush) {
+        policies.clear();
+        return {};
+    }
+    if (cmd.verb == V::List)
+        return {};
+    auto i = find_index(policies,
+                        [&](const PolicyConfig &q) { return q.sel == p.sel && q.dir == p.dir; });
+    if (cmd.verb == V::Add) {
+        if (i >= 0)
+            return make_error(ctx + describe_policy(p.sel, p.dir) +
+                              " already exists; use 'policy update' to replace it");
+        policies.push_back(p);
+        return {};
+    }
+    if (i < 0)
+        return make_error(ctx + "no " + describe_policy(p.sel, p.dir) +
+                          (cmd.verb == V::Update ? "; use 'policy add' to create it" : ""));
+    if (cmd.verb == V::Update)
+        policies[size_t(i)] = p;
+    else if (cmd.verb == V::Del)
+        policies.erase(policies.begin() + i);
+    return {};
+}
+
+std::string Config::to_batch(bool show_keys) const
+{
+    std::string out;
+    for (const auto &sa : sas)
+        out += format_sa(sa, show_keys) + "\n";
+    for (const auto &p : policies)
+        out += format_policy(p) + "\n";
+    return out;
+}
+
+bool Config::operator==(const Config &o) const
+{
+    if (sas.size() != o.sas.size() || policies.size() != o.policies.size())
+        return false;
+    for (size_t i = 0; i < sas.size(); i++)
+        if (!same_sa(sas[i], o.sas[i]))
+            return false;
+    for (size_t i = 0; i < policies.size(); i++)
+        if (!same_policy(policies[i], o.policies[i]))
+            return false;
+    return true;
+}
+
+Result<Config> load_batch(std::string_view text, std::string_view name, Config base)
+{
+    Config cfg = std::move(base);
+    std::string logical;            // the line being read, joined across trailing backslashes
+    size_t lineno = 0, first = 0;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t nl = text.find('\n', pos);
+        std::string_view line = text.substr(pos, nl == std::string_view::npos ? nl : nl - pos);
+        pos = nl == std::string_view::npos ? text.size() : nl + 1;
+        lineno++;
+        if (!line.empty() && line.back() == '\r')
+            line.remove_suffix(1);
+        if (logical.empty())
+            first = lineno;
+        logical += line;
+        auto where = [&] { return std::string(name) + ":" + std::to_string(first) + ": "; };
+        bool continues = false;
+        auto words = split_words(logical, &continues);
+        if (!words)
+            return make_error(where() + words.error().message);
+        if (continues) {
+            logical.pop_back();
+            if (pos < text.size())
+                continue;
+            return make_error(where() + "the last line ends with a backslash");
+        }
+        logical.clear();
+        if (words->empty())
+            continue;
+        auto cmd = parse_command(*words);
+        if (!cmd)
+            return make_error(where() + cmd.error().message);
+        auto applied = cfg.apply(*cmd);
+        if (!applied)
+            return make_error(where() + applied.error().message);
+    }
+    return cfg;
+}
+
+Result<Config> load_batch_file(const std::string &path, Config base)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        return make_error("cannot open " + path + ": " + std::strerror(errno), errno);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad())
+        return make_error("cannot read " + path + ": " + std::strerror(errno), errno);
+    auto cfg = load_batch(text, path, std::move(base));
+    OPENSSL_cleanse(text.data(), text.size());
+    return cfg;
+}
+
+} // namespace xesp

@@ -1,0 +1,185 @@
+// The algorithm table: names as ip xfrm and the kernel spell them, key and ICV sizes, and the
+// "did you mean" for the names people write instead (gcm(aes), aes-gcm, hmac-sha256...).
+#include "userspace/config/xfrm_algs.h"
+
+#include "userspace/config/xfrm_words.h"
+
+namespace xesp {
+
+namespace xfrm {
+
+namespace {
+
+// `auth NAME KEY` gives the ICV length the kernel gives it, so that one line means the same SA
+// to xesp and to `ip xfrm`: for hmac(sha256) that is 96 bits (a pre-RFC 4868 draft value the
+// kernel keeps), not RFC 4868's 128. Peers other than Linux want `auth-trunc hmac(sha256) KEY
+// 128`. format_sa always writes auth-trunc with explicit bits.
+constexpr std::array<AlgInfo, 9> kAlgs{{
+    {Kind::Aead, uint8_t(AeadAlg::AesGcm), "rfc4106(gcm(aes))", "", {16, 24, 32}, {64, 96, 128}},
+    {Kind::Aead, uint8_t(AeadAlg::AesGmac), "rfc4543(gcm(aes))", "", {16, 24, 32}, {128, 0, 0}},
+    {Kind::Aead, uint8_t(AeadAlg::ChaCha20Poly1305), "rfc7539esp(chacha20,poly1305)", "",
+     {32, 0, 0}, {128, 0, 0}},
+    {Kind::Enc, uint8_t(EncAlg::AesCbc), "cbc(aes)", "aes", {16, 24, 32}, {}},
+    {Kind::Enc, uint8_t(EncAlg::Null), "ecb(cipher_null)", "cipher_null", {0, 0, 0}, {}},
+    {Kind::Auth, uint8_t(AuthAlg::HmacSha1), "hmac(sha1)", "sha1", {}, {96, 0, 0}},
+    {Kind::Auth, uint8_t(AuthAlg::HmacSha256), "hmac(sha256)", "sha256", {}, {96, 0, 0}},
+    {Kind::Auth, uint8_t(AuthAlg::HmacSha384), "hmac(sha384)", "sha384", {}, {192, 0, 0}},
+    {Kind::Auth, uint8_t(AuthAlg::HmacSha512), "hmac(sha512)", "sha512", {}, {256, 0, 0}},
+}};
+
+} // namespace
+
+unsigned digest_bits(AuthAlg a)
+{
+    switch (a) {
+    case AuthAlg::HmacSha1: return 160;
+    case AuthAlg::HmacSha256: return 256;
+    case AuthAlg::HmacSha384: return 384;
+    case AuthAlg::HmacSha512: return 512;
+    case AuthAlg::None: break;
+    }
+    return 0;
+}
+
+const AlgInfo *find_alg(std::string_view name)
+{
+    for (const auto &a : kAlgs)
+        if (a.name == name || (!a.alias.empty() && a.alias == name))
+            return &a;
+    return nullptr;
+}
+
+const AlgInfo *alg_of(Kind k, uint8_t id)
+{
+    for (const auto &a : kAlgs)
+        if (a.kind == k && a.id == id)
+            return &a;
+    return nullptr;
+}
+
+namespace {
+
+std::string_view kind_word(Kind k)
+{
+    return k == Kind::Aead ? "aead" : k == Kind::Enc ? "enc" : "auth";
+}
+
+std::string names_of(Kind k)
+{
+    std::string out;
+    for (const auto &a : kAlgs)
+        if (a.kind == k)
+            out += (out.empty() ? "" : ", ") + std::string(a.name);
+    return out;
+}
+
+// The algorithm a misspelt or foreign name (gcm(aes), aes-gcm, hmac-sha256, chacha20poly1305,
+// aes256...) most likely means.
+const AlgInfo *guess_alg(std::string_view name, Kind wanted)
+{
+    std::string n;
+    for (char c : name)
+        if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))
+            n += c;
+        else if (c >= 'A' && c <= 'Z')
+            n += char(c - 'A' + 'a');
+    auto has = [&](std::string_view s) { return n.find(s) != std::string::npos; };
+    auto aes_only = [&] {
+        return n.rfind("aes", 0) == 0 && n.find_first_not_of("0123456789", 3) == std::string::npos;
+    };
+    if (has("gmac") || has("4543"))
+        return find_alg("rfc4543(gcm(aes))");
+    if (has("gcm") || has("4106"))
+        return find_alg("rfc4106(gcm(aes))");
+    if (has("chacha") || has("poly1305") || has("7539") || has("7634"))
+        return find_alg("rfc7539esp(chacha20,poly1305)");
+    if (has("cbc") && has("aes"))
+        return find_alg("cbc(aes)");
+    if (aes_only())
+        return find_alg(wanted == Kind::Aead ? "rfc4106(gcm(aes))" : "cbc(aes)");
+    if (has("null") && wanted != Kind::Auth)
+        return find_alg("ecb(cipher_null)");
+    if (has("sha1") || has("sha160"))
+        return find_alg("hmac(sha1)");
+    for (std::string_view bits : {"256", "384", "512"})
+        if (has("sha" + std::string(bits)) || has("sha2" + std::string(bits)))
+            return find_alg("hmac(sha" + std::string(bits) + ")");
+    return nullptr;
+}
+
+// How the algorithm `a` is written in full, as advice.
+std::string usage_of(const AlgInfo &a)
+{
+    std::string n(a.name);
+    switch (a.kind) {
+    case Kind::Aead: return "aead " + n + " KEY ICV-BITS";
+    case Kind::Enc: return "enc " + n + " KEY auth ALGO KEY";
+    case Kind::Auth: break;
+    }
+    return "enc ALGO KEY auth " + n + " KEY";
+}
+
+} // namespace
+
+std::string unknown_alg(Kind wanted, std::string_view name)
+{
+    if (const AlgInfo *a = find_alg(name))     // a known name in the wrong place
+        return shown(name) + " is not an " + std::string(kind_word(wanted)) +
+               " algorithm; did you mean '" + usage_of(*a) + "'?";
+    if (wanted == Kind::Auth && name.find("null") != std::string_view::npos)
+        return "auth " + shown(name) + " gives no integrity, and ESP without integrity is not "
+               "offered; use one of " + names_of(Kind::Auth);
+    const AlgInfo *g = guess_alg(name, wanted);
+    if (g && g->kind == wanted)
+        return "unknown algorithm " + shown(name) + "; did you mean '" + std::string(g->name) + "'?";
+    if (g)
+        return "unknown " + std::string(kind_word(wanted)) + " algorithm " + shown(name) +
+               "; did you mean '" + usage_of(*g) + "'?";
+    return "unknown algorithm " + shown(name) + "; " + std::string(kind_word(wanted)) +
+           " algorithms are " + names_of(wanted);
+}
+
+std::string list_sizes(const std::array<uint16_t, 3> &v, unsigned add, const char *unit)
+{
+    std::string out;
+    size_t n = 0;
+    for (uint16_t x : v)
+        n += x != 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            out += i + 1 == n ? " or " : ", ";
+        out += std::to_string(v[i] + add);
+    }
+    return out + unit;
+}
+
+bool in_list(const std::array<uint16_t, 3> &v, unsigned x)
+{
+    for (uint16_t y : v)
+        if (y != 0 && y == x)
+            return true;
+    return false;
+}
+
+} // namespace xfrm
+
+std::string Transform::name() const
+{
+    if (is_aead()) {
+        const xfrm::AlgInfo *a = xfrm::alg_of(xfrm::Kind::Aead, uint8_t(aead));
+        return std::string(a ? a->name : "?") + " " + std::to_string(enc_key.size() * 8) +
+               "-bit key, " + std::to_string(icv_len * 8) + "-bit ICV";
+    }
+    if (enc == EncAlg::None && auth == AuthAlg::None)
+        return "none";
+    const xfrm::AlgInfo *e = xfrm::alg_of(xfrm::Kind::Enc, uint8_t(enc));
+    const xfrm::AlgInfo *h = xfrm::alg_of(xfrm::Kind::Auth, uint8_t(auth));
+    std::string out = std::string(e ? e->name : "none") + "+" + std::string(h ? h->name : "none");
+    if (enc == EncAlg::AesCbc) {
+        out += ' ';
+        out += std::to_string(enc_key.size() * 8) + "-bit key,";
+    }
+    return out + " " + std::to_string(icv_len * 8) + "-bit ICV";
+}
+
+} // namespace xesp

@@ -1,0 +1,62 @@
+// The crypto backends behind one interface. An SaCipher is prepared once per SA and worker
+// (keys expanded, contexts allocated); encrypt()/decrypt() then run a burst of packets in
+// place without allocating.
+//
+// Every op describes one ESP packet laid out contiguously as on the wire (RFC 4303 2):
+//
+//   esp -> | SPI (4) | seq low (4) | IV (iv_len) | payload (payload_len) | ICV (icv_len) |
+//
+// payload is plaintext + padding + pad length + next header and is encrypted in place.
+// What each transform authenticates:
+//   AES-GCM / ChaCha20-Poly1305 (RFC 4106, RFC 7634): nonce = salt || IV,
+//       AAD = SPI || seq low, or SPI || seq high || seq low with ESN (RFC 4106 5).
+//   AES-GMAC (RFC 4543): nothing encrypted; AAD = SPI || [seq high ||] seq low || IV || payload.
+//   enc + HMAC (RFC 4303 2.8, 3.3.2.1): ICV = trunc(HMAC(SPI || seq low || IV || payload
+//       [|| seq high with ESN])), computed over the ciphertext (encrypt-then-MAC).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "userspace/base/result.h"
+#include "userspace/esp/sa_config.h"
+
+namespace xesp {
+
+enum class Backend : uint8_t { Auto, OpenSsl, IpsecMb };
+
+std::string_view backend_name(Backend b);
+std::optional<Backend> parse_backend(std::string_view name);   // "auto", "openssl", "ipsecmb"
+
+struct CryptoOp {
+    uint8_t *esp;            // start of the ESP header
+    uint32_t payload_len;    // bytes between the IV and the ICV
+    uint32_t seq_hi;         // ESN high half (host order); used only when the cipher has ESN on
+    bool ok;                 // out: encrypt done / decrypt authenticated and decrypted
+};
+
+class SaCipher {
+public:
+    virtual ~SaCipher() = default;
+    // Encrypt each op's payload in place and write its ICV. ok=false only on a backend failure.
+    virtual void encrypt(CryptoOp *ops, size_t n) = 0;
+    // Verify each op's ICV (constant time) and, if good, decrypt the payload in place.
+    // ok=false means the ICV did not verify (or the backend failed); the payload is then
+    // unspecified and must not be used.
+    virtual void decrypt(CryptoOp *ops, size_t n) = 0;
+    virtual Backend backend() const = 0;
+};
+
+// Whether a backend implements a transform (key sizes and ICV length included).
+bool backend_supports(Backend backend, const Transform &xf);
+
+// Auto picks intel-ipsec-mb where it supports the transform, else OpenSSL.
+Backend resolve_backend(Backend requested, const Transform &xf);
+
+// Prepares a cipher for one SA. esn selects whether seq_hi is authenticated.
+Result<std::unique_ptr<SaCipher>> make_cipher(Backend backend, const Transform &xf, bool esn);
+
+} // namespace xesp

@@ -1,0 +1,139 @@
+#include "userspace/esp/sa.h"
+
+#include <algorithm>
+
+#include "userspace/base/clock.h"
+#include "userspace/base/wire.h"
+
+namespace xesp {
+
+using namespace wire;
+
+Result<std::unique_ptr<Sa>> Sa::create(const SaConfig &cfg, Backend backend)
+{
+    Backend resolved = resolve_backend(backend, cfg.xf);
+    if (!backend_supports(resolved, cfg.xf))
+        return make_error(std::string("crypto backend '") + std::string(backend_name(resolved)) +
+                          "' does not implement " + cfg.xf.name() + "; use --crypto auto");
+    auto cipher = make_cipher(resolved, cfg.xf, cfg.esn);
+    if (!cipher)
+        return cipher.error();
+
+    std::unique_ptr<Sa> sa(new Sa());
+    sa->cfg_ = cfg;
+    static std::atomic<uint64_t> serials{0};
+    sa->serial_ = ++serials;
+    sa->cipher_ = std::move(*cipher);
+    sa->spi_be_ = htonl(cfg.spi);
+    sa->iv_len_ = cfg.xf.iv_len();
+    sa->icv_len_ = cfg.xf.icv_len;
+    sa->block_ = cfg.xf.block_size();
+    sa->oseq_ = cfg.esn ? (uint64_t(cfg.oseq_hi) << 32 | cfg.oseq) : cfg.oseq;
+    sa->replay_.init(cfg.replay_window, cfg.esn,
+                     cfg.esn ? (uint64_t(cfg.seq_hi) << 32 | cfg.seq) : cfg.seq);
+    sa->build_outer();
+    sa->added_ns_ = now_ns();
+    return sa;
+}
+
+// The outer header of tunnel mode is the same for every packet but for its length, ID,
+// traffic class and checksum: build it once.
+void Sa::build_outer()
+{
+    uint8_t *p = outer_.data();
+    uint8_t next = natt() ? kProtoUdp : kProtoEsp;
+    if (cfg_.src.family == 4) {
+        p[0] = 0x45;
+        p[6] = 0x40;                    // DF: the outer packet is not fragmented on the way
+        p[8] = 64;                      // TTL
+        p[9] = next;
+        std::memcpy(p + 12, cfg_.src.b.data(), 4);
+        std::memcpy(p + 16, cfg_.dst.b.data(), 4);
+        outer_len_ = kIpv4Len;
+        // TTL/protocol and the addresses; version/TOS, length, ID and flags are added per packet
+        outer_csum_base_ = csum_add(0, p + 8, 2) + csum_add(0, p + 12, 8);
+    } else {
+        p[0] = 0x60;
+        p[6] = next;
+        p[7] = 64;                      // hop limit
+        std::memcpy(p + 8, cfg_.src.b.data(), 16);
+        std::memcpy(p + 24, cfg_.dst.b.data(), 16);
+        outer_len_ = kIpv6Len;
+    }
+    if (natt()) {
+        put16(p + outer_len_, cfg_.encap->sport);
+        put16(p + outer_len_ + 2, cfg_.encap->dport);
+        outer_len_ += kUdpLen;
+    }
+}
+
+void Sa::expire(bool hard)
+{
+    bool &flag = hard ? hard_expired_ : soft_expired_;
+    if (flag)
+        return;
+    flag = true;
+    if (on_expire_)
+        on_expire_(*this, hard);
+}
+
+uint64_t Sa::seconds_left(uint64_t now, bool hard) const
+{
+    const Lifetime &l = cfg_.lifetime;
+    auto left = [&](uint64_t limit, uint64_t since) {
+        uint64_t s = now > since ? (now - since) / kSecondNs : 0;
+        return s >= limit ? 0 : limit - s;
+    };
+    uint64_t add = hard ? l.hard_add_s : l.soft_add_s, use = hard ? l.hard_use_s : l.soft_use_s;
+    uint64_t n = add != UINT64_MAX ? left(add, added_ns_) : UINT64_MAX;
+    if (use != UINT64_MAX && first_use_ns_)
+        n = std::min(n, left(use, first_use_ns_));
+    return n;
+}
+
+void Sa::check_time(uint64_t now)
+{
+    if (!first_use_ns_ && life_packets_)
+        first_use_ns_ = now;
+    if (seconds_left(now, false) == 0)
+        expire(false);
+    if (seconds_left(now, true) == 0)
+        expire(true);
+}
+
+bool Sa::over_hard(uint64_t bytes) const
+{
+    const Lifetime &l = cfg_.lifetime;
+    return hard_expired_ || life_packets_ + 1 > l.hard_packets || life_bytes_ + bytes > l.hard_bytes;
+}
+
+bool Sa::charge(uint64_t bytes)
+{
+    life_packets_++;
+    life_bytes_ += bytes;
+    counters_.packets++;
+    counters_.bytes += bytes;
+    const Lifetime &l = cfg_.lifetime;
+    bool crossed_soft = false;
+    if (!soft_expired_ && (life_packets_ >= l.soft_packets || life_bytes_ >= l.soft_bytes)) {
+        crossed_soft = true;
+        expire(false);
+    }
+    if (!hard_expired_ && (life_packets_ >= l.hard_packets || life_bytes_ >= l.hard_bytes))
+        expire(true);
+    return crossed_soft;
+}
+
+uint32_t Sa::inner_mtu(uint32_t link_mtu) const
+{
+    uint32_t front = (tunnel() ? outer_len_ : (natt() ? kUdpLen : 0)) + kEspHdrLen + iv_len_;
+    uint32_t back = kEspTrailerLen + icv_len_;
+    if (link_mtu <= front + back + block_)
+        return 0;
+    // The payload is rounded up to the block size: round the room down to it.
+    uint32_t room = link_mtu - front - icv_len_;
+    room -= room % block_;
+    return room - kEspTrailerLen;
+}
+
+} // namespace xesp

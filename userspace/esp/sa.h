@@ -1,0 +1,184 @@
+// An SA as the data path sees it: its configuration (control part) next to the runtime part
+// the per-packet code touches (VPP's ipsec_sa_t split): prepared cipher, sequence numbers,
+// replay window, lifetimes, counters and a prebuilt outer header.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "userspace/base/counters.h"
+#include "userspace/crypto/crypto.h"
+#include "userspace/esp/replay.h"
+#include "userspace/base/result.h"
+#include "userspace/esp/sa_config.h"
+
+namespace xesp {
+
+// The smaller of two MTUs where 0 means "not known".
+inline uint32_t smaller_mtu(uint32_t a, uint32_t b)
+{
+    return a && (!b || a < b) ? a : b;
+}
+
+class Sa {
+public:
+    // Prepares the runtime part: the cipher (backend resolved here), the replay window from
+    // replay-seq[-hi], the output counter from replay-oseq[-hi], the outer header.
+    static Result<std::unique_ptr<Sa>> create(const SaConfig &cfg, Backend backend);
+
+    const SaConfig &config() const { return cfg_; }
+    // Unique for the process's life: tells this SA from one created later at the same address.
+    uint64_t serial() const { return serial_; }
+    Backend backend() const { return cipher_->backend(); }
+
+    // Hot fields, read by esp.cpp.
+    SaCipher &cipher() { return *cipher_; }
+    uint32_t spi_be() const { return spi_be_; }
+    uint8_t iv_len() const { return iv_len_; }
+    uint8_t icv_len() const { return icv_len_; }
+    uint8_t block() const { return block_; }
+    bool esn() const { return cfg_.esn; }
+    bool tunnel() const { return cfg_.mode == Mode::Tunnel; }
+    bool natt() const { return cfg_.encap.has_value(); }
+    uint8_t outer_family() const { return cfg_.src.family; }
+
+    // Outer IP (+ UDP for NAT-T) header template for tunnel mode; length fields left 0.
+    const uint8_t *outer_template() const { return outer_.data(); }
+    uint8_t outer_len() const { return outer_len_; }
+    // IPv4 outer header: one's complement sum of the template's words that never change.
+    uint32_t outer_csum_base() const { return outer_csum_base_; }
+
+    // Output sequence numbers. Never wraps (RFC 4303 3.3.3): 2^32-1 is the last number
+    // without ESN, 2^64-1 with it; then next_seq() fails, seq_exhausted() says so, and the SA
+    // must be rekeyed. Nor does it go beyond the reservation (reserve_to()): then next_seq()
+    // fails too, and the SA sends again once the owner reserves more.
+    bool next_seq(uint64_t *seq)
+    {
+        uint64_t limit = cfg_.esn ? UINT64_MAX : UINT32_MAX;
+        if (oseq_ >= limit) [[unlikely]] {
+            expire(true);           // the SA is spent: hard-expire it, as the kernel does
+            return false;
+        }
+        if (oseq_ >= reserved_.load(std::memory_order_acquire)) [[unlikely]] {
+            ask_for_more();
+            return false;
+        }
+        *seq = ++oseq_;
+        if (oseq_ >= low_water_) [[unlikely]]
+            ask_for_more();
+        return true;
+    }
+    uint64_t oseq() const { return oseq_; }
+    bool seq_exhausted() const { return oseq_ >= (cfg_.esn ? UINT64_MAX : UINT32_MAX); }
+
+    // The sequence reservation. An owner that keeps sequence numbers across restarts (the
+    // daemon's state file) makes each SA send only numbers it has durably recorded: it binds
+    // the SA once, before the SA sends anything (bind_reservation(), which may move the
+    // counter up to where an earlier SA with the same key stopped), and raises the bound each
+    // time the record is on disk (reserve_to()). When the counter reaches `low_water`, or the
+    // bound, the SA sets *wake for the owner (once per reserve_to(), or per packet held back).
+    // Unbound, as `xesp pcap` uses it, an SA is limited only by the sequence space.
+    bool reservation_bound() const { return bound_; }
+    // Before binding: the SA sends nothing (out-seq-unreserved) until bind_reservation().
+    void hold()
+    {
+        if (!bound_)
+            reserved_.store(oseq_, std::memory_order_release);
+    }
+    void bind_reservation(uint64_t start, std::atomic<bool> *wake = nullptr)
+    {
+        if (start > oseq_)
+            oseq_ = start;
+        wake_ = wake;
+        low_water_ = UINT64_MAX;
+        reserved_.store(oseq_, std::memory_order_release);
+        bound_ = true;
+    }
+    void reserve_to(uint64_t last, uint64_t low_water = UINT64_MAX)
+    {
+        if (last > reserved_.load(std::memory_order_relaxed))
+            reserved_.store(last, std::memory_order_release);
+        low_water_ = low_water;
+    }
+    uint64_t reserved() const { return reserved_.load(std::memory_order_acquire); }
+    ReplayWindow &replay() { return replay_; }
+    const ReplayWindow &replay() const { return replay_; }
+
+    Counters &counters() { return counters_; }
+    const Counters &counters() const { return counters_; }
+
+    // Lifetimes (`limit ...`). Counted after a packet is accepted; a replayed or forged packet
+    // never counts. charge() returns true when this packet crossed the soft limit.
+    bool hard_expired() const { return hard_expired_; }
+    bool soft_expired() const { return soft_expired_; }
+    bool charge(uint64_t bytes);
+    // A packet over the hard limit is refused before any work is done on it.
+    bool over_hard(uint64_t bytes) const;
+
+    // Called once when a lifetime limit is crossed (soft or hard), as the kernel's expire message.
+    using ExpireFn = std::function<void(const Sa &sa, bool hard)>;
+    void on_expire(ExpireFn fn) { on_expire_ = std::move(fn); }
+
+    // Time limits are checked off the data path: the owner calls check_time() about once a
+    // second with CLOCK_MONOTONIC in ns. The first call that sees the SA used since the one
+    // before starts its use time, so that is a second's resolution (as the kernel's). Added:
+    // when create() made it.
+    uint64_t added_ns() const { return added_ns_; }
+    uint64_t first_use_ns() const { return first_use_ns_; }
+    void check_time(uint64_t now);
+    // Whole seconds until the soft or hard time limit at now_ns (0: reached); UINT64_MAX when
+    // there is none, or only a use limit and no use seen yet.
+    uint64_t seconds_left(uint64_t now, bool hard) const;
+
+    // Effective MTU inside the tunnel for a given egress MTU, worst-case padding included.
+    uint32_t inner_mtu(uint32_t link_mtu) const;
+
+    // The path MTU to the peer learnt from ICMP (pmtu.h); 0: none, the link's applies. Set and
+    // aged by the gateway; kept when a reconfiguration keeps the SA.
+    uint32_t path_mtu() const { return path_mtu_; }
+    void set_path_mtu(uint32_t mtu) { path_mtu_ = mtu; }
+    // What this SA's encrypted packets must fit: the egress link's MTU (0: unknown), or the
+    // learnt path MTU if that is smaller.
+    uint32_t outer_mtu(uint32_t link_mtu) const
+    {
+        return smaller_mtu(path_mtu_, link_mtu);
+    }
+
+private:
+    Sa() = default;
+    void build_outer();
+    void expire(bool hard);         // sets the flag and tells on_expire_, once each
+
+    SaConfig cfg_;
+    uint64_t serial_ = 0;
+    std::unique_ptr<SaCipher> cipher_;
+    uint32_t spi_be_ = 0;
+    uint8_t iv_len_ = 0, icv_len_ = 0, block_ = 4;
+    uint8_t outer_len_ = 0;
+    std::array<uint8_t, 48> outer_{};
+    uint32_t outer_csum_base_ = 0;
+    void ask_for_more()
+    {
+        low_water_ = UINT64_MAX;
+        if (wake_)
+            wake_->store(true, std::memory_order_relaxed);
+    }
+
+    uint64_t oseq_ = 0;
+    std::atomic<uint64_t> reserved_{UINT64_MAX};    // the last number the SA may send
+    uint64_t low_water_ = UINT64_MAX;               // ask for more from here
+    std::atomic<bool> *wake_ = nullptr;
+    bool bound_ = false;
+    ReplayWindow replay_;
+    Counters counters_;
+    uint64_t life_bytes_ = 0, life_packets_ = 0;
+    uint64_t added_ns_ = 0, first_use_ns_ = 0;
+    bool soft_expired_ = false, hard_expired_ = false;
+    uint32_t path_mtu_ = 0;
+    ExpireFn on_expire_;
+};
+
+} // namespace xesp

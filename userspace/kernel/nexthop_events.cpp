@@ -1,0 +1,144 @@
+// NextHops keeping its answers current: the netlink events (a route change forgets every
+// destination, a neighbour change patches the destinations through that neighbour, a device
+// change their source MAC and MTU), and the refresh round that keeps used neighbours fresh.
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+
+#include <cerrno>
+
+#include "userspace/kernel/nexthop_state.h"
+
+namespace xesp {
+
+using nexthop::Clock;
+using nexthop::kNone;
+using nexthop::kNudStatic;
+using nexthop::mtu_of;
+
+namespace {
+
+// Datagrams read from the event socket per poll().
+constexpr int kEventReads = 256;
+
+} // namespace
+
+// ---- Events -------------------------------------------------------------------------------
+
+void NextHops::State::on_neigh(const nlmsghdr *nlh)
+{
+    Neigh n;
+    if (!parse_neigh(nlh, n))
+        return;
+    uint32_t slot = hop_slot(n.ifindex, n.addr);
+    if (!hops[slot].ifindex)
+        return;                     // not a next hop of ours
+    bool deleted = nlh->nlmsg_type == RTM_DELNEIGH;
+    if (deleted) {
+        n.nud = NUD_NONE;
+        n.has_mac = false;
+    }
+    set_neigh(slot, n);
+    // Garbage-collected or flushed while we send through it: ask again now rather than
+    // at the next round.
+    if (deleted && hops[slot].first != kNone)
+        round_soon = true;
+}
+
+void NextHops::State::on_link(const nlmsghdr *nlh)
+{
+    if (mnl_nlmsg_get_payload_len(nlh) < sizeof(ifinfomsg))
+        return;
+    const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(nlh));
+    auto ifindex = uint32_t(ifi->ifi_index);
+    Dev *dev = find_dev(ifindex);
+    if (!dev)
+        return;
+    Dev now = *dev;
+    if (!parse_link(nlh, now))
+        return;
+    if (nlh->nlmsg_type == RTM_DELLINK || ((now.flags ^ dev->flags) & IFF_UP) ||
+        now.ether != dev->ether) {
+        devs.erase(devs.begin() + (dev - devs.data()));
+        flush_due = true;
+        return;
+    }
+    bool changed = now.mac != dev->mac || now.mtu != dev->mtu;
+    *dev = now;
+    if (!changed)
+        return;
+    for (Dst &d : dsts) {
+        if (d.addr.family && d.hop != kNone && d.l2.ifindex == ifindex) {
+            d.l2.src = now.mac;
+            d.l2.mtu = mtu_of(d.route_mtu, now);
+        }
+    }
+}
+
+void NextHops::State::read_events()
+{
+    for (int r = 0; r < kEventReads; ++r) {
+        ssize_t n = mnl_socket_recvfrom(events, ebuf.data(), ebuf.size());
+        if (n < 0) {
+            if (errno != ENOBUFS)
+                break;              // EAGAIN: nothing more
+            // Events were dropped: nothing we hold can be trusted.
+            ++stats.event_overruns;
+            devs.clear();
+            flush_due = true;
+            continue;
+        }
+        int left = int(n);
+        for (auto *h = reinterpret_cast<const nlmsghdr *>(ebuf.data()); mnl_nlmsg_ok(h, left);
+             h = mnl_nlmsg_next(h, &left)) {
+            ++stats.events;
+            switch (h->nlmsg_type) {
+            case RTM_NEWROUTE:
+            case RTM_DELROUTE:
+                flush_due = true;
+                break;
+            case RTM_NEWNEIGH:
+            case RTM_DELNEIGH:
+                on_neigh(h);
+                break;
+            case RTM_NEWLINK:
+            case RTM_DELLINK:
+                on_link(h);
+                break;
+            }
+        }
+    }
+}
+
+// ---- Refresh ------------------------------------------------------------------------------
+
+// One NTF_USE per hop that a destination used since the last round. A round walks the
+// whole table, `budget` messages per poll(), so it can span several calls.
+void NextHops::State::refresh()
+{
+    if (cursor == kNone) {
+        auto now = Clock::now();
+        if (!round_soon && now < next_round)
+            return;
+        round_soon = false;
+        next_round = now + std::chrono::milliseconds(opt.refresh_ms);
+        ++round;
+        cursor = 0;
+    }
+    uint32_t sent = 0;
+    while (cursor < dsts.size() && sent < opt.budget) {
+        Dst &d = dsts[cursor++];
+        if (!d.addr.family || !d.used || d.hop == kNone)
+            continue;
+        d.used = false;
+        Hop &h = hops[d.hop];
+        if (h.round == round || (h.nud & kNudStatic))
+            continue;
+        h.round = round;
+        probe(h);
+        ++sent;
+    }
+    if (cursor >= dsts.size())
+        cursor = kNone;
+}
+
+} // namespace xesp

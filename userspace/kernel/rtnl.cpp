@@ -1,0 +1,155 @@
+#include "userspace/kernel/rtnl.h"
+
+#include <linux/neighbour.h>
+#include <linux/rtnetlink.h>
+#include <net/if_arp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <cstring>
+#include <string>
+
+namespace xesp::rtnl {
+
+namespace {
+
+// An address attribute of family `af`; family 0 when it does not fit.
+IpAddr addr_from(int af, const void *p, size_t len)
+{
+    if (af == AF_INET && len >= 4)
+        return IpAddr::v4(static_cast<const uint8_t *>(p));
+    if (af == AF_INET6 && len >= 16)
+        return IpAddr::v6(static_cast<const uint8_t *>(p));
+    return IpAddr{};
+}
+
+struct Attrs {
+    const nlattr **tb;
+    int max;
+};
+
+int store_attr(const nlattr *a, void *data)
+{
+    auto *t = static_cast<Attrs *>(data);
+    int type = mnl_attr_get_type(a);
+    if (type <= t->max)
+        t->tb[type] = a;
+    return MNL_CB_OK;
+}
+
+bool get_u32(const nlattr *a, uint32_t &out)
+{
+    if (!a || mnl_attr_get_payload_len(a) < 4)
+        return false;
+    out = mnl_attr_get_u32(a);
+    return true;
+}
+
+} // namespace
+
+void parse_route(const nlmsghdr *nlh, Route &r)
+{
+    const auto *rtm = static_cast<const rtmsg *>(mnl_nlmsg_get_payload(nlh));
+    const nlattr *tb[RTA_MAX + 1] = {};
+    Attrs attrs{tb, RTA_MAX};
+    mnl_attr_parse(nlh, sizeof(*rtm), store_attr, &attrs);
+    r.type = rtm->rtm_type;
+    get_u32(tb[RTA_OIF], r.oif);
+    if (tb[RTA_GATEWAY]) {
+        r.via = addr_from(rtm->rtm_family, mnl_attr_get_payload(tb[RTA_GATEWAY]),
+                          mnl_attr_get_payload_len(tb[RTA_GATEWAY]));
+    } else if (tb[RTA_VIA] && mnl_attr_get_payload_len(tb[RTA_VIA]) >= sizeof(rtvia)) {
+        // An IPv4 route through an IPv6 gateway (RFC 5549): the neighbour is an ND entry.
+        const auto *via = static_cast<const rtvia *>(mnl_attr_get_payload(tb[RTA_VIA]));
+        r.via = addr_from(via->rtvia_family, via->rtvia_addr,
+                          mnl_attr_get_payload_len(tb[RTA_VIA]) - sizeof(rtvia));
+    }
+    // A route MTU that expires is path MTU the kernel learnt from an ICMP error, for its own
+    // packets. Forwarded packets go by the route's configured MTU, as the kernel's own
+    // forwarding does (net.ipv4.ip_forward_use_pmtu=0): a learnt value can be forged, and the
+    // gateway's own ICMP errors to its own traffic would otherwise shrink the tunnel's.
+    bool learnt = false;
+    if (tb[RTA_CACHEINFO] && mnl_attr_get_payload_len(tb[RTA_CACHEINFO]) >= sizeof(rta_cacheinfo))
+        learnt = static_cast<const rta_cacheinfo *>(mnl_attr_get_payload(tb[RTA_CACHEINFO]))
+                     ->rta_expires != 0;
+    if (tb[RTA_METRICS] && !learnt) {
+        const nlattr *mx[RTAX_MAX + 1] = {};
+        Attrs metrics{mx, RTAX_MAX};
+        mnl_attr_parse_nested(tb[RTA_METRICS], store_attr, &metrics);
+        get_u32(mx[RTAX_MTU], r.mtu);
+    }
+}
+
+bool parse_neigh(const nlmsghdr *nlh, Neigh &n)
+{
+    if (mnl_nlmsg_get_payload_len(nlh) < sizeof(ndmsg))
+        return false;
+    const auto *ndm = static_cast<const ndmsg *>(mnl_nlmsg_get_payload(nlh));
+    if ((ndm->ndm_family != AF_INET && ndm->ndm_family != AF_INET6) ||
+        (ndm->ndm_flags & NTF_PROXY))
+        return false;
+    const nlattr *tb[NDA_MAX + 1] = {};
+    Attrs attrs{tb, NDA_MAX};
+    mnl_attr_parse(nlh, sizeof(*ndm), store_attr, &attrs);
+    if (!tb[NDA_DST])
+        return false;
+    n.ifindex = uint32_t(ndm->ndm_ifindex);
+    n.nud = ndm->ndm_state;
+    n.addr = addr_from(ndm->ndm_family, mnl_attr_get_payload(tb[NDA_DST]),
+                       mnl_attr_get_payload_len(tb[NDA_DST]));
+    n.has_mac = tb[NDA_LLADDR] && mnl_attr_get_payload_len(tb[NDA_LLADDR]) == 6;
+    if (n.has_mac)
+        std::memcpy(n.mac.data(), mnl_attr_get_payload(tb[NDA_LLADDR]), 6);
+    return n.addr.family != 0;
+}
+
+bool parse_link(const nlmsghdr *nlh, Link &d)
+{
+    if (mnl_nlmsg_get_payload_len(nlh) < sizeof(ifinfomsg))
+        return false;
+    const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(nlh));
+    if (ifi->ifi_family != AF_UNSPEC)   // e.g. AF_BRIDGE port notifications
+        return false;
+    const nlattr *tb[IFLA_MAX + 1] = {};
+    Attrs attrs{tb, IFLA_MAX};
+    mnl_attr_parse(nlh, sizeof(*ifi), store_attr, &attrs);
+    d.ifindex = uint32_t(ifi->ifi_index);
+    d.flags = ifi->ifi_flags;
+    get_u32(tb[IFLA_MTU], d.mtu);
+    if (tb[IFLA_ADDRESS]) {
+        d.ether = ifi->ifi_type == ARPHRD_ETHER && mnl_attr_get_payload_len(tb[IFLA_ADDRESS]) == 6;
+        if (d.ether)
+            std::memcpy(d.mac.data(), mnl_attr_get_payload(tb[IFLA_ADDRESS]), 6);
+    }
+    return true;
+}
+
+Requests::~Requests()
+{
+    if (nl_)
+        mnl_socket_close(nl_);
+}
+
+Result<void> Requests::open(time_t timeout_s)
+{
+    nl_ = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
+    if (!nl_ || mnl_socket_bind(nl_, 0, MNL_SOCKET_AUTOPID) < 0)
+        return make_error(std::string("cannot open a netlink socket: ") + std::strerror(errno),
+                          errno);
+    timeval tv{timeout_s, 0};
+    setsockopt(mnl_socket_get_fd(nl_), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int one = 1;    // acknowledgements without a copy of the request
+    mnl_socket_setsockopt(nl_, NETLINK_CAP_ACK, &one, sizeof(one));
+    return {};
+}
+
+nlmsghdr *Requests::request(uint16_t type, uint16_t flags)
+{
+    nlmsghdr *nlh = mnl_nlmsg_put_header(qbuf_);
+    nlh->nlmsg_type = type;
+    nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    nlh->nlmsg_seq = ++seq_;
+    return nlh;
+}
+
+} // namespace xesp::rtnl

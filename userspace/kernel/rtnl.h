@@ -1,0 +1,117 @@
+// rtnetlink for the gateway: requests and their answers, and the route, neighbour and link
+// messages as the next-hop resolver (nexthop.h) reads them, from answers and from events.
+//
+// Every request asks for an acknowledgement, so its answers always end with NLMSG_ERROR (0
+// for success); they are matched to it by sequence number, and a late answer to a request
+// that timed out is skipped. NextHops resolves routes and neighbours with one such socket;
+// the local link makes and removes its veth pair.
+#pragma once
+
+#include <libmnl/libmnl.h>
+#include <linux/netlink.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <array>
+#include <ctime>
+#include <vector>
+
+#include "userspace/base/ip.h"
+#include "userspace/base/result.h"
+
+namespace xesp::rtnl {
+
+// What RTM_GETROUTE answers for a destination.
+struct Route {
+    uint8_t type = 0;                   // RTN_*
+    uint32_t oif = 0;
+    uint32_t mtu = 0;                   // configured (not learnt) route MTU; 0: none
+    IpAddr via;                         // family 0: on-link
+};
+
+// A neighbour entry (RTM_NEWNEIGH).
+struct Neigh {
+    uint32_t ifindex = 0;
+    uint16_t nud = 0;
+    IpAddr addr;
+    bool has_mac = false;
+    std::array<uint8_t, 6> mac{};
+};
+
+// A device (RTM_NEWLINK).
+struct Link {
+    uint32_t ifindex = 0;
+    uint32_t mtu = 0;
+    uint32_t flags = 0;
+    bool ether = false;                 // an Ethernet device: mac is its address
+    std::array<uint8_t, 6> mac{};
+};
+
+void parse_route(const nlmsghdr *nlh, Route &r);
+// False for what is not an IPv4/IPv6 neighbour with an address (proxy entries, other families).
+bool parse_neigh(const nlmsghdr *nlh, Neigh &n);
+// Updates `d` with what the message carries (events may leave attributes out); false for
+// messages of other families (e.g. AF_BRIDGE port notifications).
+bool parse_link(const nlmsghdr *nlh, Link &d);
+
+class Requests {
+public:
+    // A round trip that failed in the socket (not an answer from the kernel): try again later.
+    static constexpr int kSocketError = 1;
+
+    Requests() = default;
+    ~Requests();
+    Requests(const Requests &) = delete;
+    Requests &operator=(const Requests &) = delete;
+
+    // rtnetlink answers while sendto() runs; timeout_s only bounds a lost answer.
+    Result<void> open(time_t timeout_s);
+
+    // A new request in the socket's buffer: NLM_F_REQUEST | NLM_F_ACK | flags, the next
+    // sequence number; type-specific headers and attributes are the caller's to add.
+    nlmsghdr *request(uint16_t type, uint16_t flags);
+
+    // Sends req and hands each answer before the acknowledgement to on_answer. Returns 0, the
+    // kernel's -errno, or kSocketError.
+    template <class F>
+    int round_trip(const nlmsghdr *req, F &&on_answer)
+    {
+        if (mnl_socket_sendto(nl_, req, req->nlmsg_len) < 0)
+            return kSocketError;
+        for (;;) {
+            ssize_t n = mnl_socket_recvfrom(nl_, rbuf_.data(), rbuf_.size());
+            if (n < 0)
+                return kSocketError;
+            int left = int(n);
+            for (auto *h = reinterpret_cast<const nlmsghdr *>(rbuf_.data());
+                 mnl_nlmsg_ok(h, left); h = mnl_nlmsg_next(h, &left)) {
+                if (h->nlmsg_seq != req->nlmsg_seq)
+                    continue;       // the late answer to a request that timed out
+                if (h->nlmsg_type == NLMSG_ERROR) {
+                    if (mnl_nlmsg_get_payload_len(h) < sizeof(nlmsgerr))
+                        return -EPROTO;
+                    return static_cast<const nlmsgerr *>(mnl_nlmsg_get_payload(h))->error;
+                }
+                on_answer(h);
+            }
+        }
+    }
+    // A request whose only answer is the acknowledgement.
+    int call(const nlmsghdr *req)
+    {
+        return round_trip(req, [](const nlmsghdr *) {});
+    }
+
+private:
+    // Room for one datagram: a link message with its statistics and per-family settings is a
+    // few KiB, and a truncated one cannot be read again.
+    static constexpr size_t kRecvBufferSize = 32 * 1024;
+
+    mnl_socket *nl_ = nullptr;
+    uint32_t seq_ = 0;
+    std::vector<char> rbuf_ = std::vector<char>(kRecvBufferSize);
+    alignas(nlmsghdr) char qbuf_[512];
+};
+
+} // namespace xesp::rtnl
