@@ -83,14 +83,14 @@ public:
 protected:
     Result<void> commit(Config next) override
     {
-        auto again = load_batch(next.to_batch(true), "again");
+        auto again = load_batch(to_batch(next, true), "again");
         if (!again)
             fail(("an accepted configuration does not load back: " + again.error().message)
                      .c_str(),
-                 "", next.to_batch(false));
+                 "", to_batch(next, false));
         if (!(*again == next))
             fail("an accepted configuration changes through to_batch -> load_batch", "",
-                 next.to_batch(false));
+                 to_batch(next, false));
         return ConfigHandler::commit(std::move(next));
     }
 };

@@ -77,10 +77,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_sa(sa);
     for (const auto &p : cfg->policies)
         check_policy(p);
-    auto again = xesp::load_batch(cfg->to_batch(true), "again");
+    auto again = xesp::load_batch(to_batch(*cfg, true), "again");
     if (!again)
-        fail(("to_batch does not load: " + again.error().message).c_str(), cfg->to_batch(false));
+        fail(("to_batch does not load: " + again.error().message).c_str(), to_batch(*cfg, false));
     if (!(*again == *cfg))
-        fail("Config changed in to_batch -> load_batch", cfg->to_batch(false));
+        fail("Config changed in to_batch -> load_batch", to_batch(*cfg, false));
     return 0;
 }

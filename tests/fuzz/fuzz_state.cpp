@@ -69,9 +69,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!again || !*again)
         fail("a saved state does not load", again ? "no file" : again.error().message);
     if (!((*again)->config == st.config) || (*again)->ifaces != st.ifaces)
-        fail("the state changed through save_state -> load_state", st.config.to_batch(false));
+        fail("the state changed through save_state -> load_state", to_batch(st.config, false));
     if (!(with_saved_sequence(st.config, st.config) == st.config))
         fail("with_saved_sequence changed a configuration given its own numbers",
-             st.config.to_batch(false));
+             to_batch(st.config, false));
     return 0;
 }

@@ -604,14 +604,14 @@ TEST_CASE("format then parse gives the same config")
     }
 }
 
-TEST_CASE("Config::apply: add, duplicate, update, del, get, flush")
+TEST_CASE("apply_command: add, duplicate, update, del, get, flush")
 {
     Config cfg;
     auto apply = [&](const std::string &line) {
         auto cmd = parse_line(line);
         INFO(line);
         REQUIRE(cmd.ok());
-        return cfg.apply(*cmd);
+        return apply_command(cfg, *cmd);
     };
     REQUIRE(apply(kHead + kGcmAlg).ok());
     REQUIRE(cfg.sas.size() == 1);
@@ -711,10 +711,10 @@ TEST_CASE("to_batch loads back into the same Config")
                               "dst 10.0.0.2 mode tunnel\n",
                           "a.conf");
     REQUIRE(cfg.ok());
-    auto again = load_batch(cfg->to_batch(true), "b.conf");
+    auto again = load_batch(to_batch(*cfg, true), "b.conf");
     REQUIRE(again.ok());
     CHECK(*again == *cfg);
-    std::string hidden = cfg->to_batch(false);
+    std::string hidden = to_batch(*cfg, false);
     CHECK(no_key_in(hidden));
     CHECK_FALSE(load_batch(hidden, "hidden.conf").ok());
 }

@@ -1,10 +1,10 @@
 // `xesp sa ...`, `xesp policy ...` and `xesp batch FILE`: the `ip xfrm` grammar on the command
-// line. The commands go to the `xesp daemon` on its control socket (--socket, default_socket())
-// and it applies them (userspace/control.h). With --db FILE they go to a database file instead,
-// holding one batch of `sa add` / `policy add` lines, keys included: it is read, changed in
-// memory and replaced atomically, so that a command that fails leaves it exactly as it was.
-// Only --db means the file: a daemon that does not answer is an error naming its socket, never
-// a reason to change a file that no daemon reads.
+// line. The commands go to the `xesp daemon` on its control socket (--socket, default_socket()) and
+// it applies them (userspace/control/control.h). With --db FILE they go to a database file instead,
+// holding one batch of `sa add` / `policy add` lines, keys included: it is read, changed in memory
+// and replaced atomically, so that a command that fails leaves it exactly as it was. Only --db
+// means the file: a daemon that does not answer is an error naming its socket, never a reason to
+// change a file that no daemon reads.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -92,7 +92,7 @@ void write_db(const std::string &path, const Config &cfg)
     if (fd < 0)
         throw Failure(sys_error("cannot create", tmp));
     std::string text = "# xesp database: `ip xfrm` lines, keys included. Load with xesp batch.\n" +
-                       cfg.to_batch(true);
+                       to_batch(cfg, true);
     try {
         if (::fchmod(fd, 0600) != 0)
             throw Failure(sys_error("cannot chmod", tmp));
@@ -249,7 +249,7 @@ void run_command(const std::string &object, const DbOptions &o)
         return;
     }
     with_db(o.db, is_mutating(cmd->verb), [&](Config &cfg) {
-        auto applied = cfg.apply(*cmd);
+        auto applied = apply_command(cfg, *cmd);
         if (!applied)
             throw Failure(applied.error().message);
         if (cmd->object == Command::Object::Sa &&

@@ -32,29 +32,10 @@ auto find_index(const std::vector<T> &v, Match match) -> std::ptrdiff_t
     return -1;
 }
 
-} // namespace
-
-const SaConfig *Config::find_sa(const IpAddr &dst, uint32_t spi) const
-{
-    auto i = find_index(sas, [&](const SaConfig &s) { return s.dst == dst && s.spi == spi; });
-    return i < 0 ? nullptr : &sas[size_t(i)];
-}
-
-const PolicyConfig *Config::find_policy(const Selector &sel, Dir dir) const
-{
-    auto i = find_index(policies,
-                        [&](const PolicyConfig &p) { return p.sel == sel && p.dir == dir; });
-    return i < 0 ? nullptr : &policies[size_t(i)];
-}
-
-Result<void> Config::apply(const Command &cmd)
-{
-    return cmd.object == Command::Object::Sa ? apply_sa(cmd) : apply_policy(cmd);
-}
-
-Result<void> Config::apply_sa(const Command &cmd)
+Result<void> apply_sa(Config &cfg, const Command &cmd)
 {
     using V = Command::Verb;
+    std::vector<SaConfig> &sas = cfg.sas;
     const SaConfig &sa = cmd.sa;
     std::string ctx = std::string("sa ") + verb_word(cmd.verb) + ": ";
     if (cmd.verb == V::Flush) {
@@ -85,9 +66,10 @@ Result<void> Config::apply_sa(const Command &cmd)
     return {};
 }
 
-Result<void> Config::apply_policy(const Command &cmd)
+Result<void> apply_policy(Config &cfg, const Command &cmd)
 {
     using V = Command::Verb;
+    std::vector<PolicyConfig> &policies = cfg.policies;
     const PolicyConfig &p = cmd.policy;
     std::string ctx = std::string("policy ") + verb_word(cmd.verb) + ": ";
     if (cmd.verb == V::Flush) {
@@ -115,27 +97,21 @@ Result<void> Config::apply_policy(const Command &cmd)
     return {};
 }
 
-std::string Config::to_batch(bool show_keys) const
+} // namespace
+
+Result<void> apply_command(Config &cfg, const Command &cmd)
 {
-    std::string out;
-    for (const auto &sa : sas)
-        out += format_sa(sa, show_keys) + "\n";
-    for (const auto &p : policies)
-        out += format_policy(p) + "\n";
-    return out;
+    return cmd.object == Command::Object::Sa ? apply_sa(cfg, cmd) : apply_policy(cfg, cmd);
 }
 
-bool Config::operator==(const Config &o) const
+std::string to_batch(const Config &cfg, bool show_keys)
 {
-    if (sas.size() != o.sas.size() || policies.size() != o.policies.size())
-        return false;
-    for (size_t i = 0; i < sas.size(); i++)
-        if (!same_sa(sas[i], o.sas[i]))
-            return false;
-    for (size_t i = 0; i < policies.size(); i++)
-        if (!same_policy(policies[i], o.policies[i]))
-            return false;
-    return true;
+    std::string out;
+    for (const auto &sa : cfg.sas)
+        out += format_sa(sa, show_keys) + "\n";
+    for (const auto &p : cfg.policies)
+        out += format_policy(p) + "\n";
+    return out;
 }
 
 Result<Config> load_batch(std::string_view text, std::string_view name, Config base)
@@ -171,7 +147,7 @@ Result<Config> load_batch(std::string_view text, std::string_view name, Config b
         auto cmd = parse_command(*words);
         if (!cmd)
             return make_error(where() + cmd.error().message);
-        auto applied = cfg.apply(*cmd);
+        auto applied = apply_command(cfg, *cmd);
         if (!applied)
             return make_error(where() + applied.error().message);
     }

@@ -1,10 +1,10 @@
-// The control-plane database: the SAs and policies the operator configured, shared by the
-// `xesp` command, batch files and the gateway. Changes arrive as parsed `ip xfrm` commands.
+// The control-plane database (Config, in esp/sa_config.h): the SAs and policies the operator
+// configured, shared by the `xesp` command, batch files and the gateway. Changes arrive as
+// parsed `ip xfrm` commands.
 #pragma once
 
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "userspace/base/result.h"
 #include "userspace/esp/sa_config.h"
@@ -12,29 +12,14 @@
 
 namespace xesp {
 
-class Config {
-public:
-    std::vector<SaConfig> sas;
-    std::vector<PolicyConfig> policies;
+// add refuses a duplicate (an SA is named by dst + spi, a policy by selector + dir);
+// update replaces an existing entry; del removes one; get checks that one exists; flush
+// clears the object kind; list changes nothing. On error nothing is changed.
+Result<void> apply_command(Config &cfg, const Command &cmd);
 
-    // add refuses a duplicate (an SA is named by dst + spi, a policy by selector + dir);
-    // update replaces an existing entry; del removes one; get checks that one exists; flush
-    // clears the object kind; list changes nothing. On error nothing is changed.
-    Result<void> apply(const Command &cmd);
-
-    const SaConfig *find_sa(const IpAddr &dst, uint32_t spi) const;
-    const PolicyConfig *find_policy(const Selector &sel, Dir dir) const;
-
-    // "sa add ..." and "policy add ..." lines that load_batch reads back into the same Config.
-    // Without show_keys the keys are hidden and the lines do not load.
-    std::string to_batch(bool show_keys) const;
-
-    bool operator==(const Config &o) const;
-
-private:
-    Result<void> apply_sa(const Command &cmd);
-    Result<void> apply_policy(const Command &cmd);
-};
+// "sa add ..." and "policy add ..." lines that load_batch reads back into the same Config.
+// Without show_keys the keys are hidden and the lines do not load.
+std::string to_batch(const Config &cfg, bool show_keys);
 
 // Applies a batch (the text of a config file) on top of base, all or nothing. Lines are those
 // of parse_command after split_words; a line ending in a backslash continues on the next one.

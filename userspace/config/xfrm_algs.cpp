@@ -1,5 +1,5 @@
-// The algorithm table: names as ip xfrm and the kernel spell them, key and ICV sizes, and the
-// "did you mean" for the names people write instead (gcm(aes), aes-gcm, hmac-sha256...).
+// The "did you mean" for the algorithm names people write instead of those of the table
+// (gcm(aes), aes-gcm, hmac-sha256...).
 #include "userspace/config/xfrm_algs.h"
 
 #include "userspace/config/xfrm_words.h"
@@ -7,55 +7,6 @@
 namespace xesp {
 
 namespace xfrm {
-
-namespace {
-
-// `auth NAME KEY` gives the ICV length the kernel gives it, so that one line means the same SA
-// to xesp and to `ip xfrm`: for hmac(sha256) that is 96 bits (a pre-RFC 4868 draft value the
-// kernel keeps), not RFC 4868's 128. Peers other than Linux want `auth-trunc hmac(sha256) KEY
-// 128`. format_sa always writes auth-trunc with explicit bits.
-constexpr std::array<AlgInfo, 9> kAlgs{{
-    {Kind::Aead, uint8_t(AeadAlg::AesGcm), "rfc4106(gcm(aes))", "", {16, 24, 32}, {64, 96, 128}},
-    {Kind::Aead, uint8_t(AeadAlg::AesGmac), "rfc4543(gcm(aes))", "", {16, 24, 32}, {128, 0, 0}},
-    {Kind::Aead, uint8_t(AeadAlg::ChaCha20Poly1305), "rfc7539esp(chacha20,poly1305)", "",
-     {32, 0, 0}, {128, 0, 0}},
-    {Kind::Enc, uint8_t(EncAlg::AesCbc), "cbc(aes)", "aes", {16, 24, 32}, {}},
-    {Kind::Enc, uint8_t(EncAlg::Null), "ecb(cipher_null)", "cipher_null", {0, 0, 0}, {}},
-    {Kind::Auth, uint8_t(AuthAlg::HmacSha1), "hmac(sha1)", "sha1", {}, {96, 0, 0}},
-    {Kind::Auth, uint8_t(AuthAlg::HmacSha256), "hmac(sha256)", "sha256", {}, {96, 0, 0}},
-    {Kind::Auth, uint8_t(AuthAlg::HmacSha384), "hmac(sha384)", "sha384", {}, {192, 0, 0}},
-    {Kind::Auth, uint8_t(AuthAlg::HmacSha512), "hmac(sha512)", "sha512", {}, {256, 0, 0}},
-}};
-
-} // namespace
-
-unsigned digest_bits(AuthAlg a)
-{
-    switch (a) {
-    case AuthAlg::HmacSha1: return 160;
-    case AuthAlg::HmacSha256: return 256;
-    case AuthAlg::HmacSha384: return 384;
-    case AuthAlg::HmacSha512: return 512;
-    case AuthAlg::None: break;
-    }
-    return 0;
-}
-
-const AlgInfo *find_alg(std::string_view name)
-{
-    for (const auto &a : kAlgs)
-        if (a.name == name || (!a.alias.empty() && a.alias == name))
-            return &a;
-    return nullptr;
-}
-
-const AlgInfo *alg_of(Kind k, uint8_t id)
-{
-    for (const auto &a : kAlgs)
-        if (a.kind == k && a.id == id)
-            return &a;
-    return nullptr;
-}
 
 namespace {
 
@@ -162,24 +113,5 @@ bool in_list(const std::array<uint16_t, 3> &v, unsigned x)
 }
 
 } // namespace xfrm
-
-std::string Transform::name() const
-{
-    if (is_aead()) {
-        const xfrm::AlgInfo *a = xfrm::alg_of(xfrm::Kind::Aead, uint8_t(aead));
-        return std::string(a ? a->name : "?") + " " + std::to_string(enc_key.size() * 8) +
-               "-bit key, " + std::to_string(icv_len * 8) + "-bit ICV";
-    }
-    if (enc == EncAlg::None && auth == AuthAlg::None)
-        return "none";
-    const xfrm::AlgInfo *e = xfrm::alg_of(xfrm::Kind::Enc, uint8_t(enc));
-    const xfrm::AlgInfo *h = xfrm::alg_of(xfrm::Kind::Auth, uint8_t(auth));
-    std::string out = std::string(e ? e->name : "none") + "+" + std::string(h ? h->name : "none");
-    if (enc == EncAlg::AesCbc) {
-        out += ' ';
-        out += std::to_string(enc_key.size() * 8) + "-bit key,";
-    }
-    return out + " " + std::to_string(icv_len * 8) + "-bit ICV";
-}
 
 } // namespace xesp

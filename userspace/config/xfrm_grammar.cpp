@@ -8,8 +8,8 @@
 //
 // This file reads the object and the verb and hands the rest to the object's parser:
 // xfrm_sa.cpp or xfrm_policy.cpp. They share xfrm_words (splitting, values, the cursor,
-// messages for wrong words), xfrm_algs (the algorithm table) and xfrm_selector (selectors,
-// mode, proto, dir).
+// messages for wrong words), xfrm_algs (advice on algorithm names; the table is esp/algs.h)
+// and xfrm_selector (selectors, mode, proto, dir).
 #include "userspace/config/xfrm_grammar.h"
 
 #include "userspace/config/xfrm_policy.h"

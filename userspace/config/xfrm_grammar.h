@@ -48,16 +48,8 @@ std::string format_sa(const SaConfig &sa, bool show_keys);
 // One "policy add ..." line that parse_command reads back to the same config.
 std::string format_policy(const PolicyConfig &p);
 
-// "SA dst 10.0.0.2 spi 0x00001000" / "policy src 10.0.0.0/24 dst 10.0.1.0/24 dir out": how
-// messages name one entry of the databases.
-std::string describe_sa(const IpAddr &dst, uint32_t spi);
+// "policy src 10.0.0.0/24 dst 10.0.1.0/24 dir out": how messages name one policy (an SA:
+// describe_sa in esp/sa_config.h).
 std::string describe_policy(const Selector &sel, Dir dir);
-
-// Field-by-field equality of configurations (keys compared in constant time).
-bool same_sa(const SaConfig &a, const SaConfig &b);
-bool same_policy(const PolicyConfig &a, const PolicyConfig &b);
-// The same algorithms and key material (salt included): what a peer's packets under a can be
-// replayed to b, and what shares b's nonces.
-bool same_keys(const SaConfig &a, const SaConfig &b);
 
 } // namespace xesp

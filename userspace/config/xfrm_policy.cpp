@@ -132,7 +132,6 @@ Result<PolicyConfig> parse_policy(Cursor &c, bool id_only)
 
 using xfrm::dir_word;
 using xfrm::format_selector;
-using xfrm::hex32;
 
 std::string format_policy(const PolicyConfig &p)
 {
@@ -162,16 +161,6 @@ std::string format_policy(const PolicyConfig &p)
 std::string describe_policy(const Selector &sel, Dir dir)
 {
     return "policy " + format_selector(sel) + " dir " + std::string(dir_word(dir));
-}
-
-bool same_policy(const PolicyConfig &a, const PolicyConfig &b)
-{
-    bool tmpl = a.tmpl.has_value() == b.tmpl.has_value() &&
-                (!a.tmpl || (a.tmpl->src == b.tmpl->src && a.tmpl->dst == b.tmpl->dst &&
-                             a.tmpl->spi == b.tmpl->spi && a.tmpl->reqid == b.tmpl->reqid &&
-                             a.tmpl->mode == b.tmpl->mode));
-    return tmpl && a.sel == b.sel && a.dir == b.dir && a.priority == b.priority &&
-           a.action == b.action;
 }
 
 } // namespace xesp

@@ -371,7 +371,6 @@ using xfrm::Kind;
 using xfrm::alg_of;
 using xfrm::dir_word;
 using xfrm::format_selector;
-using xfrm::hex32;
 using xfrm::key_text;
 
 std::string format_sa(const SaConfig &sa, bool show_keys)
@@ -422,31 +421,6 @@ std::string format_sa(const SaConfig &sa, bool show_keys)
     if (sa.dir != Dir::Unspec)
         out += " dir " + std::string(dir_word(sa.dir));
     return out;
-}
-
-std::string describe_sa(const IpAddr &dst, uint32_t spi)
-{
-    return "SA dst " + dst.str() + " spi " + hex32(spi);
-}
-
-bool same_keys(const SaConfig &a, const SaConfig &b)
-{
-    const Transform &x = a.xf, &y = b.xf;
-    return x.aead == y.aead && x.enc == y.enc && x.auth == y.auth && x.enc_key == y.enc_key &&
-           CRYPTO_memcmp(x.salt.data(), y.salt.data(), x.salt.size()) == 0 &&
-           x.auth_key == y.auth_key;
-}
-
-bool same_sa(const SaConfig &a, const SaConfig &b)
-{
-    bool xf = same_keys(a, b) && a.xf.icv_len == b.xf.icv_len;
-    bool encap = a.encap.has_value() == b.encap.has_value() &&
-                 (!a.encap || (a.encap->sport == b.encap->sport && a.encap->dport == b.encap->dport &&
-                               a.encap->oaddr == b.encap->oaddr));
-    return xf && encap && a.lifetime == b.lifetime && a.src == b.src && a.dst == b.dst &&
-           a.spi == b.spi && a.reqid == b.reqid && a.mode == b.mode && a.esn == b.esn &&
-           a.replay_window == b.replay_window && a.seq == b.seq && a.seq_hi == b.seq_hi &&
-           a.oseq == b.oseq && a.oseq_hi == b.oseq_hi && a.sel == b.sel && a.dir == b.dir;
 }
 
 } // namespace xesp

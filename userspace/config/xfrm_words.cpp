@@ -165,13 +165,6 @@ std::string shown(std::string_view w)
     return out + "'";
 }
 
-std::string hex32(uint32_t v)
-{
-    char buf[16];
-    std::snprintf(buf, sizeof(buf), "0x%08x", v);
-    return buf;
-}
-
 Result<uint64_t> to_number(std::string_view w, std::string_view what, uint64_t max)
 {
     bool hex = has_hex_prefix(w);

@@ -25,8 +25,6 @@ bool has_hex_prefix(std::string_view w);
 // like key material (long hex, long strings) are described instead of shown.
 std::string shown(std::string_view w);
 
-std::string hex32(uint32_t v);    // "0x%08x"
-
 // Numbers are decimal or 0x hex. ip xfrm reads them with strtoul(..., 0), where a leading 0
 // means octal: such words are refused rather than read differently from ip xfrm.
 Result<uint64_t> to_number(std::string_view w, std::string_view what, uint64_t max);

@@ -278,13 +278,13 @@ Result<std::string> ConfigHandler::command(const Command &cmd, bool show_keys)
 {
     if (!is_mutating(cmd.verb)) {
         Config view = config_;          // get checks that the entry exists; list changes nothing
-        auto checked = view.apply(cmd);
+        auto checked = apply_command(view, cmd);
         if (!checked)
             return checked.error();
         return command_output(cmd, config_, show_keys);
     }
     Config next = config_;
-    auto applied = next.apply(cmd);
+    auto applied = apply_command(next, cmd);
     if (!applied)
         return applied.error();
     auto committed = commit(std::move(next));

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "userspace/config/config.h"
+#include "userspace/esp/sa_config.h"
 #include "userspace/esp/esp.h"
 #include "userspace/esp/sa.h"
 #include "userspace/esp/spd.h"

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <openssl/crypto.h>
 
@@ -156,5 +157,30 @@ struct PolicyConfig {
     Action action = Action::Allow;
     std::optional<PolicyTmpl> tmpl;
 };
+
+// The SAs and policies the operator configured, as an Engine is built from them.
+// config/config.h changes them by parsed `ip xfrm` commands and reads and writes batch files.
+class Config {
+public:
+    std::vector<SaConfig> sas;
+    std::vector<PolicyConfig> policies;
+
+    const SaConfig *find_sa(const IpAddr &dst, uint32_t spi) const;
+    const PolicyConfig *find_policy(const Selector &sel, Dir dir) const;
+
+    bool operator==(const Config &o) const;
+};
+
+// "SA dst 10.0.0.2 spi 0x00001000": how messages name one SA (a policy: describe_policy in
+// config/xfrm_grammar.h).
+std::string describe_sa(const IpAddr &dst, uint32_t spi);
+std::string hex32(uint32_t v);    // "0x%08x"
+
+// Field-by-field equality of configurations (keys compared in constant time).
+bool same_sa(const SaConfig &a, const SaConfig &b);
+bool same_policy(const PolicyConfig &a, const PolicyConfig &b);
+// The same algorithms and key material (salt included): what a peer's packets under a can be
+// replayed to b, and what shares b's nonces.
+bool same_keys(const SaConfig &a, const SaConfig &b);
 
 } // namespace xesp

@@ -24,7 +24,6 @@
 #include <string>
 #include <vector>
 
-#include "userspace/config/config.h"
 #include "userspace/esp/sa_config.h"
 
 namespace xesp {

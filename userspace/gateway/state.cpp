@@ -132,7 +132,7 @@ std::string format_state(const GatewayState &st)
 {
     nlohmann::json j;
     j["version"] = 2;
-    j["config"] = st.config.to_batch(true);
+    j["config"] = to_batch(st.config, true);
     j["ifaces"] = nlohmann::json::array();
     for (const auto &[name, role] : st.ifaces)
         j["ifaces"].push_back({{"name", name},
