@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "userspace/config/config.h"
 #include "userspace/esp/engine.h"
 #include "userspace/base/wire.h"
 
@@ -28,21 +27,26 @@ using namespace xesp;
 namespace {
 
 struct Transform {
-    const char *words;          // {E} and {A}: the encryption and authentication keys
-    unsigned enc_key_len, auth_key_len;
+    AeadAlg aead;
+    EncAlg enc;
+    AuthAlg auth;
+    unsigned icv_bits;
+    unsigned enc_key_len, auth_key_len;     // an AEAD's key ends in its 4-byte salt
 };
 
+// As `ip xfrm` would say: `auth` gives the kernel's ICV (96 bits for sha1, 192 for sha384),
+// `aead ... 128` and `auth-trunc ... BITS` the bits given.
 const Transform kTransforms[] = {
-    {"aead 'rfc4106(gcm(aes))' {E} 128", 20, 0},
-    {"aead 'rfc4106(gcm(aes))' {E} 128", 28, 0},
-    {"aead 'rfc4106(gcm(aes))' {E} 128", 36, 0},
-    {"aead 'rfc4543(gcm(aes))' {E} 128", 20, 0},
-    {"aead 'rfc7539esp(chacha20,poly1305)' {E} 128", 36, 0},
-    {"enc 'cbc(aes)' {E} auth 'hmac(sha1)' {A}", 16, 20},
-    {"enc 'cbc(aes)' {E} auth-trunc 'hmac(sha256)' {A} 128", 16, 32},
-    {"enc 'cbc(aes)' {E} auth 'hmac(sha384)' {A}", 32, 48},
-    {"enc 'cbc(aes)' {E} auth-trunc 'hmac(sha512)' {A} 256", 32, 64},
-    {"enc 'ecb(cipher_null)' '' auth-trunc 'hmac(sha256)' {A} 128", 0, 32},
+    {AeadAlg::AesGcm, EncAlg::None, AuthAlg::None, 128, 20, 0},
+    {AeadAlg::AesGcm, EncAlg::None, AuthAlg::None, 128, 28, 0},
+    {AeadAlg::AesGcm, EncAlg::None, AuthAlg::None, 128, 36, 0},
+    {AeadAlg::AesGmac, EncAlg::None, AuthAlg::None, 128, 20, 0},
+    {AeadAlg::ChaCha20Poly1305, EncAlg::None, AuthAlg::None, 128, 36, 0},
+    {AeadAlg::None, EncAlg::AesCbc, AuthAlg::HmacSha1, 96, 16, 20},
+    {AeadAlg::None, EncAlg::AesCbc, AuthAlg::HmacSha256, 128, 16, 32},
+    {AeadAlg::None, EncAlg::AesCbc, AuthAlg::HmacSha384, 192, 32, 48},
+    {AeadAlg::None, EncAlg::AesCbc, AuthAlg::HmacSha512, 256, 32, 64},
+    {AeadAlg::None, EncAlg::Null, AuthAlg::HmacSha256, 128, 0, 32},
 };
 
 struct Layout {
@@ -62,55 +66,64 @@ const Layout kLayouts[] = {
 constexpr size_t kTransformCount = sizeof(kTransforms) / sizeof(kTransforms[0]);
 constexpr size_t kSaCount = kTransformCount * (sizeof(kLayouts) / sizeof(kLayouts[0]));
 
-// Key byte i of SA n is (n * 16 + i) & 0xff, the authentication key's continue from the
-// encryption key's.
-std::string key_hex(size_t sa, unsigned from, unsigned len)
-{
-    static const char digits[] = "0123456789abcdef";
-    std::string out = "0x";
-    for (unsigned i = from; i < from + len; i++) {
-        uint8_t b = uint8_t(sa * 16 + i);
-        out += digits[b >> 4];
-        out += digits[b & 15];
-    }
-    return out;
-}
-
-void replace(std::string &s, const std::string &what, const std::string &with)
-{
-    if (auto at = s.find(what); at != std::string::npos)
-        s.replace(at, what.size(), with);
-}
-
 // SA n: transform n % kTransformCount in layout n / kTransformCount, from the peer to us,
-// SPI 0x100 + n, with an inbound policy for its traffic.
-std::string sa_batch(size_t n)
+// SPI 0x100 + n, reqid 1, replay-window 64, with an inbound policy for its traffic. Key byte i
+// of SA n is (n * 16 + i) & 0xff, the authentication key's continue from the encryption key's.
+Config sa_config(size_t n)
 {
     const Transform &t = kTransforms[n % kTransformCount];
     const Layout &l = kLayouts[n / kTransformCount];
-    const char *peer = l.outer == 4 ? "192.0.2.1" : "2001:db8::1";
-    const char *self = l.outer == 4 ? "192.0.2.2" : "2001:db8::2";
-    const char *from = l.inner == 4 ? "10.1.0.0/16" : "2001:db8:1::/48";
-    const char *to = l.inner == 4 ? "10.2.0.0/16" : "2001:db8:2::/48";
-    std::string alg = t.words;
-    replace(alg, "{E}", key_hex(n, 0, t.enc_key_len));
-    replace(alg, "{A}", key_hex(n, t.enc_key_len, t.auth_key_len));
-    std::string mode = l.tunnel ? "tunnel" : "transport";
-    std::string sa = std::string("sa add src ") + peer + " dst " + self + " proto esp spi " +
-                     std::to_string(0x100 + n) + " reqid 1 mode " + mode + " " + alg +
-                     " replay-window 64";
-    if (l.esn)
-        sa += " flag esn";
+    IpAddr peer = *IpAddr::parse(l.outer == 4 ? "192.0.2.1" : "2001:db8::1");
+    IpAddr self = *IpAddr::parse(l.outer == 4 ? "192.0.2.2" : "2001:db8::2");
+    Prefix from = *Prefix::parse(l.inner == 4 ? "10.1.0.0/16" : "2001:db8:1::/48");
+    Prefix to = *Prefix::parse(l.inner == 4 ? "10.2.0.0/16" : "2001:db8:2::/48");
+    uint8_t key[KeyBytes::kMax * 2];
+    for (unsigned i = 0; i < t.enc_key_len + t.auth_key_len; i++)
+        key[i] = uint8_t(n * 16 + i);
+
+    SaConfig sa;
+    sa.src = peer;
+    sa.dst = self;
+    sa.spi = uint32_t(0x100 + n);
+    sa.reqid = 1;
+    sa.mode = l.tunnel ? Mode::Tunnel : Mode::Transport;
+    sa.xf.aead = t.aead;
+    sa.xf.enc = t.enc;
+    sa.xf.auth = t.auth;
+    sa.xf.icv_len = uint8_t(t.icv_bits / 8);
+    if (sa.xf.is_aead()) {
+        sa.xf.enc_key.assign(key, t.enc_key_len - 4);
+        std::memcpy(sa.xf.salt.data(), key + t.enc_key_len - 4, 4);
+    } else {
+        sa.xf.enc_key.assign(key, t.enc_key_len);
+        sa.xf.auth_key.assign(key + t.enc_key_len, t.auth_key_len);
+    }
+    sa.replay_window = 64;
+    sa.esn = l.esn;
     if (l.natt)
-        sa += std::string(" encap espinudp 4500 4500 ") + (l.outer == 4 ? "0.0.0.0" : "::");
-    if (l.tunnel)
-        sa += std::string(" sel src ") + from + " dst " + to;
-    std::string pol = l.tunnel ? std::string("policy add src ") + from + " dst " + to +
-                                     " dir fwd tmpl src " + peer + " dst " + self +
-                                     " proto esp reqid 1 mode tunnel"
-                               : std::string("policy add src ") + peer + " dst " + self +
-                                     " dir in tmpl proto esp reqid 1 mode transport";
-    return sa + "\n" + pol + "\n";
+        sa.encap = NatTEncap{4500, 4500, *IpAddr::parse(l.outer == 4 ? "0.0.0.0" : "::")};
+
+    PolicyConfig pol;
+    PolicyTmpl tmpl;
+    tmpl.reqid = 1;
+    if (l.tunnel) {
+        sa.sel = Selector{from, to};
+        pol.sel = Selector{from, to};
+        pol.dir = Dir::Fwd;
+        tmpl.src = peer;
+        tmpl.dst = self;
+        tmpl.mode = Mode::Tunnel;
+    } else {
+        pol.sel = Selector{Prefix{peer, uint8_t(peer.size() * 8)},
+                           Prefix{self, uint8_t(self.size() * 8)}};
+        pol.dir = Dir::In;
+        tmpl.mode = Mode::Transport;
+    }
+    pol.tmpl = tmpl;
+    Config cfg;
+    cfg.sas.push_back(sa);
+    cfg.policies.push_back(pol);
+    return cfg;
 }
 
 struct Fixture {
@@ -121,14 +134,10 @@ struct Fixture {
     Fixture()
     {
         for (size_t n = 0; n < kSaCount; n++) {
-            auto cfg = load_batch(sa_batch(n), "sa" + std::to_string(n));
-            if (!cfg) {
-                std::fprintf(stderr, "fuzz_decap: %s\n", cfg.error().message.c_str());
-                std::abort();
-            }
-            const SaConfig &sa = cfg->sas.at(0);
+            Config cfg = sa_config(n);
+            const SaConfig &sa = cfg.sas.at(0);
             ciphers.push_back(std::move(*make_cipher(Backend::OpenSsl, sa.xf, sa.esn)));
-            configs.push_back(std::move(*cfg));
+            configs.push_back(std::move(cfg));
         }
     }
     void reset(size_t n)
