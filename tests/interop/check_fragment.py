@@ -1,4 +1,4 @@
-"""Fragments made by userspace/fragment.h, checked by scapy (run by test_fragment.sh).
+"""Fragments made by userspace/esp/fragment.h, checked by scapy (run by test_fragment.sh).
 
     scapy: plain IPv4/IPv6 --+
                              +--> in.pcap --[fragment_tool MTU]--> out.pcap --> scapy

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fragmenting the outer packet (userspace/fragment.h), checked by scapy:
+# Fragmenting the outer packet (userspace/esp/fragment.h), checked by scapy:
 #
 #   scapy plain IPv4/IPv6 ---+
 #                            +--> IN.pcap --[fragment_tool MTU]--> OUT.pcap --> scapy

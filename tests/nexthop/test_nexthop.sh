@@ -1,5 +1,5 @@
 #!/bin/bash
-# NextHops (userspace/nexthop.h) against the kernel's routes and neighbours.
+# NextHops (userspace/kernel/nexthop.h) against the kernel's routes and neighbours.
 #
 #   netns gw: nexthop_probe           netns r1 (router)                    netns far
 #   gw0 10.0.0.1   fd00::1  ------- r1a 10.0.0.2  fd00::2

@@ -1,4 +1,4 @@
-// Fragmenting the outer packet (userspace/fragment.h): a table of IPv4 and IPv6 packets around
+// Fragmenting the outer packet (userspace/esp/fragment.h): a table of IPv4 and IPv6 packets around
 // the size boundaries, each cut, checked fragment by fragment (size, offsets, MF, checksum,
 // headers) and put back together by a reassembly of the test's own; refusals leave the packet
 // as it was; ESP packets from the engine decrypt after fragmentation and reassembly. scapy

@@ -1,4 +1,4 @@
-// parse_ip() (userspace/ip_header.h): a table of IPv4 and IPv6 headers, good and bad, and
+// parse_ip() (userspace/base/ip_header.h): a table of IPv4 and IPv6 headers, good and bad, and
 // every field the parse leaves for each.
 #include <catch2/catch.hpp>
 

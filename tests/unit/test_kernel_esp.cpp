@@ -1,4 +1,4 @@
-// The raw sockets that read back ESP the kernel reassembled (userspace/gateway/kernel_esp.h):
+// The raw sockets that read back ESP the kernel reassembled (userspace/kernel/kernel_esp.h):
 // a datagram longer than a frame is dropped and counted, never handed on cut short. Datagram
 // socket pairs stand in for the raw sockets; truncation works the same on both.
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
-// ICMP reports of a smaller path MTU for our ESP packets (userspace/pmtu.h): what is read from
-// them, what is refused, and which quoted sequence numbers are believed. The integration test
+// ICMP reports of a smaller path MTU for our ESP packets (userspace/kernel/pmtu.h): what is read
+// from them, what is refused, and which quoted sequence numbers are believed. The integration test
 // (tests/topo/test_gateway.sh) sends scapy's versions of these messages to a running gateway.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// The SPD's tuple-space lookup (userspace/spd.h) against the walk in priority order that
+// The SPD's tuple-space lookup (userspace/esp/spd.h) against the walk in priority order that
 // defines it: hand-picked cases, then random policies and packets from a small address space,
 // so that prefixes overlap, priorities tie and port policies shadow fragments.
 #include <catch2/catch.hpp>

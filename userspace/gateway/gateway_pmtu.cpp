@@ -1,4 +1,4 @@
-// The path MTU of the tunnels (userspace/pmtu.h): reports from routers between the gateways
+// The path MTU of the tunnels (userspace/kernel/pmtu.h): reports from routers between the gateways
 // lower an SA's path MTU for a while; the engine answers too-big packets with what fits it.
 #include "userspace/gateway/gateway.h"
 #include "userspace/base/log.h"

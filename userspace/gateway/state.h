@@ -1,7 +1,7 @@
 // The daemon's state file: what it runs (SAs with their sequence numbers, policies, the
 // interfaces and their roles), so that a restart, after a crash too, picks up where it was.
 //
-// Sequence numbers (userspace/seq_reserve.h). Outbound, each SA's replay-oseq in the file is
+// Sequence numbers (userspace/esp/seq_reserve.h). Outbound, each SA's replay-oseq in the file is
 // its reservation: the SA never sends beyond it, and a restarted SA continues from it. The
 // ledger of the highest number reserved under each key goes with it, so that an SA with a
 // key used before never starts below what was reserved under that key. Inbound, each SA's
