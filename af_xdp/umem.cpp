@@ -32,13 +32,16 @@ struct Umem::State {
     ~State()
     {
         if (umem && xsk_umem__delete(umem) != 0)
-            return;     // sockets still bound: the kernel may still write to the area
+            return;  // sockets still bound: the kernel may still write to the area
         if (area)
             munmap(area, size);
     }
 };
 
-static bool power_of_two(uint32_t v) { return v && (v & (v - 1)) == 0; }
+static bool power_of_two(uint32_t v)
+{
+    return v && (v & (v - 1)) == 0;
+}
 
 Result<Umem> Umem::create(const UmemOptions &options)
 {
@@ -52,11 +55,10 @@ Result<Umem> Umem::create(const UmemOptions &options)
     auto s = std::make_unique<State>();
     s->options = options;
     s->size = uint64_t(options.frame_count) * kFrameSize;
-    void *area = mmap(nullptr, s->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
+    void *area = mmap(nullptr, s->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (area == MAP_FAILED)
-        return make_error("umem: mmap of " + std::to_string(s->size) + " bytes failed: " +
-                              std::strerror(errno) + "; lower frame_count",
+        return make_error("umem: mmap of " + std::to_string(s->size) +
+                              " bytes failed: " + std::strerror(errno) + "; lower frame_count",
                           errno);
     s->area = static_cast<uint8_t *>(area);
 
@@ -78,27 +80,58 @@ Result<Umem> Umem::create(const UmemOptions &options)
     return Umem(std::move(s));
 }
 
-Umem::Umem(std::unique_ptr<State> s) : s_(std::move(s)) {}
+Umem::Umem(std::unique_ptr<State> s) : s_(std::move(s))
+{}
 Umem::~Umem() = default;
 Umem::Umem(Umem &&) noexcept = default;
 Umem &Umem::operator=(Umem &&) noexcept = default;
 
-uint8_t *Umem::area() const { return s_->area; }
-uint64_t Umem::size() const { return s_->size; }
-uint32_t Umem::frame_count() const { return s_->options.frame_count; }
-uint32_t Umem::fill_size() const { return s_->options.fill_size; }
-uint32_t Umem::comp_size() const { return s_->options.comp_size; }
-xsk_umem *Umem::handle() const { return s_->umem; }
-xsk_ring_prod *Umem::initial_fill() const { return &s_->fill; }
-xsk_ring_cons *Umem::initial_comp() const { return &s_->comp; }
-uint32_t Umem::sockets() const { return s_->sockets; }
+uint8_t *Umem::area() const
+{
+    return s_->area;
+}
+uint64_t Umem::size() const
+{
+    return s_->size;
+}
+uint32_t Umem::frame_count() const
+{
+    return s_->options.frame_count;
+}
+uint32_t Umem::fill_size() const
+{
+    return s_->options.fill_size;
+}
+uint32_t Umem::comp_size() const
+{
+    return s_->options.comp_size;
+}
+xsk_umem *Umem::handle() const
+{
+    return s_->umem;
+}
+xsk_ring_prod *Umem::initial_fill() const
+{
+    return &s_->fill;
+}
+xsk_ring_cons *Umem::initial_comp() const
+{
+    return &s_->comp;
+}
+uint32_t Umem::sockets() const
+{
+    return s_->sockets;
+}
 void Umem::count_socket(int delta)
 {
     s_->sockets = uint32_t(int(s_->sockets) + delta);
     if (!s_->sockets)
         s_->spent = true;
 }
-bool Umem::spent() const { return s_->spent; }
+bool Umem::spent() const
+{
+    return s_->spent;
+}
 
 FramePool::FramePool(const Umem &umem) : stack_(umem.frame_count())
 {
@@ -108,7 +141,8 @@ FramePool::FramePool(const Umem &umem) : stack_(umem.frame_count())
     top_ = capacity();
 }
 
-FramePool::FramePool(uint32_t capacity) : stack_(capacity) {}
+FramePool::FramePool(uint32_t capacity) : stack_(capacity)
+{}
 
 FramePool FramePool::split(uint32_t n)
 {
@@ -117,4 +151,4 @@ FramePool FramePool::split(uint32_t n)
     return other;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -34,9 +34,9 @@ struct xsk_ring_cons;
 namespace xesp {
 
 struct UmemOptions {
-    uint32_t frame_count = 8192;    // 32 MiB of kFrameSize frames
-    uint32_t fill_size = 2048;      // fill ring of each (device, queue): a power of two
-    uint32_t comp_size = 2048;      // completion ring of each (device, queue): a power of two
+    uint32_t frame_count = 8192;  // 32 MiB of kFrameSize frames
+    uint32_t fill_size = 2048;    // fill ring of each (device, queue): a power of two
+    uint32_t comp_size = 2048;    // completion ring of each (device, queue): a power of two
 };
 
 // libxdp binds the UMEM's own socket as the first XskPort opened on it, so that port's
@@ -86,7 +86,7 @@ public:
 
     FramePool(FramePool &&) = default;
     FramePool &operator=(FramePool &&) = default;
-    FramePool(const FramePool &) = delete;              // a copy would hand frames out twice
+    FramePool(const FramePool &) = delete;  // a copy would hand frames out twice
     FramePool &operator=(const FramePool &) = delete;
 
     // Moves up to `n` frames into a new pool with the same capacity, e.g. for another thread.
@@ -106,7 +106,7 @@ public:
     // Takes back `n` frames (any address inside a frame names the frame).
     void free(const uint64_t *addrs, uint32_t n)
     {
-        if (n > capacity() - top_) {    // a frame freed twice: keep the pool consistent
+        if (n > capacity() - top_) {  // a frame freed twice: keep the pool consistent
             overflows_ += n - (capacity() - top_);
             n = capacity() - top_;
         }
@@ -126,4 +126,4 @@ private:
     uint64_t overflows_ = 0;
 };
 
-} // namespace xesp
+}  // namespace xesp

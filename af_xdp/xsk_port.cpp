@@ -31,7 +31,10 @@ constexpr int kMaxKicks = 16;
 // Binds tried, 10 ms apart, while the queue is busy.
 constexpr int kBusyRetries = 100;
 
-bool power_of_two(uint32_t v) { return v && (v & (v - 1)) == 0; }
+bool power_of_two(uint32_t v)
+{
+    return v && (v & (v - 1)) == 0;
+}
 
 std::string where(const std::string &ifname, uint32_t queue)
 {
@@ -94,13 +97,13 @@ Result<void> probe_zero_copy(const std::string &ifname, uint32_t queue)
     if (area != MAP_FAILED)
         munmap(area, size);
     if (err)
-        return make_error(where(ifname, queue) + ": zero-copy bind failed: " +
-                              std::strerror(err) + bind_hint(err),
+        return make_error(where(ifname, queue) + ": zero-copy bind failed: " + std::strerror(err) +
+                              bind_hint(err),
                           err);
     return {};
 }
 
-} // namespace
+}  // namespace
 
 const char *xsk_mode_name(XskMode m)
 {
@@ -227,7 +230,7 @@ Result<void> set_busy_poll(int fd, const XskPortOptions &o, const std::string &a
     return {};
 }
 
-} // namespace
+}  // namespace
 
 // Creates and binds the socket into s->xsk with its four rings in s.
 Result<void> XskPort::create_socket(State &s, Umem &umem, const std::string &ifname,
@@ -314,24 +317,43 @@ Result<XskPort> XskPort::open(Umem &umem, FramePool &pool, const std::string &if
     return port;
 }
 
-XskPort::XskPort(std::unique_ptr<State> s) : s_(std::move(s)) {}
+XskPort::XskPort(std::unique_ptr<State> s) : s_(std::move(s))
+{}
 XskPort::~XskPort() = default;
 XskPort::XskPort(XskPort &&) noexcept = default;
 XskPort &XskPort::operator=(XskPort &&) noexcept = default;
 
-int XskPort::fd() const { return s_->fd; }
-uint32_t XskPort::queue() const { return s_->queue; }
-const std::string &XskPort::ifname() const { return s_->ifname; }
-XskMode XskPort::mode() const { return s_->mode; }
-uint32_t XskPort::tx_outstanding() const { return s_->tx_outstanding; }
-uint32_t XskPort::fill_held() const { return s_->fill_held; }
+int XskPort::fd() const
+{
+    return s_->fd;
+}
+uint32_t XskPort::queue() const
+{
+    return s_->queue;
+}
+const std::string &XskPort::ifname() const
+{
+    return s_->ifname;
+}
+XskMode XskPort::mode() const
+{
+    return s_->mode;
+}
+uint32_t XskPort::tx_outstanding() const
+{
+    return s_->tx_outstanding;
+}
+uint32_t XskPort::fill_held() const
+{
+    return s_->fill_held;
+}
 
 Result<void> XskPort::attach(int xskmap_fd)
 {
     int err = xsk_socket__update_xskmap(s_->xsk, xskmap_fd);
     if (err)
-        return make_error(where(s_->ifname, s_->queue) + ": XSKMAP update failed: " +
-                              std::strerror(-err) +
+        return make_error(where(s_->ifname, s_->queue) +
+                              ": XSKMAP update failed: " + std::strerror(-err) +
                               "; is the map a BPF_MAP_TYPE_XSKMAP with more than " +
                               std::to_string(s_->queue) + " entries?",
                           -err);
@@ -356,7 +378,7 @@ void XskPort::refill()
             break;
         }
         uint32_t idx = 0;
-        xsk_ring_prod__reserve(&s.fill, n, &idx);   // room checked above
+        xsk_ring_prod__reserve(&s.fill, n, &idx);  // room checked above
         for (uint32_t i = 0; i < n; ++i)
             *xsk_ring_prod__fill_addr(&s.fill, idx + i) = addrs[i];
         xsk_ring_prod__submit(&s.fill, n);
@@ -420,8 +442,8 @@ size_t XskPort::tx_burst(Pkt *pkts, size_t n)
     State &s = *s_;
     s.reap();
     // Never more in flight than the completion ring can report back.
-    uint32_t room = std::min<uint32_t>(xsk_prod_nb_free(&s.tx, s.tx_size),
-                                       s.comp_size - s.tx_outstanding);
+    uint32_t room =
+        std::min<uint32_t>(xsk_prod_nb_free(&s.tx, s.tx_size), s.comp_size - s.tx_outstanding);
     size_t taken = 0;
     uint32_t good = 0;
     for (; taken < n && good < room; ++taken)
@@ -457,7 +479,10 @@ size_t XskPort::tx_burst(Pkt *pkts, size_t n)
     return taken;
 }
 
-void XskPort::recycle(const Pkt &p) { recycle(&p, 1); }
+void XskPort::recycle(const Pkt &p)
+{
+    recycle(&p, 1);
+}
 
 void XskPort::recycle(const Pkt *pkts, size_t n)
 {
@@ -489,7 +514,7 @@ Result<XskStats> XskPort::stats() const
 {
     XskStats st = s_->counters;
     xdp_statistics k{};
-    socklen_t len = sizeof k;   // older kernels fill only the first three fields
+    socklen_t len = sizeof k;  // older kernels fill only the first three fields
     if (getsockopt(s_->fd, SOL_XDP, XDP_STATISTICS, &k, &len))
         return make_error(where(s_->ifname, s_->queue) +
                               ": getsockopt(XDP_STATISTICS): " + std::strerror(errno),
@@ -503,4 +528,4 @@ Result<XskStats> XskPort::stats() const
     return st;
 }
 
-} // namespace xesp
+}  // namespace xesp

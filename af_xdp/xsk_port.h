@@ -28,9 +28,9 @@
 namespace xesp {
 
 enum class XskMode : uint8_t {
-    Auto,       // zero-copy where the driver offers it, else copy (the kernel decides at bind)
+    Auto,  // zero-copy where the driver offers it, else copy (the kernel decides at bind)
     Copy,
-    ZeroCopy,   // fails with EOPNOTSUPP where the driver cannot, leaving the Umem usable
+    ZeroCopy,  // fails with EOPNOTSUPP where the driver cannot, leaving the Umem usable
 };
 
 const char *xsk_mode_name(XskMode m);
@@ -40,9 +40,9 @@ struct XskPortOptions {
     // The first socket on a Umem decides copy or zero-copy; later ones inherit it (the kernel
     // shares one mode per UMEM), and asking them for the other mode is an error.
     XskMode mode = XskMode::Auto;
-    uint32_t rx_size = 2048;        // a power of two
-    uint32_t tx_size = 2048;        // a power of two
-    uint32_t fill_target = 0;       // frames kept in the fill ring; 0: the Umem's fill_size
+    uint32_t rx_size = 2048;   // a power of two
+    uint32_t tx_size = 2048;   // a power of two
+    uint32_t fill_target = 0;  // frames kept in the fill ring; 0: the Umem's fill_size
     // Busy polling (SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET): the caller's
     // rx_burst drives the driver instead of interrupts. Needs the device's
     // napi_defer_hard_irqs / gro_flush_timeout set to pay off.
@@ -52,20 +52,20 @@ struct XskPortOptions {
 };
 
 struct XskStats {
-    uint64_t rx = 0;                // frames handed out by rx_burst
-    uint64_t tx = 0;                // frames placed on the TX ring by tx_burst
-    uint64_t tx_ring_full = 0;      // packets tx_burst left to the caller: no room on the ring
-    uint64_t tx_bad = 0;            // packets tx_burst refused (too short or past their frame), recycled
-    uint64_t foreign = 0;           // frames of another Umem given to tx_burst or recycle: left alone
-    uint64_t tx_kick_errors = 0;    // sendto() kicks that failed other than "try again"
-    uint64_t fill_short = 0;        // refills that wanted frames the pool did not have
+    uint64_t rx = 0;            // frames handed out by rx_burst
+    uint64_t tx = 0;            // frames placed on the TX ring by tx_burst
+    uint64_t tx_ring_full = 0;  // packets tx_burst left to the caller: no room on the ring
+    uint64_t tx_bad = 0;   // packets tx_burst refused (too short or past their frame), recycled
+    uint64_t foreign = 0;  // frames of another Umem given to tx_burst or recycle: left alone
+    uint64_t tx_kick_errors = 0;  // sendto() kicks that failed other than "try again"
+    uint64_t fill_short = 0;      // refills that wanted frames the pool did not have
     // From the kernel (getsockopt XDP_STATISTICS).
-    uint64_t rx_dropped = 0;                // dropped for other reasons, e.g. no fill frame
+    uint64_t rx_dropped = 0;  // dropped for other reasons, e.g. no fill frame
     uint64_t rx_invalid_descs = 0;
     uint64_t tx_invalid_descs = 0;
-    uint64_t rx_ring_full = 0;              // dropped: the RX ring was full
-    uint64_t rx_fill_ring_empty = 0;        // times the kernel found the fill ring empty
-    uint64_t tx_ring_empty = 0;             // times the kernel found the TX ring empty
+    uint64_t rx_ring_full = 0;        // dropped: the RX ring was full
+    uint64_t rx_fill_ring_empty = 0;  // times the kernel found the fill ring empty
+    uint64_t tx_ring_empty = 0;       // times the kernel found the TX ring empty
 };
 
 // One port per (interface, queue) on a Umem.
@@ -80,10 +80,10 @@ public:
     XskPort(XskPort &&) noexcept;
     XskPort &operator=(XskPort &&) noexcept;
 
-    int fd() const;                     // for xsk_socket__update_xskmap and poll()
+    int fd() const;  // for xsk_socket__update_xskmap and poll()
     uint32_t queue() const;
     const std::string &ifname() const;
-    XskMode mode() const;               // Copy or ZeroCopy, as the kernel bound it
+    XskMode mode() const;  // Copy or ZeroCopy, as the kernel bound it
 
     // xskmap[queue] = this socket.
     Result<void> attach(int xskmap_fd);
@@ -102,8 +102,8 @@ public:
     // many frames came back. tx_burst does this too; call it when idle.
     size_t complete();
 
-    uint32_t tx_outstanding() const;    // sent frames not yet back from the completion ring
-    uint32_t fill_held() const;         // frames given to the kernel through the fill ring
+    uint32_t tx_outstanding() const;  // sent frames not yet back from the completion ring
+    uint32_t fill_held() const;       // frames given to the kernel through the fill ring
 
     Result<XskStats> stats() const;
 
@@ -122,7 +122,7 @@ private:
 // descriptor does not say whether metadata was written: check a magic value, and clear it.
 inline const void *meta(const Pkt &p, size_t len)
 {
-    uint32_t start = p.l3 - p.l2_len;      // where the frame's link-layer header starts
+    uint32_t start = p.l3 - p.l2_len;  // where the frame's link-layer header starts
     return p.l2_len <= p.l3 && len <= start ? p.frame + start - len : nullptr;
 }
 inline void *meta(Pkt &p, size_t len)
@@ -131,4 +131,4 @@ inline void *meta(Pkt &p, size_t len)
     return p.l2_len <= p.l3 && len <= start ? p.frame + start - len : nullptr;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -16,9 +16,9 @@
 #include "userspace/esp/sa_config.h"
 
 // Field `f` of struct `s` sits at byte `off` and takes `size` bytes.
-#define XESP_ABI_FIELD(s, f, off, size)                                                     \
-    static_assert(offsetof(s, f) == (off) && sizeof(s::f) == (size),                        \
-                  #s "." #f " moved or changed size: change xesp_xdp_abi.h and its users together")
+#define XESP_ABI_FIELD(s, f, off, size)                                                            \
+    static_assert(offsetof(s, f) == (off) && sizeof(s::f) == (size), #s                            \
+                  "." #f " moved or changed size: change xesp_xdp_abi.h and its users together")
 
 namespace xesp::abi_check {
 
@@ -118,6 +118,6 @@ static_assert((XESP_META_F_IPV6 | XESP_META_F_NATT | XESP_META_F_FRAGMENT | XESP
                XESP_META_F_FIB_NO_NEIGH) <= 0xff);
 static_assert(XESP_META_MAGIC <= 0xffff);
 
-} // namespace xesp::abi_check
+}  // namespace xesp::abi_check
 
 #undef XESP_ABI_FIELD

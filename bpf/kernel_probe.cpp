@@ -32,8 +32,8 @@ constexpr HelperNeed kHelpers[] = {
     {BPF_PROG_TYPE_XDP, BPF_FUNC_xdp_adjust_meta, "the bpf_xdp_adjust_meta helper", "4.15"},
     {BPF_PROG_TYPE_XDP, BPF_FUNC_redirect_map, "the bpf_redirect_map helper", "4.14"},
     {BPF_PROG_TYPE_XDP, BPF_FUNC_fib_lookup, "the bpf_fib_lookup helper in XDP", "4.18"},
-    {BPF_PROG_TYPE_SCHED_CLS, BPF_FUNC_get_socket_cookie,
-     "the bpf_get_socket_cookie helper in tc", "4.12"},
+    {BPF_PROG_TYPE_SCHED_CLS, BPF_FUNC_get_socket_cookie, "the bpf_get_socket_cookie helper in tc",
+     "4.12"},
     {BPF_PROG_TYPE_SCHED_CLS, BPF_FUNC_skb_pull_data, "the bpf_skb_pull_data helper", "4.9"},
     {BPF_PROG_TYPE_SCHED_CLS, BPF_FUNC_redirect, "the bpf_redirect helper in tc", "4.4"},
 };
@@ -49,7 +49,10 @@ Error missing(const std::string &what, const char *since, int err = 0)
 }
 
 // libbpf's own messages (the verifier log among them) stay out of the one-line answer.
-int quiet(enum libbpf_print_level, const char *, va_list) { return 0; }
+int quiet(enum libbpf_print_level, const char *, va_list)
+{
+    return 0;
+}
 
 struct QuietLibbpf {
     libbpf_print_fn_t old = libbpf_set_print(quiet);
@@ -90,8 +93,8 @@ Result<void> probe_attach(const XdpProgram &prog)
     if (err && err != -EEXIST)
         return missing("tc clsact qdisc (module sch_ingress)", "4.5", -err);
     // A handle of its own: two daemons probing at once do not take each other's filter.
-    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog.egress_prog_fd(),
-                .handle = uint32_t(::getpid()), .priority = 0xe5e);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog.egress_prog_fd(), .handle = uint32_t(::getpid()),
+                .priority = 0xe5e);
     err = bpf_tc_attach(&hook, &opts);
     if (err == 0) {
         opts.prog_fd = 0;
@@ -108,7 +111,7 @@ Result<void> probe_attach(const XdpProgram &prog)
     return {};
 }
 
-} // namespace
+}  // namespace
 
 std::string kernel_release()
 {
@@ -129,11 +132,14 @@ Result<void> probe_kernel()
         int err = prog.error().code.value();
         if (err == EPERM)
             return missing("load the classifier", "", err);
-        return make_error("kernel " + kernel_release() + ": the verifier rejects the "
-                          "classifier (xesp supports " + kOldestSupportedKernel +
-                          " and later; tested on Debian's 6.1 and 6.12)", err);
+        return make_error("kernel " + kernel_release() +
+                              ": the verifier rejects the "
+                              "classifier (xesp supports " +
+                              kOldestSupportedKernel +
+                              " and later; tested on Debian's 6.1 and 6.12)",
+                          err);
     }
     return probe_attach(**prog);
 }
 
-} // namespace xesp
+}  // namespace xesp

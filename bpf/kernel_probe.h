@@ -25,4 +25,4 @@ Result<void> probe_kernel();
 // The running kernel's release (uname -r).
 std::string kernel_release();
 
-} // namespace xesp
+}  // namespace xesp

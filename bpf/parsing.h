@@ -21,8 +21,8 @@
 #define ETH_P_8021Q_ 0x8100
 #define ETH_P_8021AD_ 0x88a8
 #define MAX_VLAN_TAGS 2
-#define MAX_IPV6_EXT 6              /* hop-by-hop, routing, destination options before ESP */
-#define IP_FRAG_MASK 0x3fff         /* MF | fragment offset */
+#define MAX_IPV6_EXT 6      /* hop-by-hop, routing, destination options before ESP */
+#define IP_FRAG_MASK 0x3fff /* MF | fragment offset */
 #define IPPROTO_SCTP_ 132
 #define IPPROTO_UDPLITE_ 136
 #define NEXTHDR_HOP_ 0
@@ -30,9 +30,9 @@
 #define NEXTHDR_FRAGMENT_ 44
 #define NEXTHDR_DEST_ 60
 #define NEXTHDR_ICMP_ 58
-#define NATT_PORT 4500              /* RFC 3948 */
+#define NATT_PORT 4500 /* RFC 3948 */
 #define IKE_PORT 500
-#define ESP_HDR_LEN 8               /* SPI + sequence number */
+#define ESP_HDR_LEN 8 /* SPI + sequence number */
 
 struct cursor {
     void *pos;
@@ -46,7 +46,7 @@ struct vlan_hdr_ {
 
 struct ipv6_ext_ {
     __u8 nexthdr;
-    __u8 hdrlen;                    /* 8-byte units, not counting the first 8 */
+    __u8 hdrlen; /* 8-byte units, not counting the first 8 */
 };
 
 struct frag_hdr_ {
@@ -61,15 +61,15 @@ struct flow {
     __be32 src[4];
     __be32 dst[4];
     __u8 family;
-    __u8 proto;                     /* transport protocol after extension headers */
-    __u8 fragment;                  /* no ports: a fragment or a cut-short transport header */
-    __u8 bad_length;                /* the IP header's length does not fit the frame */
+    __u8 proto;      /* transport protocol after extension headers */
+    __u8 fragment;   /* no ports: a fragment or a cut-short transport header */
+    __u8 bad_length; /* the IP header's length does not fit the frame */
     __be16 sport, dport;
     __u16 l3_off, l4_off;
-    __u32 ip_len;                   /* the IP datagram's length per its header */
+    __u32 ip_len; /* the IP datagram's length per its header */
     __u32 ingress_ifindex;
     __u8 tos;
-    __u8 too_big;                   /* ICMP "fragmentation needed" / "packet too big" quoting
+    __u8 too_big; /* ICMP "fragmentation needed" / "packet too big" quoting
                                        ESP or UDP (maybe ESP in UDP) */
 };
 
@@ -194,9 +194,9 @@ static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow 
 enum parse_result {
     PARSE_OK = 0,
     PARSE_MALFORMED = -1,
-    PARSE_VLAN_DEPTH = -2,          /* more VLAN tags than we look through */
+    PARSE_VLAN_DEPTH = -2, /* more VLAN tags than we look through */
     PARSE_NON_IP = -3,
-    PARSE_EXT_DEPTH = -4,           /* more IPv6 extension headers than we follow */
+    PARSE_EXT_DEPTH = -4, /* more IPv6 extension headers than we follow */
 };
 
 /* Ethernet, VLAN tags and the IP header (with IPv4 options / IPv6 extension headers), into f;
@@ -233,11 +233,11 @@ static __always_inline void parse_too_big(struct cursor *c, struct flow *f)
     if (f->family == XESP_FAMILY_V4 && f->proto == IPPROTO_ICMP) {
         if ((void *)(icmp + 8 + 10) > c->end || icmp[0] != 3 || icmp[1] != 4)
             return;
-        quoted = icmp[8 + 9];               /* the quoted IPv4 header's protocol */
+        quoted = icmp[8 + 9]; /* the quoted IPv4 header's protocol */
     } else if (f->family == XESP_FAMILY_V6 && f->proto == NEXTHDR_ICMP_) {
         if ((void *)(icmp + 8 + 7) > c->end || icmp[0] != 2 || icmp[1] != 0)
             return;
-        quoted = icmp[8 + 6];               /* the quoted IPv6 header's next header */
+        quoted = icmp[8 + 6]; /* the quoted IPv6 header's next header */
     } else {
         return;
     }

@@ -32,7 +32,7 @@ bool protects_or_blocks(const PolicyConfig &p)
     return p.action == Action::Block || p.tmpl.has_value();
 }
 
-} // namespace
+}  // namespace
 
 TupleSpace::KeyBytes TupleSpace::bytes(const xesp_policy_key &k)
 {
@@ -97,7 +97,7 @@ Result<TupleChange> TupleSpace::add(uint32_t policy_id, const PolicyConfig &p,
     key.proto = s.proto;
     key.sport = s.sport_set ? htons(s.sport) : 0;
     key.dport = s.dport_set ? htons(s.dport) : 0;
-    copy_addr(s.src.addr, key.src);          // a Prefix keeps its host bits cleared
+    copy_addr(s.src.addr, key.src);  // a Prefix keeps its host bits cleared
     copy_addr(s.dst.addr, key.dst);
     if (tuple != tuples_.end()) {
         key.tuple = tuple->second.id;
@@ -197,4 +197,4 @@ xesp_tuple_table TupleSpace::table() const
     return tt;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -56,7 +56,7 @@ private:
         Shape shape;
         xesp_policy_key key;
         uint64_t rank;
-        bool shadowed;                   // protects or blocks and matches on ports
+        bool shadowed;  // protects or blocks and matches on ports
     };
 
     static KeyBytes bytes(const xesp_policy_key &k);
@@ -65,9 +65,9 @@ private:
 
     std::map<Shape, Tuple> tuples_;
     std::unordered_map<uint32_t, Entry> by_id_;
-    std::map<KeyBytes, uint32_t> exact_;                 // duplicate selectors
+    std::map<KeyBytes, uint32_t> exact_;  // duplicate selectors
     std::map<KeyBytes, std::multiset<uint64_t>> shadows_;
     uint32_t seq_ = 0;
 };
 
-} // namespace xesp
+}  // namespace xesp

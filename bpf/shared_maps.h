@@ -17,7 +17,7 @@
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 262144);                /* the loader resizes it */
+    __uint(max_entries, 262144); /* the loader resizes it */
     __type(key, struct xesp_policy_key);
     __type(value, struct xesp_policy_val);
 } policies SEC(".maps") __weak;
@@ -33,7 +33,7 @@ struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(max_entries, 1);
     __type(key, __u32);
-    __type(value, __u32);                       /* index of the live tuple table */
+    __type(value, __u32); /* index of the live tuple table */
 } tuple_ctl SEC(".maps") __weak;
 
 /* ---- The gateway's own addresses -------------------------------------------------------- */

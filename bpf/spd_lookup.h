@@ -14,8 +14,8 @@
 
 /* What the policy walk found. */
 struct spd_match {
-    __u64 rank;                     /* of the best exact match; ~0 if none */
-    __u64 shadow_rank;              /* of the best portless shadow (fragments only) */
+    __u64 rank;        /* of the best exact match; ~0 if none */
+    __u64 shadow_rank; /* of the best portless shadow (fragments only) */
     __u32 policy_id;
     __u8 found;
     __u8 action;
@@ -26,7 +26,7 @@ struct spd_match {
  * verifier checks it once instead of once per tuple. Portless packets look up exact entries
  * only in tuples without ports, and shadows in tuples with ports. */
 struct spd_walk {
-    struct xesp_policy_key k;       /* family, dir and the packet's fields, unmasked */
+    struct xesp_policy_key k; /* family, dir and the packet's fields, unmasked */
     __u32 table;
     __u8 portless;
     struct spd_match r;
@@ -38,9 +38,9 @@ static long spd_step(__u32 i, void *arg)
     struct xesp_tuple_table *tt = bpf_map_lookup_elem(&tuple_tables, &w->table);
     if (!tt || i >= tt->count)
         return 1;
-    struct xesp_tuple *t = &tt->t[i & (XESP_MAX_TUPLES - 1)];   /* bpf_loop keeps i < 32 */
+    struct xesp_tuple *t = &tt->t[i & (XESP_MAX_TUPLES - 1)]; /* bpf_loop keeps i < 32 */
     if (t->best_rank >= w->r.rank)
-        return 1;                       /* sorted: nothing further can win */
+        return 1; /* sorted: nothing further can win */
     if (t->family != w->k.family || t->dir != w->k.dir)
         return 0;
 
@@ -86,7 +86,10 @@ static __always_inline void spd_lookup(const struct flow *f, __u32 dir, struct s
     if (!live)
         return;
     struct spd_walk w = {
-        .k = {.family = f->family, .dir = dir, .proto = f->proto, .sport = f->sport,
+        .k = {.family = f->family,
+              .dir = dir,
+              .proto = f->proto,
+              .sport = f->sport,
               .dport = f->dport},
         .table = *live & 1,
         .portless = f->fragment,

@@ -68,7 +68,7 @@ std::string ifname(int ifindex)
     return "ifindex " + std::to_string(ifindex);
 }
 
-} // namespace
+}  // namespace
 
 Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
 {
@@ -87,14 +87,35 @@ Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
     return p;
 }
 
-XdpProgram::~XdpProgram() { xesp_xdp__destroy(skel_); }
+XdpProgram::~XdpProgram()
+{
+    xesp_xdp__destroy(skel_);
+}
 
-int XdpProgram::prog_fd() const { return bpf_program__fd(skel_->progs.xesp_xdp); }
-int XdpProgram::egress_prog_fd() const { return bpf_program__fd(skel_->progs.xesp_tc_egress); }
-int XdpProgram::xsks_fd() const { return bpf_map__fd(skel_->maps.xsks); }
-int XdpProgram::sas_fd() const { return bpf_map__fd(skel_->maps.sas); }
-int XdpProgram::policies_fd() const { return bpf_map__fd(skel_->maps.policies); }
-int XdpProgram::counters_fd() const { return bpf_map__fd(skel_->maps.counters); }
+int XdpProgram::prog_fd() const
+{
+    return bpf_program__fd(skel_->progs.xesp_xdp);
+}
+int XdpProgram::egress_prog_fd() const
+{
+    return bpf_program__fd(skel_->progs.xesp_tc_egress);
+}
+int XdpProgram::xsks_fd() const
+{
+    return bpf_map__fd(skel_->maps.xsks);
+}
+int XdpProgram::sas_fd() const
+{
+    return bpf_map__fd(skel_->maps.sas);
+}
+int XdpProgram::policies_fd() const
+{
+    return bpf_map__fd(skel_->maps.policies);
+}
+int XdpProgram::counters_fd() const
+{
+    return bpf_map__fd(skel_->maps.counters);
+}
 
 Result<void> XdpProgram::add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id, uint32_t flags)
 {
@@ -203,7 +224,7 @@ Result<void> XdpProgram::remove_policy(uint32_t policy_id)
 }
 
 Result<void> XdpProgram::replace_policy(uint32_t old_id, const PolicyConfig &old, uint32_t new_id,
-                                       const PolicyConfig &p)
+                                        const PolicyConfig &p)
 {
     // The new policy takes the old one's place among equal priorities, as in the SPD.
     std::optional<uint32_t> order = tuples_.order_of(old_id);
@@ -230,7 +251,7 @@ Result<void> XdpProgram::replace_policy(uint32_t old_id, const PolicyConfig &old
         if (!rewritten && bpf_map_delete_elem(policies_fd(), &k) != 0 && errno != ENOENT)
             return bpf_error("xdp: delete a policy", errno);
     }
-    for (const auto &[k, v] : rm->put) {    // shadow ranks the old policy no longer holds
+    for (const auto &[k, v] : rm->put) {  // shadow ranks the old policy no longer holds
         bool rewritten = false;
         for (const auto &put : add->put)
             rewritten |= std::memcmp(&put.first, &k, sizeof(k)) == 0;
@@ -375,8 +396,8 @@ Result<void> XdpProgram::attach_egress(int ifindex)
     int err = bpf_tc_hook_create(&hook);
     if (err && err != -EEXIST)
         return bpf_error("tc: create the clsact qdisc on " + ifname(ifindex), err);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = egress_prog_fd(),
-                .flags = BPF_TC_F_REPLACE, .handle = 1, .priority = 1);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = egress_prog_fd(), .flags = BPF_TC_F_REPLACE,
+                .handle = 1, .priority = 1);
     if (int e = bpf_tc_attach(&hook, &opts))
         return bpf_error("tc: attach the egress program to " + ifname(ifindex), e);
     return {};
@@ -387,9 +408,9 @@ Result<void> XdpProgram::detach_egress(int ifindex)
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
     int err = bpf_tc_detach(&hook, &opts);
-    if (err && err != -ENOENT && err != -EINVAL)    // no filter, or no clsact qdisc at all
+    if (err && err != -ENOENT && err != -EINVAL)  // no filter, or no clsact qdisc at all
         return bpf_error("tc: detach the egress program from " + ifname(ifindex), err);
     return {};
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -16,7 +16,7 @@
 #include "userspace/base/result.h"
 #include "userspace/esp/sa_config.h"
 
-struct xesp_xdp;    // the bpftool skeleton
+struct xesp_xdp;  // the bpftool skeleton
 
 namespace xesp {
 
@@ -34,7 +34,10 @@ constexpr std::array<std::string_view, kXdpCounterCount> kXdpCounterNames = {
 #undef XESP_XDP_COUNTER_NAME
 };
 
-constexpr std::string_view xdp_counter_name(XdpCounter c) { return kXdpCounterNames[size_t(c)]; }
+constexpr std::string_view xdp_counter_name(XdpCounter c)
+{
+    return kXdpCounterNames[size_t(c)];
+}
 
 // Summed over CPUs.
 struct XdpCounters {
@@ -45,10 +48,10 @@ struct XdpCounters {
 enum class IfaceRole : uint32_t { Protected = XESP_ROLE_PROTECTED, Public = XESP_ROLE_PUBLIC };
 
 struct XdpOptions {
-    IfaceRole default_role = IfaceRole::Protected;   // interfaces without set_iface_role()
-    bool fib_lookup = true;                          // next hop in ENCAP metadata
+    IfaceRole default_role = IfaceRole::Protected;  // interfaces without set_iface_role()
+    bool fib_lookup = true;                         // next hop in ENCAP metadata
     uint32_t max_sas = 131072;
-    uint32_t max_policy_entries = 262144;            // policies plus their portless shadows
+    uint32_t max_policy_entries = 262144;  // policies plus their portless shadows
 };
 
 class XdpProgram {
@@ -59,7 +62,7 @@ public:
     XdpProgram &operator=(const XdpProgram &) = delete;
 
     int prog_fd() const;
-    int egress_prog_fd() const;         // the tc egress program
+    int egress_prog_fd() const;  // the tc egress program
     int xsks_fd() const;
     int sas_fd() const;
     int policies_fd() const;
@@ -129,8 +132,8 @@ private:
     xesp_xdp *skel_ = nullptr;
     TupleSpace tuples_;
     uint32_t live_table_ = 0;
-    uint64_t flipped_ns_ = 0;       // when the live index last flipped (CLOCK_MONOTONIC)
+    uint64_t flipped_ns_ = 0;  // when the live index last flipped (CLOCK_MONOTONIC)
     uint64_t publishes_ = 0;
 };
 
-} // namespace xesp
+}  // namespace xesp

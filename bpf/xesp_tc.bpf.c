@@ -30,15 +30,15 @@ struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(max_entries, 1);
     __type(key, __u32);
-    __type(value, __u32);                       /* ifindex; 0: none */
-} local_link SEC(".maps");                      /* where tc egress sends the gateway's own */
+    __type(value, __u32);  /* ifindex; 0: none */
+} local_link SEC(".maps"); /* where tc egress sends the gateway's own */
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 16);
-    __type(key, __u64);                         /* socket cookie */
+    __type(key, __u64); /* socket cookie */
     __type(value, __u32);
-} own_sockets SEC(".maps");                     /* the daemon's sockets that send ESP */
+} own_sockets SEC(".maps"); /* the daemon's sockets that send ESP */
 
 /* Sent by the gateway itself. */
 static __always_inline int is_local_src(const struct flow *f)
@@ -51,7 +51,7 @@ static __always_inline int is_local_src(const struct flow *f)
 SEC("tc")
 int xesp_tc_egress(struct __sk_buff *skb)
 {
-    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256);    /* headers in the linear part */
+    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256); /* headers in the linear part */
     void *data = (void *)(long)skb->data;
     struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
     struct flow f;
@@ -59,7 +59,7 @@ int xesp_tc_egress(struct __sk_buff *skb)
 
     int rc = parse_ip(&c, data, &f);
     if (rc == PARSE_VLAN_DEPTH || rc == PARSE_EXT_DEPTH) {
-        count(XESP_CTR_DROP_EGRESS_PLAINTEXT);      /* cannot tell: fail closed */
+        count(XESP_CTR_DROP_EGRESS_PLAINTEXT); /* cannot tell: fail closed */
         return TC_ACT_SHOT;
     }
     if (rc < 0)

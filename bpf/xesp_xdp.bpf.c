@@ -41,8 +41,8 @@
 
 /* ---- Fixed knobs, set by the loader before load ---------------------------------------- */
 
-const volatile __u32 default_role = XESP_ROLE_PROTECTED;   /* interfaces not in `ifaces` */
-const volatile __u32 fib_lookup_enabled = 1;               /* next hop for ENCAP metadata */
+const volatile __u32 default_role = XESP_ROLE_PROTECTED; /* interfaces not in `ifaces` */
+const volatile __u32 fib_lookup_enabled = 1;             /* next hop for ENCAP metadata */
 
 /* ---- Maps (and those the egress program uses too: shared_maps.h) ---------------------- */
 
@@ -55,7 +55,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 131072);                /* the loader resizes it */
+    __uint(max_entries, 131072); /* the loader resizes it */
     __type(key, struct xesp_sa_key);
     __type(value, struct xesp_sa_val);
 } sas SEC(".maps");
@@ -63,7 +63,7 @@ struct {
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 256);
-    __type(key, __u32);                         /* ifindex */
+    __type(key, __u32); /* ifindex */
     __type(value, struct xesp_iface);
 } ifaces SEC(".maps");
 
@@ -130,7 +130,7 @@ static __always_inline int redirect(struct xdp_md *ctx, struct xesp_meta *m, __u
     struct xesp_iface *ifc = bpf_map_lookup_elem(&ifaces, &ifindex);
     __u32 slot = (ifc ? ifc->xsk_base : 0) + queue;
     if (queue >= XESP_MAX_QUEUES)
-        slot = XESP_MAX_XSKS;               /* no such slot: dropped below */
+        slot = XESP_MAX_XSKS; /* no such slot: dropped below */
     int rc = bpf_redirect_map(&xsks, slot, XDP_DROP);
     if (rc != XDP_REDIRECT)
         count(XESP_CTR_XSK_MISSING);
@@ -151,7 +151,7 @@ static __always_inline int classify_esp(struct xdp_md *ctx, struct cursor *c, vo
     if ((void *)(spi + 1) > c->end) {
         if (!local)
             return STEP_CONTINUE;
-        *verdict = pass(XESP_CTR_PASS_MALFORMED);   /* not even an SPI: nobody's ESP */
+        *verdict = pass(XESP_CTR_PASS_MALFORMED); /* not even an SPI: nobody's ESP */
         return STEP_DONE;
     }
 
@@ -170,7 +170,7 @@ static __always_inline int classify_esp(struct xdp_md *ctx, struct cursor *c, vo
     /* Ours from here on: whatever is wrong with it, the kernel must not see it either. */
     *verdict = XDP_DROP;
     if (!(sa->flags & XESP_SA_F_DIR_IN) && !local) {
-        count(XESP_CTR_DROP_ESP_REFLECTED);         /* an outbound SA's: not to be opened */
+        count(XESP_CTR_DROP_ESP_REFLECTED); /* an outbound SA's: not to be opened */
         return STEP_DONE;
     }
     if (f->bad_length) {
@@ -190,8 +190,8 @@ static __always_inline int classify_esp(struct xdp_md *ctx, struct cursor *c, vo
     struct xesp_meta m = {
         .magic = XESP_META_MAGIC,
         .kind = XESP_META_DECAP,
-        .flags = (f->family == XESP_FAMILY_V6 ? XESP_META_F_IPV6 : 0) |
-                 (natt ? XESP_META_F_NATT : 0),
+        .flags =
+            (f->family == XESP_FAMILY_V6 ? XESP_META_F_IPV6 : 0) | (natt ? XESP_META_F_NATT : 0),
         .id = sa->sa_id,
         .l3_off = f->l3_off,
         .l4_off = esp_off,
@@ -209,9 +209,8 @@ static __always_inline int classify_esp(struct xdp_md *ctx, struct cursor *c, vo
 /* UDP to port 4500 (RFC 3948 section 2): a 1-byte 0xff NAT keepalive, IKE behind the 4-byte
  * zero non-ESP marker, or ESP. Keepalives and IKE are the kernel's only when they are for the
  * gateway itself. Returns STEP_CONTINUE if it is none of these, or not ours to pass. */
-static __always_inline int classify_udp_4500(struct xdp_md *ctx, struct cursor *c,
-                                             void *data, struct flow *f, int local,
-                                             int *verdict)
+static __always_inline int classify_udp_4500(struct xdp_md *ctx, struct cursor *c, void *data,
+                                             struct flow *f, int local, int *verdict)
 {
     struct udphdr *udp = c->pos;
     if ((void *)(udp + 1) > c->end)
@@ -303,8 +302,8 @@ static __always_inline int redirect_report(struct xdp_md *ctx, const struct flow
 /* Plaintext that no out policy claimed. On a public interface, what an in/fwd policy wants
  * protected should have come as ESP (RFC 4301 section 5.2); what may pass and is a report
  * (a too-big for someone else) goes to the gateway first. */
-static __always_inline int check_unprotected(struct xdp_md *ctx, const struct flow *f,
-                                             int unsure, int report, __u32 pass_ctr)
+static __always_inline int check_unprotected(struct xdp_md *ctx, const struct flow *f, int unsure,
+                                             int report, __u32 pass_ctr)
 {
     if (iface_role(f->ingress_ifindex) != XESP_ROLE_PUBLIC)
         return unsure ? drop(XESP_CTR_DROP_PORTS_UNKNOWN) : pass(pass_ctr);

@@ -24,22 +24,23 @@
 
 /* ---- Inbound SAs: (family, destination, SPI) -> SA id --------------------------------- */
 
-#define XESP_SA_F_NATT 0x1          /* the SA is ESP-in-UDP (RFC 3948), not raw ESP */
-#define XESP_SA_F_DIR_IN 0x2        /* `dir in`: decrypts whatever its destination. Without it
+#define XESP_SA_F_NATT 0x1 /* the SA is ESP-in-UDP (RFC 3948), not raw ESP */
+#define XESP_SA_F_DIR_IN                                                                           \
+    0x2 /* `dir in`: decrypts whatever its destination. Without it
                                        the SA decrypts only ESP addressed to the gateway itself,
                                        as the kernel does: anything else is our own outbound
                                        ESP reflected back at us */
 
 struct xesp_sa_key {
-    __u8 family;                    /* XESP_FAMILY_V4 or _V6 */
+    __u8 family; /* XESP_FAMILY_V4 or _V6 */
     __u8 pad[3];
     __be32 spi;
     __be32 dst[4];
 };
 
 struct xesp_sa_val {
-    __u32 sa_id;                    /* the caller's id, copied into xesp_meta.id */
-    __u32 flags;                    /* XESP_SA_F_* */
+    __u32 sa_id; /* the caller's id, copied into xesp_meta.id */
+    __u32 flags; /* XESP_SA_F_* */
 };
 
 /* ---- Policies: tuple-space search ----------------------------------------------------
@@ -71,11 +72,11 @@ struct xesp_sa_val {
 struct xesp_tuple {
     __be32 src_mask[4];
     __be32 dst_mask[4];
-    __u64 best_rank;                /* lowest rank of the tuple's policies (a lower bound) */
-    __u8 id;                        /* xesp_policy_key.tuple of this tuple's entries */
+    __u64 best_rank; /* lowest rank of the tuple's policies (a lower bound) */
+    __u8 id;         /* xesp_policy_key.tuple of this tuple's entries */
     __u8 family;
-    __u8 dir;                       /* XESP_DIR_* */
-    __u8 fields;                    /* XESP_TUPLE_F_* */
+    __u8 dir;    /* XESP_DIR_* */
+    __u8 fields; /* XESP_TUPLE_F_* */
     __u8 src_len;
     __u8 dst_len;
     __u8 pad[2];
@@ -92,24 +93,24 @@ struct xesp_tuple_table {
 struct xesp_policy_key {
     __u8 tuple;
     __u8 family;
-    __u8 dir;                       /* XESP_DIR_*, | XESP_DIR_F_PORTLESS for a shadow */
-    __u8 proto;                     /* 0 unless the tuple sets XESP_TUPLE_F_PROTO */
-    __be16 sport;                   /* 0 unless the tuple sets XESP_TUPLE_F_SPORT */
-    __be16 dport;                   /* 0 unless the tuple sets XESP_TUPLE_F_DPORT */
-    __be32 src[4];                  /* masked with the tuple's src_mask */
+    __u8 dir;      /* XESP_DIR_*, | XESP_DIR_F_PORTLESS for a shadow */
+    __u8 proto;    /* 0 unless the tuple sets XESP_TUPLE_F_PROTO */
+    __be16 sport;  /* 0 unless the tuple sets XESP_TUPLE_F_SPORT */
+    __be16 dport;  /* 0 unless the tuple sets XESP_TUPLE_F_DPORT */
+    __be32 src[4]; /* masked with the tuple's src_mask */
     __be32 dst[4];
 };
 
 #define XESP_ACTION_ALLOW 0
 #define XESP_ACTION_BLOCK 1
 
-#define XESP_POL_F_TMPL 0x1         /* the policy has a template: protect (out) / expect ESP (in) */
+#define XESP_POL_F_TMPL 0x1 /* the policy has a template: protect (out) / expect ESP (in) */
 
 struct xesp_policy_val {
-    __u64 rank;                     /* priority << 32 | order added: lower wins, as the kernel */
-    __u32 policy_id;                /* the caller's id, copied into xesp_meta.id */
-    __u8 action;                    /* XESP_ACTION_* */
-    __u8 flags;                     /* XESP_POL_F_* */
+    __u64 rank;      /* priority << 32 | order added: lower wins, as the kernel */
+    __u32 policy_id; /* the caller's id, copied into xesp_meta.id */
+    __u8 action;     /* XESP_ACTION_* */
+    __u8 flags;      /* XESP_POL_F_* */
     __u8 pad[2];
 };
 
@@ -125,11 +126,11 @@ struct xesp_policy_val {
  * A queue past the range, or an interface without an entry (xsk_base 0), still fails closed:
  * the redirect finds no socket and the frame is dropped. */
 #define XESP_MAX_QUEUES 64
-#define XESP_MAX_XSKS 1024          /* 16 interfaces of XESP_MAX_QUEUES queues */
+#define XESP_MAX_XSKS 1024 /* 16 interfaces of XESP_MAX_QUEUES queues */
 
 struct xesp_iface {
-    __u32 role;                     /* XESP_ROLE_* */
-    __u32 xsk_base;                 /* first xsks slot: slot number * XESP_MAX_QUEUES */
+    __u32 role;     /* XESP_ROLE_* */
+    __u32 xsk_base; /* first xsks slot: slot number * XESP_MAX_QUEUES */
 };
 
 /* The gateway's own addresses. Plaintext to them is never encapsulated; the exceptions for
@@ -149,31 +150,32 @@ struct xesp_addr_key {
 
 #define XESP_META_MAGIC 0xe5e5
 
-#define XESP_META_DECAP 1           /* ESP for one of our SAs: decrypt with SA `id` */
-#define XESP_META_ENCAP 2           /* plaintext that out-policy `id` protects: encrypt */
-#define XESP_META_REPORT 3          /* ICMP "fragmentation needed" / "packet too big" quoting
+#define XESP_META_DECAP 1 /* ESP for one of our SAs: decrypt with SA `id` */
+#define XESP_META_ENCAP 2 /* plaintext that out-policy `id` protects: encrypt */
+#define XESP_META_REPORT                                                                           \
+    3 /* ICMP "fragmentation needed" / "packet too big" quoting
                                        ESP or UDP, on its way to a host behind the gateway
                                        (transport mode): the path MTU of one of our SAs? */
 
-#define XESP_META_F_IPV6 0x01       /* the IP header at l3_off is IPv6 */
-#define XESP_META_F_NATT 0x02       /* DECAP: the ESP header follows a UDP/4500 header */
-#define XESP_META_F_FRAGMENT 0x04   /* ENCAP: an IP fragment (or short L4): no ports seen */
-#define XESP_META_F_FIB_OK 0x08     /* ENCAP: fib_* hold the plaintext route's next hop */
+#define XESP_META_F_IPV6 0x01         /* the IP header at l3_off is IPv6 */
+#define XESP_META_F_NATT 0x02         /* DECAP: the ESP header follows a UDP/4500 header */
+#define XESP_META_F_FRAGMENT 0x04     /* ENCAP: an IP fragment (or short L4): no ports seen */
+#define XESP_META_F_FIB_OK 0x08       /* ENCAP: fib_* hold the plaintext route's next hop */
 #define XESP_META_F_FIB_NO_NEIGH 0x10 /* ENCAP: route found, neighbour not resolved yet */
 
 struct xesp_meta {
-    __u16 magic;                    /* XESP_META_MAGIC */
-    __u8 kind;                      /* XESP_META_DECAP, _ENCAP or _REPORT */
-    __u8 flags;                     /* XESP_META_F_* */
-    __u32 id;                       /* SA id (DECAP) or policy id (ENCAP) */
-    __u16 l3_off;                   /* IP header, bytes from the frame start (after VLAN tags) */
-    __u16 l4_off;                   /* DECAP: ESP header; ENCAP: transport header (after
+    __u16 magic;           /* XESP_META_MAGIC */
+    __u8 kind;             /* XESP_META_DECAP, _ENCAP or _REPORT */
+    __u8 flags;            /* XESP_META_F_* */
+    __u32 id;              /* SA id (DECAP) or policy id (ENCAP) */
+    __u16 l3_off;          /* IP header, bytes from the frame start (after VLAN tags) */
+    __u16 l4_off;          /* DECAP: ESP header; ENCAP: transport header (after
                                        IPv4 options / IPv6 extension headers); REPORT: ICMP */
-    __u32 flow_hash;                /* spreads work; DECAP: (dst, SPI), ENCAP: the 5-tuple */
-    __u32 ingress_ifindex;          /* where the frame came in */
-    __u32 fib_ifindex;              /* FIB_OK or FIB_NO_NEIGH: egress device */
-    __u8 fib_dmac[6];               /* FIB_OK: next hop MAC */
-    __u16 fib_mtu;                  /* FIB_OK or FIB_NO_NEIGH: egress MTU, host order */
+    __u32 flow_hash;       /* spreads work; DECAP: (dst, SPI), ENCAP: the 5-tuple */
+    __u32 ingress_ifindex; /* where the frame came in */
+    __u32 fib_ifindex;     /* FIB_OK or FIB_NO_NEIGH: egress device */
+    __u8 fib_dmac[6];      /* FIB_OK: next hop MAC */
+    __u16 fib_mtu;         /* FIB_OK or FIB_NO_NEIGH: egress MTU, host order */
 };
 
 /* ---- Counters: one per-CPU array slot each ---------------------------------------------
@@ -182,43 +184,43 @@ struct xesp_meta {
  * pass-egress-own and egress-local are counted by the tc egress program, outside `rx`.
  *
  *   X(enumerator suffix, name shown to the operator) */
-#define XESP_XDP_FOREACH_COUNTER(X)                                                         \
-    X(RX, "rx")                                                                             \
-    X(REDIRECT_DECAP, "redirect-decap")                                                     \
-    X(REDIRECT_ENCAP, "redirect-encap")                                                     \
-    X(REDIRECT_REPORT, "redirect-report")       /* ICMP too big about ESP, to a host */    \
-    X(XSK_MISSING, "xsk-missing")               /* no socket on the queue: dropped */       \
-    X(META_FAILED, "meta-failed")               /* redirected without metadata */           \
-    X(PASS_NON_IP, "pass-non-ip")               /* ARP, LLDP, ... */                        \
-    X(PASS_MALFORMED, "pass-malformed")         /* bad headers, not ESP for us: kernel's */ \
-    X(PASS_IKE, "pass-ike")                                                                 \
-    X(PASS_KEEPALIVE, "pass-keepalive")                                                     \
-    X(PASS_ESP_UNKNOWN_SPI, "pass-esp-unknown-spi")                                         \
-    X(PASS_ESP_FRAGMENT, "pass-esp-fragment")   /* to us: the kernel reassembles first */  \
-    X(PASS_ND, "pass-nd")                       /* IPv6 neighbour/router discovery */      \
-    X(PASS_LOCAL, "pass-local")                 /* plaintext to the gateway itself */      \
-    X(PASS_BYPASS, "pass-bypass")               /* an allow policy without template */     \
-    X(PASS_NO_POLICY, "pass-no-policy")                                                     \
-    X(DROP_OUT_BLOCK, "drop-out-policy-block")                                              \
-    X(DROP_IN_BLOCK, "drop-in-policy-block")                                                \
-    X(DROP_IN_UNPROTECTED, "drop-in-unprotected")                                           \
-    X(DROP_PORTS_UNKNOWN, "drop-ports-unknown") /* fragment a port policy may claim */     \
-    X(DROP_ESP_TRUNCATED, "drop-esp-truncated")                                             \
-    X(DROP_ESP_BAD_LENGTH, "drop-esp-bad-length")                                           \
-    X(DROP_ENCAP_MISMATCH, "drop-encap-mismatch") /* raw ESP for a NAT-T SA, or reverse */ \
-    X(DROP_ESP_REFLECTED, "drop-esp-reflected") /* ESP of an SA that is not inbound */     \
-    X(DROP_PUBLIC_PLAINTEXT, "drop-public-plaintext") /* to protect, from a public side */ \
-    X(DROP_VLAN_DEPTH, "drop-vlan-depth")       /* more than two VLAN tags */              \
-    X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth") /* too many extension headers to see */ \
-    X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */ \
-    X(PASS_EGRESS_OWN, "pass-egress-own")       /* tc egress: our own IKE, NAT-T, ESP */  \
-    X(EGRESS_LOCAL, "egress-local")             /* tc egress: the kernel's own, to encrypt */
+#define XESP_XDP_FOREACH_COUNTER(X)                                                                \
+    X(RX, "rx")                                                                                    \
+    X(REDIRECT_DECAP, "redirect-decap")                                                            \
+    X(REDIRECT_ENCAP, "redirect-encap")                                                            \
+    X(REDIRECT_REPORT, "redirect-report") /* ICMP too big about ESP, to a host */                  \
+    X(XSK_MISSING, "xsk-missing")         /* no socket on the queue: dropped */                    \
+    X(META_FAILED, "meta-failed")         /* redirected without metadata */                        \
+    X(PASS_NON_IP, "pass-non-ip")         /* ARP, LLDP, ... */                                     \
+    X(PASS_MALFORMED, "pass-malformed")   /* bad headers, not ESP for us: kernel's */              \
+    X(PASS_IKE, "pass-ike")                                                                        \
+    X(PASS_KEEPALIVE, "pass-keepalive")                                                            \
+    X(PASS_ESP_UNKNOWN_SPI, "pass-esp-unknown-spi")                                                \
+    X(PASS_ESP_FRAGMENT, "pass-esp-fragment") /* to us: the kernel reassembles first */            \
+    X(PASS_ND, "pass-nd")                     /* IPv6 neighbour/router discovery */                \
+    X(PASS_LOCAL, "pass-local")               /* plaintext to the gateway itself */                \
+    X(PASS_BYPASS, "pass-bypass")             /* an allow policy without template */               \
+    X(PASS_NO_POLICY, "pass-no-policy")                                                            \
+    X(DROP_OUT_BLOCK, "drop-out-policy-block")                                                     \
+    X(DROP_IN_BLOCK, "drop-in-policy-block")                                                       \
+    X(DROP_IN_UNPROTECTED, "drop-in-unprotected")                                                  \
+    X(DROP_PORTS_UNKNOWN, "drop-ports-unknown") /* fragment a port policy may claim */             \
+    X(DROP_ESP_TRUNCATED, "drop-esp-truncated")                                                    \
+    X(DROP_ESP_BAD_LENGTH, "drop-esp-bad-length")                                                  \
+    X(DROP_ENCAP_MISMATCH, "drop-encap-mismatch")     /* raw ESP for a NAT-T SA, or reverse */     \
+    X(DROP_ESP_REFLECTED, "drop-esp-reflected")       /* ESP of an SA that is not inbound */       \
+    X(DROP_PUBLIC_PLAINTEXT, "drop-public-plaintext") /* to protect, from a public side */         \
+    X(DROP_VLAN_DEPTH, "drop-vlan-depth")             /* more than two VLAN tags */                \
+    X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth")     /* too many extension headers to see */      \
+    X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */            \
+    X(PASS_EGRESS_OWN, "pass-egress-own")             /* tc egress: our own IKE, NAT-T, ESP */     \
+    X(EGRESS_LOCAL, "egress-local")                   /* tc egress: the kernel's own, to encrypt */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,
     XESP_XDP_FOREACH_COUNTER(XESP_XDP_COUNTER_ENUM)
 #undef XESP_XDP_COUNTER_ENUM
-    XESP_CTR__COUNT
+        XESP_CTR__COUNT
 };
 
 #endif /* XESP_XDP_ABI_H */

@@ -89,8 +89,14 @@ struct Macs {
 
 constexpr uint32_t kHdr = 14 + 8;
 
-uint32_t frame_len(uint32_t seq) { return 60 + (seq * 97) % 1440; }
-uint8_t pattern(uint32_t seq, uint32_t i) { return uint8_t(seq * 131 + i * 7 + (i >> 8)); }
+uint32_t frame_len(uint32_t seq)
+{
+    return 60 + (seq * 97) % 1440;
+}
+uint8_t pattern(uint32_t seq, uint32_t i)
+{
+    return uint8_t(seq * 131 + i * 7 + (i >> 8));
+}
 
 void build(uint8_t *f, uint32_t seq, const uint8_t dst[6], const uint8_t src[6])
 {
@@ -342,9 +348,9 @@ void case_rx(Env &env, std::vector<XskPort> &ports, std::vector<Rx> &got, uint32
     got = send_and_receive(env, ports, 0, n, n / uint32_t(env.cpus));
     std::vector<Rx> extra;
     receive(ports, extra, 1, 100);
-    check(got.size() == n && extra.empty(),
-          "rx: " + std::to_string(got.size()) + " of " + std::to_string(n) +
-              " frames arrived, " + std::to_string(extra.size()) + " extra");
+    check(got.size() == n && extra.empty(), "rx: " + std::to_string(got.size()) + " of " +
+                                                std::to_string(n) + " frames arrived, " +
+                                                std::to_string(extra.size()) + " extra");
     std::vector<int> seen(n);
     size_t bad = 0, dup = 0, misplaced = 0, bad_meta = 0, wrong_queue = 0;
     for (auto &r : got) {
@@ -401,9 +407,8 @@ void case_tx_reflect(Env &env, std::vector<XskPort> &ports, std::vector<Rx> &got
     }
     check(cap.size() == got.size() && extra.empty() && bad == 0 && dup == 0,
           "tx: " + std::to_string(cap.size()) + " of " + std::to_string(got.size()) +
-              " reflected frames reached the peer intact (" + std::to_string(bad) +
-              " damaged, " + std::to_string(dup) + " duplicated, " +
-              std::to_string(extra.size()) + " extra)");
+              " reflected frames reached the peer intact (" + std::to_string(bad) + " damaged, " +
+              std::to_string(dup) + " duplicated, " + std::to_string(extra.size()) + " extra)");
     got.clear();
 }
 
@@ -460,13 +465,12 @@ void case_rounds(Env &env, std::vector<XskPort> &ports, FramePool &pool, uint32_
           "rounds: " + std::to_string(received) + " received, " + std::to_string(reflected) +
               " reflected, " + std::to_string(captured) + " reached the peer");
     check(pool.count() + kernel_held(ports) == total,
-          "rounds: every frame is in the pool or with the kernel (" +
-              std::to_string(pool.count()) + " + " + std::to_string(kernel_held(ports)) +
-              " of " + std::to_string(total) + ")");
+          "rounds: every frame is in the pool or with the kernel (" + std::to_string(pool.count()) +
+              " + " + std::to_string(kernel_held(ports)) + " of " + std::to_string(total) + ")");
     topup(ports);
-    check(pool.count() == start && pool.overflows() == 0,
-          "rounds: no leak, the pool is back to " + std::to_string(start) + " (" +
-              std::to_string(pool.count()) + ")");
+    check(pool.count() == start && pool.overflows() == 0, "rounds: no leak, the pool is back to " +
+                                                              std::to_string(start) + " (" +
+                                                              std::to_string(pool.count()) + ")");
 }
 
 void case_bad_tx(std::vector<XskPort> &ports, Umem &umem, FramePool &pool)
@@ -534,9 +538,8 @@ void case_starvation(Env &env, const char *ifname)
     held.resize(pool.alloc(held.data(), uint32_t(held.size())));
     auto got = send_and_receive(env, ports, 0, 100, 50);
     auto s = total_stats(ports);
-    check(got.size() <= 32 && !got.empty(),
-          "starvation: only the " + std::to_string(got.size()) +
-              " frames the fill rings held arrived");
+    check(got.size() <= 32 && !got.empty(), "starvation: only the " + std::to_string(got.size()) +
+                                                " frames the fill rings held arrived");
     check(s.rx_fill_ring_empty > 0 && s.fill_short > 0,
           "starvation: reported, fill ring empty " + std::to_string(s.rx_fill_ring_empty) +
               " times, pool short " + std::to_string(s.fill_short) + " times, " +
@@ -574,7 +577,7 @@ void bench(Env &env, std::vector<XskPort> &ports, const char *peer_netns, const 
     int other = open(peer_netns, O_RDONLY | O_CLOEXEC);
     if (setns(other, CLONE_NEWNET))
         fatal(std::string("bench: enter ") + peer_netns + ": " + std::strerror(errno));
-    auto gumem = Umem::create({.frame_count = 4096});    // its fd is the generator's socket
+    auto gumem = Umem::create({.frame_count = 4096});  // its fd is the generator's socket
     if (!gumem)
         fatal("bench: " + gumem.error().message);
     FramePool gpool(*gumem);
@@ -583,7 +586,7 @@ void bench(Env &env, std::vector<XskPort> &ports, const char *peer_netns, const 
         fatal("bench: generator: " + (gen ? std::string("setns") : gen.error().message));
     close(self);
     close(other);
-    close(env.peer.cap);    // the reflected frames are not looked at here
+    close(env.peer.cap);  // the reflected frames are not looked at here
     env.peer.cap = -1;
 
     std::atomic<bool> stop{false};
@@ -662,8 +665,8 @@ void main_cases(Env &env, int bench_secs, const char *peer_netns, const char *pe
                   "open: zero-copy refused with EOPNOTSUPP: " + zc.error().message);
     }
     auto ports = open_ports(*umem, pool, env.ifname, env.xsks_fd, {.fill_target = 1024}, 2);
-    check(ports[0].mode() == ports[1].mode(), std::string("open: auto mode bound in ") +
-                                                  xsk_mode_name(ports[0].mode()) + " mode");
+    check(ports[0].mode() == ports[1].mode(),
+          std::string("open: auto mode bound in ") + xsk_mode_name(ports[0].mode()) + " mode");
     const uint32_t start = pool.count();
     check(start == kFrames - 2048 && kernel_held(ports) == 2048,
           "open: each fill ring holds fill_target frames from the pool");
@@ -684,14 +687,16 @@ void main_cases(Env &env, int bench_secs, const char *peer_netns, const char *pe
         bench(env, ports, peer_netns, peer_if, bench_secs);
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     if (argc < 4) {
-        std::fprintf(stderr, "usage: %s PEER_NETNS_PATH IFNAME PEER_IFNAME [--xps] "
-                             "[--bench SECONDS]\n", argv[0]);
+        std::fprintf(stderr,
+                     "usage: %s PEER_NETNS_PATH IFNAME PEER_IFNAME [--xps] "
+                     "[--bench SECONDS]\n",
+                     argv[0]);
         return 2;
     }
     const char *peer_netns = argv[1];

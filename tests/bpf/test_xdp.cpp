@@ -34,7 +34,7 @@ using namespace xesp;
 
 namespace {
 
-constexpr uint32_t kLoIfindex = 1;       // test_run's default device
+constexpr uint32_t kLoIfindex = 1;  // test_run's default device
 
 // ---- Running one frame ----------------------------------------------------------------
 
@@ -42,7 +42,7 @@ struct RunResult {
     int retval = -1;
     bool has_meta = false;
     xesp_meta meta{};
-    std::vector<uint8_t> data;               // the frame after the metadata
+    std::vector<uint8_t> data;  // the frame after the metadata
 };
 
 RunResult run(const XdpProgram &prog, const uint8_t *pkt, size_t len, uint32_t repeat = 1,
@@ -64,7 +64,7 @@ RunResult run(const XdpProgram &prog, const uint8_t *pkt, size_t len, uint32_t r
     if (duration_ns)
         *duration_ns = opts.duration;
     if (repeat > 1)
-        return r;        // the metadata area grows with every repetition of the same frame
+        return r;  // the metadata area grows with every repetition of the same frame
     // data_out holds the metadata area followed by the frame; ctx_out.data is the
     // metadata's length.
     size_t meta_len = ctx_out.data - ctx_out.data_meta;
@@ -91,8 +91,8 @@ std::string describe(const XdpCounters &before, const XdpCounters &after)
     std::string s;
     for (size_t i = 0; i < kXdpCounterCount; i++)
         if (after.v[i] != before.v[i])
-            s += std::string(kXdpCounterNames[i]) + "+" +
-                 std::to_string(after.v[i] - before.v[i]) + " ";
+            s += std::string(kXdpCounterNames[i]) + "+" + std::to_string(after.v[i] - before.v[i]) +
+                 " ";
     return s;
 }
 
@@ -130,20 +130,24 @@ void load_config(XdpProgram &prog)
     REQUIRE(prog.add_sa(addr("192.0.2.1"), 0x2000, 102, XESP_SA_F_NATT));
     REQUIRE(prog.add_sa(addr("2001:db8::1"), 0x3000, 103, 0));
     REQUIRE(prog.add_sa(addr("2001:db8::1"), 0x4000, 104, XESP_SA_F_NATT));
-    REQUIRE(prog.add_sa(addr("192.0.2.2"), 0x5000, 105, 0));             // outbound, no dir
-    REQUIRE(prog.add_sa(addr("10.1.0.5"), 0x6000, 106, XESP_SA_F_DIR_IN)); // a host behind us
+    REQUIRE(prog.add_sa(addr("192.0.2.2"), 0x5000, 105, 0));                // outbound, no dir
+    REQUIRE(prog.add_sa(addr("10.1.0.5"), 0x6000, 106, XESP_SA_F_DIR_IN));  // a host behind us
     for (const char *a : {"192.0.2.1", "2001:db8::1", "10.1.0.1"})
         REQUIRE(prog.add_local_address(addr(a)));
 
     const Dir In = Dir::In, Out = Dir::Out, Fwd = Dir::Fwd;
     REQUIRE(prog.add_policy(1, policy("10.1.0.0/16", "10.2.0.0/16", Out, 100, true)));
-    REQUIRE(prog.add_policy(2, policy("10.1.0.0/16", "203.0.113.0/24", Out, 100, false, Action::Block)));
-    REQUIRE(prog.add_policy(3, policy("10.1.0.0/16", "10.2.0.0/16", Out, 50, false, Action::Allow, 6, 22)));
+    REQUIRE(prog.add_policy(
+        2, policy("10.1.0.0/16", "203.0.113.0/24", Out, 100, false, Action::Block)));
+    REQUIRE(prog.add_policy(
+        3, policy("10.1.0.0/16", "10.2.0.0/16", Out, 50, false, Action::Allow, 6, 22)));
     REQUIRE(prog.add_policy(4, policy("10.2.0.0/16", "10.1.0.0/16", Fwd, 100, true)));
-    REQUIRE(prog.add_policy(5, policy("10.2.9.0/24", "10.1.0.0/16", In, 100, false, Action::Block)));
+    REQUIRE(
+        prog.add_policy(5, policy("10.2.9.0/24", "10.1.0.0/16", In, 100, false, Action::Block)));
     REQUIRE(prog.add_policy(6, policy("fd00:1::/48", "fd00:2::/48", Out, 100, true)));
     REQUIRE(prog.add_policy(7, policy("fd00:2::/48", "fd00:1::/48", Fwd, 100, true)));
-    REQUIRE(prog.add_policy(8, policy("10.1.0.0/16", "10.3.0.0/16", Out, 10, true, Action::Allow, 17, 53)));
+    REQUIRE(prog.add_policy(
+        8, policy("10.1.0.0/16", "10.3.0.0/16", Out, 10, true, Action::Allow, 17, 53)));
     REQUIRE(prog.add_policy(9, policy("10.1.0.0/16", "10.3.0.0/16", Out, 100, false)));
     REQUIRE(prog.add_policy(11, policy("0.0.0.0/0", "192.0.2.0/24", Out, 200, true)));
     REQUIRE(prog.add_policy(12, policy("0.0.0.0/0", "192.0.2.1/32", In, 300, true)));
@@ -162,7 +166,7 @@ std::unique_ptr<XdpProgram> empty_program()
 
 std::unique_ptr<XdpProgram> loaded(XdpOptions opt = {})
 {
-    opt.fib_lookup = false;      // the host's routes are not the test's business
+    opt.fib_lookup = false;  // the host's routes are not the test's business
     auto p = XdpProgram::load(opt);
     if (!p)
         FAIL(p.error().message);
@@ -182,9 +186,9 @@ struct Expect {
     IfaceRole role;
     V verdict;
     XdpCounter counter;
-    uint32_t id = 0;                 // Decap/Encap: SA or policy id
-    uint16_t l3 = 0, l4 = 0;         // Decap/Encap: metadata offsets
-    uint8_t flags = 0;               // Decap/Encap: metadata flags
+    uint32_t id = 0;          // Decap/Encap: SA or policy id
+    uint16_t l3 = 0, l4 = 0;  // Decap/Encap: metadata offsets
+    uint8_t flags = 0;        // Decap/Encap: metadata flags
 };
 
 constexpr uint8_t F6 = XESP_META_F_IPV6, FN = XESP_META_F_NATT, FF = XESP_META_F_FRAGMENT;
@@ -323,7 +327,7 @@ void check_row(XdpProgram &prog, const Expect &e)
     uint64_t moved = 0;
     for (size_t i = 0; i < kXdpCounterCount; i++)
         moved += after.v[i] - before.v[i];
-    CHECK(moved == (redirect ? 3u : 2u));        // rx, the verdict, and xsk-missing
+    CHECK(moved == (redirect ? 3u : 2u));  // rx, the verdict, and xsk-missing
     CHECK(r.data == std::vector<uint8_t>(p->data, p->data + p->len));
 
     CHECK(r.has_meta == redirect);
@@ -340,11 +344,11 @@ void check_row(XdpProgram &prog, const Expect &e)
     CHECK(m.l4_off == e.l4);
     CHECK(m.flags == e.flags);
     CHECK(m.ingress_ifindex == kLoIfindex);
-    CHECK(m.fib_ifindex == 0);                   // fib lookup off in these tests
+    CHECK(m.fib_ifindex == 0);  // fib lookup off in these tests
     CHECK(m.flow_hash != 0);
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("every fixture frame has a row and every row a frame")
 {
@@ -424,7 +428,7 @@ TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the lo
         REQUIRE(bpf_prog_test_run_opts(prog->egress_prog_fd(), &opts) == 0);
         return int(opts.retval);
     };
-    constexpr int kOk = 0, kShot = 2, kRedirect = 7;    // TC_ACT_*
+    constexpr int kOk = 0, kShot = 2, kRedirect = 7;  // TC_ACT_*
     // Neither protected nor blocked: the kernel sends it.
     for (const char *name : {"plain4_bypass_ssh", "plain4_unmatched", "plain6_unmatched"}) {
         INFO(name);
@@ -489,9 +493,10 @@ TEST_CASE("policy table errors say what is wrong")
     size_t n = prog->tuple_count();
     std::string err;
     for (int len = 1; len <= 32 && err.empty(); len++) {
-        auto r = prog->add_policy(1000 + uint32_t(len),
-                                  policy("172.16.0.0/12", ("172.20.0.0/" + std::to_string(len)).c_str(),
-                                         Dir::Out, 5, false));
+        auto r =
+            prog->add_policy(1000 + uint32_t(len),
+                             policy("172.16.0.0/12", ("172.20.0.0/" + std::to_string(len)).c_str(),
+                                    Dir::Out, 5, false));
         if (!r)
             err = r.error().message;
     }
@@ -541,7 +546,7 @@ struct XskOnLoopback {
     }
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("with a socket bound to the queue, ESP, protected plaintext and reports are redirected")
 {
@@ -615,7 +620,7 @@ TEST_CASE("attach in driver mode to a veth, replace, detach")
     };
     REQUIRE(prog->attach(ifindex));
     CHECK(attached_id() == id_of(*prog));
-    REQUIRE(other->attach(ifindex));                 // a restarted gateway takes over
+    REQUIRE(other->attach(ifindex));  // a restarted gateway takes over
     CHECK(attached_id() == id_of(*other));
     REQUIRE(XdpProgram::detach(ifindex));
     CHECK(attached_id() == 0);
@@ -636,7 +641,7 @@ std::vector<uint8_t> ipv4_frame(uint32_t src, uint32_t dst, uint8_t proto, uint1
     ip[0] = 0x45;
     ip[2] = 0;
     ip[3] = 36;
-    ip[6] = fragment ? 0x20 : 0;                 // MF
+    ip[6] = fragment ? 0x20 : 0;  // MF
     ip[8] = 64;
     ip[9] = proto;
     uint32_t s = htonl(src), d = htonl(dst);
@@ -659,7 +664,7 @@ IpAddr v4(uint32_t a)
     return IpAddr::v4(reinterpret_cast<const uint8_t *>(&n));
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspace SPD")
 {
@@ -771,7 +776,7 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
         V want;
         uint32_t want_id = 0;
         if (pol && pol->tmpl && public_side) {
-            want = V::Drop;                 // plaintext to protect comes from protected sides
+            want = V::Drop;  // plaintext to protect comes from protected sides
         } else if (pol && pol->tmpl) {
             want = V::Encap;
             want_id = by_sel.at(sel_key(*pol));
@@ -819,7 +824,7 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
             REQUIRE(r.has_meta);
             REQUIRE(r.meta.id == i);
         } else if (known) {
-            REQUIRE(r.retval == XDP_DROP);       // a NAT-T SA reached by raw ESP
+            REQUIRE(r.retval == XDP_DROP);  // a NAT-T SA reached by raw ESP
         } else {
             REQUIRE(r.retval == XDP_PASS);
         }
@@ -837,8 +842,8 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
                 "packet, %u ns per ESP packet\n",
                 kSas, std::chrono::duration<double>(t1 - t0).count(), pols.size(),
                 prog.tuple_count(), std::chrono::duration<double>(xdp_add_time).count(),
-                (unsigned long long)checked, (unsigned long long)encap,
-                (unsigned long long)dropped, (unsigned long long)passed, ns, esp_ns);
+                (unsigned long long)checked, (unsigned long long)encap, (unsigned long long)dropped,
+                (unsigned long long)passed, ns, esp_ns);
     CHECK(encap > 100);
     CHECK(dropped > 100);
     CHECK(passed > 100);
@@ -902,8 +907,8 @@ TEST_CASE("many tuple table publishes in a row leave the right table live")
             ctx.data_end = uint32_t(frame.size());
             ctx.ingress_ifindex = kLoIfindex;
             std::vector<uint8_t> out(frame.size() + 256);
-            LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = frame.data(),
-                        .data_out = out.data(), .data_size_in = uint32_t(frame.size()),
+            LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = frame.data(), .data_out = out.data(),
+                        .data_size_in = uint32_t(frame.size()),
                         .data_size_out = uint32_t(out.size()), .ctx_in = &ctx,
                         .ctx_size_in = sizeof(ctx), .repeat = 1);
             if (bpf_prog_test_run_opts(prog.prog_fd(), &o) != 0)
@@ -922,7 +927,7 @@ TEST_CASE("many tuple table publishes in a row leave the right table live")
     auto t0 = std::chrono::steady_clock::now();
     bool all_ok = true;
     for (int i = 0; i < kRounds && all_ok; i++) {
-        int len = 17 + i % 8;       // shapes 10.9/17 .. 10.9/24 -> 10.8/24
+        int len = 17 + i % 8;  // shapes 10.9/17 .. 10.9/24 -> 10.8/24
         std::string src = "10.9.0.0/" + std::to_string(len);
         all_ok &= bool(prog.add_policy(1, policy(src.c_str(), "10.8.0.0/24", Dir::Out, 5, true)));
         RunResult r = run(prog, other.data(), other.size());
@@ -971,14 +976,14 @@ TEST_CASE("removing a policy republishes the tuple table only when its shape goe
         std::string dst = "10.2." + std::to_string(i) + ".0/24";
         auto ch = ts.add(i, policy("10.1.0.0/16", dst.c_str(), Dir::Out, 10 + i, true));
         REQUIRE(ch);
-        CHECK(ch->table_changed == (i == 0));      // the shape is new, then it has its best
+        CHECK(ch->table_changed == (i == 0));  // the shape is new, then it has its best
     }
-    auto first = ts.remove(0);                      // the best of its shape, others remain
+    auto first = ts.remove(0);  // the best of its shape, others remain
     REQUIRE(first);
-    CHECK_FALSE(first->table_changed);              // the published best stays a lower bound
+    CHECK_FALSE(first->table_changed);  // the published best stays a lower bound
     REQUIRE(ts.remove(1));
     auto last = ts.remove(2);
     REQUIRE(last);
-    CHECK(last->table_changed);                     // the shape is gone from the table
+    CHECK(last->table_changed);  // the shape is gone from the table
     CHECK(ts.tuples() == 0);
 }

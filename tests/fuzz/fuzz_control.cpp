@@ -85,8 +85,7 @@ protected:
     {
         auto again = load_batch(to_batch(next, true), "again");
         if (!again)
-            fail(("an accepted configuration does not load back: " + again.error().message)
-                     .c_str(),
+            fail(("an accepted configuration does not load back: " + again.error().message).c_str(),
                  "", to_batch(next, false));
         if (!(*again == next))
             fail("an accepted configuration changes through to_batch -> load_batch", "",
@@ -98,7 +97,7 @@ protected:
 // What the request asked for and carried, as far as keys go.
 struct RequestView {
     bool show_keys = false;
-    std::string strings;        // every string in it, lower case
+    std::string strings;  // every string in it, lower case
 };
 
 RequestView view_of(std::string_view line)
@@ -124,8 +123,8 @@ RequestView view_of(std::string_view line)
     return v;
 }
 
-void check_answer(std::string_view line, const std::string &answer, bool ok,
-                  const Config &before, const Config &after)
+void check_answer(std::string_view line, const std::string &answer, bool ok, const Config &before,
+                  const Config &after)
 {
     if (answer.empty() || answer.back() != '\n' || answer.find('\n') != answer.size() - 1)
         fail("the answer is not one line", line, answer);
@@ -158,7 +157,7 @@ void check_answer(std::string_view line, const std::string &answer, bool ok,
             }
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

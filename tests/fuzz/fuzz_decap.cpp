@@ -31,7 +31,7 @@ struct Transform {
     EncAlg enc;
     AuthAlg auth;
     unsigned icv_bits;
-    unsigned enc_key_len, auth_key_len;     // an AEAD's key ends in its 4-byte salt
+    unsigned enc_key_len, auth_key_len;  // an AEAD's key ends in its 4-byte salt
 };
 
 // As `ip xfrm` would say: `auth` gives the kernel's ICV (96 bits for sha1, 192 for sha384),
@@ -51,16 +51,13 @@ const Transform kTransforms[] = {
 
 struct Layout {
     bool tunnel;
-    int outer, inner;           // address families
+    int outer, inner;  // address families
     bool natt, esn;
 };
 
 const Layout kLayouts[] = {
-    {true, 4, 4, false, false},
-    {false, 6, 6, false, false},
-    {true, 6, 6, true, true},
-    {false, 4, 4, true, false},
-    {true, 4, 6, false, true},
+    {true, 4, 4, false, false}, {false, 6, 6, false, false}, {true, 6, 6, true, true},
+    {false, 4, 4, true, false}, {true, 4, 6, false, true},
 };
 
 constexpr size_t kTransformCount = sizeof(kTransforms) / sizeof(kTransforms[0]);
@@ -193,7 +190,7 @@ uint32_t build_esp(Fixture &fx, size_t n, const uint8_t *data, size_t size, uint
     return total;
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -217,8 +214,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Pkt *p = &pkt;
     fx.engine->process(&p, 1);
     // Whatever it decided, the packet must lie inside its frame.
-    if (pkt.verdict != Verdict::Drop &&
-        (pkt.l3 > kFrameSize || pkt.len > kFrameSize - pkt.l3))
+    if (pkt.verdict != Verdict::Drop && (pkt.l3 > kFrameSize || pkt.len > kFrameSize - pkt.l3))
         __builtin_trap();
     const EngineStats &st = fx.engine->stats();
     if (st.encrypted + st.decrypted + st.passed + st.dropped != 1)
@@ -227,7 +223,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const bool show = std::getenv("FUZZ_DECAP_SHOW") != nullptr;
     if (show)
         std::fprintf(stderr, "fuzz_decap: sa %zu %s: %s\n", which, mode & 1 ? "odd" : "even",
-                     st.decrypted ? "decrypted"
+                     st.decrypted                   ? "decrypted"
                      : pkt.verdict == Verdict::Drop ? std::string(drop_name(pkt.drop)).c_str()
                                                     : "not decrypted");
     return 0;

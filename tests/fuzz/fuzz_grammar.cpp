@@ -62,7 +62,7 @@ void check_policy(const xesp::PolicyConfig &p)
         fail("policy changed in format -> parse", line);
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -26,7 +26,7 @@ namespace {
 struct Files {
     int fd = -1;
     std::string input;
-    std::string dir;        // where saved states go
+    std::string dir;  // where saved states go
 
     Files()
     {
@@ -42,7 +42,7 @@ struct Files {
     ~Files() { std::filesystem::remove_all(dir); }
 };
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -19,7 +19,7 @@ using namespace xesp;
 
 namespace {
 
-constexpr uint32_t kPool = 64;          // extra frames: enough for 3800 bytes at MTU 68
+constexpr uint32_t kPool = 64;  // extra frames: enough for 3800 bytes at MTU 68
 constexpr uint32_t kMaxL2 = 64;
 
 bool parse_u32(const char *s, uint32_t *out)
@@ -44,7 +44,7 @@ void write_ip(PcapWriter &w, int linktype, const Pkt &p, const uint8_t *l2, uint
     w.write(start, l2_len + p.len, ts);
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv)
 {

@@ -43,8 +43,8 @@ std::string lookup(NextHops &nh, const IpAddr &a)
         return std::string("state ") + hop_state_name(nh.state(a));
     char name[IF_NAMESIZE] = "?";
     if_indextoname(hop->ifindex, name);
-    return "hop " + std::string(name) + " " + std::to_string(hop->mtu) + " " +
-           mac_str(hop->src) + " " + mac_str(hop->dst);
+    return "hop " + std::string(name) + " " + std::to_string(hop->mtu) + " " + mac_str(hop->src) +
+           " " + mac_str(hop->dst);
 }
 
 uint32_t sum16(const uint8_t *p, size_t n, uint32_t sum = 0)
@@ -135,7 +135,7 @@ std::string stats(const NextHops &nh)
            " probes=" + std::to_string(s.neigh_probes) + " flushes=" + std::to_string(s.flushes);
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv)
 {

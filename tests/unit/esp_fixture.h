@@ -41,7 +41,7 @@ inline const std::vector<TransformCase> &all_transforms()
 inline Transform make_transform(const TransformCase &t, uint8_t seed = 1)
 {
     Transform x;
-    uint8_t key[96];     // room for the longest HMAC key at its offset
+    uint8_t key[96];  // room for the longest HMAC key at its offset
     for (size_t i = 0; i < sizeof(key); i++)
         key[i] = uint8_t(seed * 31 + i * 7);
     x.aead = t.aead;
@@ -54,8 +54,14 @@ inline Transform make_transform(const TransformCase &t, uint8_t seed = 1)
     return x;
 }
 
-inline IpAddr addr(const char *s) { return *IpAddr::parse(s); }
-inline Prefix pfx(const char *s) { return *Prefix::parse(s); }
+inline IpAddr addr(const char *s)
+{
+    return *IpAddr::parse(s);
+}
+inline Prefix pfx(const char *s)
+{
+    return *Prefix::parse(s);
+}
 
 inline SaConfig make_sa(const TransformCase &t, Mode mode, int outer_family, bool natt = false,
                         bool esn = false)
@@ -75,8 +81,8 @@ inline SaConfig make_sa(const TransformCase &t, Mode mode, int outer_family, boo
 }
 
 // Plaintext packet bytes: IPv4 or IPv6, UDP with a payload pattern.
-inline std::vector<uint8_t> udp_packet(int family, const char *src, const char *dst,
-                                       size_t payload, uint8_t tos = 0, uint16_t sport = 1000,
+inline std::vector<uint8_t> udp_packet(int family, const char *src, const char *dst, size_t payload,
+                                       uint8_t tos = 0, uint16_t sport = 1000,
                                        uint16_t dport = 2000)
 {
     using namespace wire;
@@ -194,4 +200,4 @@ inline Config receiver(const SaConfig &sa, bool accept_any = true)
     return c;
 }
 
-} // namespace xesp::test
+}  // namespace xesp::test

@@ -75,7 +75,7 @@ PolicyConfig in_policy(const SaConfig &sa, const char *src, const char *dst)
 
 constexpr uint16_t kBlockedPort = 666;
 
-} // namespace
+}  // namespace
 
 TEST_CASE("process_classified gives the bytes and counters of process()", "[classified]")
 {
@@ -121,7 +121,7 @@ TEST_CASE("process_classified gives the bytes and counters of process()", "[clas
                     for (size_t payload : {0u, 17u, 100u, 1000u})
                         plain.push_back(udp_packet(family, src, dst, payload));
                     plain.push_back(udp_packet(family, src, dst, 40, 0, kBlockedPort));
-                    plain.push_back(udp_packet(family, src, dst, 1400));   // too big, DF
+                    plain.push_back(udp_packet(family, src, dst, 1400));  // too big, DF
                     std::vector<Frame> fa, fb;
                     fa.reserve(plain.size());
                     fb.reserve(plain.size());
@@ -224,7 +224,7 @@ TEST_CASE("SA and policy ids are indexes in the configuration", "[classified]")
     CHECK(e->sa_id(*other->sas().all()[0]) == Engine::kNoId);
 
     REQUIRE(e->policy_count() == 2);
-    CHECK(e->policy_by_id(0)->priority == 200);     // lookup order does not change ids
+    CHECK(e->policy_by_id(0)->priority == 200);  // lookup order does not change ids
     CHECK(e->policy_by_id(1)->dir == Dir::In);
     CHECK(e->policy_by_id(2) == nullptr);
 }
@@ -249,7 +249,7 @@ TEST_CASE("classified ids that name nothing fail closed", "[classified]")
         REQUIRE(run(*tx, f) == Verdict::Encrypted);
         auto esp = f.bytes();
 
-        for (uint32_t id : {7u, 1u, Engine::kNoId}) {     // no SA; another SA's id
+        for (uint32_t id : {7u, 1u, Engine::kNoId}) {  // no SA; another SA's id
             INFO("id " << id);
             Frame g(esp);
             CHECK(run_classified(*rx, g, Classified{Classified::Decap, id, kIpv4Len}) ==
@@ -327,13 +327,11 @@ TEST_CASE("classified ids that name nothing fail closed", "[classified]")
         c.policies.push_back(bypass);
         auto tx = make_engine(c);
         Frame f(plain);
-        CHECK(run_classified(*tx, f, Classified{Classified::Encap, 1, kIpv4Len}) ==
-              Verdict::Drop);
+        CHECK(run_classified(*tx, f, Classified{Classified::Encap, 1, kIpv4Len}) == Verdict::Drop);
         CHECK(f.pkt.drop == Drop::OutPolBlock);
         CHECK(tx->stats().drops[Drop::OutPolBlock] == 1);
         Frame g(plain);
-        CHECK(run_classified(*tx, g, Classified{Classified::Encap, 2, kIpv4Len}) ==
-              Verdict::Pass);
+        CHECK(run_classified(*tx, g, Classified{Classified::Encap, 2, kIpv4Len}) == Verdict::Pass);
         CHECK(g.bytes() == plain);
         CHECK(tx->stats().passed == 1);
     }
@@ -341,8 +339,7 @@ TEST_CASE("classified ids that name nothing fail closed", "[classified]")
     {
         auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
         Frame f(plain);
-        CHECK(run_classified(*tx, f, Classified{Classified::Report, 1, kIpv4Len}) ==
-              Verdict::Pass);
+        CHECK(run_classified(*tx, f, Classified{Classified::Report, 1, kIpv4Len}) == Verdict::Pass);
         CHECK(f.bytes() == plain);
         CHECK(tx->stats().encrypted == 0);
     }
@@ -386,7 +383,7 @@ struct RxFrame {
     }
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("classified_from_meta reads the XDP metadata", "[classified][meta]")
 {

@@ -25,8 +25,8 @@ namespace {
 
 const std::string kKeyHex = "5ec2e7c0ffee5ec2e7c0ffee5ec2e7c0a1b2c3d4";
 const std::vector<std::string> kAddSa = {
-    "sa", "add", "src", "192.0.2.1", "dst", "192.0.2.2", "proto", "esp", "spi", "0x1000",
-    "mode", "tunnel", "aead", "rfc4106(gcm(aes))", "0x" + kKeyHex, "128"};
+    "sa",  "add",    "src",  "192.0.2.1", "dst",  "192.0.2.2",         "proto",        "esp",
+    "spi", "0x1000", "mode", "tunnel",    "aead", "rfc4106(gcm(aes))", "0x" + kKeyHex, "128"};
 
 // A fresh directory per test, removed with everything in it.
 struct TempDir {
@@ -56,8 +56,8 @@ void with_client(ControlServer &server, const std::function<void()> &client)
     t.join();
 }
 
-ControlResponse ask(ControlServer &server, const std::function<Result<ControlResponse>(
-                                               ControlClient &)> &request)
+ControlResponse ask(ControlServer &server,
+                    const std::function<Result<ControlResponse>(ControlClient &)> &request)
 {
     ControlResponse r;
     std::string failure;
@@ -103,7 +103,7 @@ std::string raw_exchange(ControlServer &server, const std::string &bytes, bool w
         while (done < bytes.size()) {
             ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
             if (n <= 0)
-                break;      // the server may close on us once it has seen enough
+                break;  // the server may close on us once it has seen enough
             done += size_t(n);
         }
         char buf[4096];
@@ -133,7 +133,7 @@ size_t count_lines(const std::string &s)
     return size_t(std::count(s.begin(), s.end(), '\n'));
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("control: the socket is private and answers ping", "[control]")
 {
@@ -213,24 +213,27 @@ TEST_CASE("control: a batch applies all or nothing", "[control]")
     REQUIRE(command(*server, kAddSa).ok);
     Config before = handler.config();
 
-    const std::string good =
-        "# a comment\n"
-        "sa add src 192.0.2.2 dst 192.0.2.1 proto esp spi 0x2000 mode tunnel "
-        "aead 'rfc4106(gcm(aes))' 0x" + kKeyHex + " 128\n"
-        "policy add src 10.2.0.0/16 dst 10.1.0.0/16 dir fwd "
-        "tmpl src 192.0.2.2 dst 192.0.2.1 proto esp mode tunnel\n";
+    const std::string good = "# a comment\n"
+                             "sa add src 192.0.2.2 dst 192.0.2.1 proto esp spi 0x2000 mode tunnel "
+                             "aead 'rfc4106(gcm(aes))' 0x" +
+                             kKeyHex +
+                             " 128\n"
+                             "policy add src 10.2.0.0/16 dst 10.1.0.0/16 dir fwd "
+                             "tmpl src 192.0.2.2 dst 192.0.2.1 proto esp mode tunnel\n";
     const std::string bad_line = "sa add src 192.0.2.2 dst 192.0.2.1 proto esp spi 0x2001 "
                                  "mode tunnel aead 'rfc4106(gcm(aes))' 0x1234 128\n";
 
-    auto bad = ask(*server, [&](ControlClient &c) { return c.batch(good + bad_line, "b.conf", false); });
+    auto bad =
+        ask(*server, [&](ControlClient &c) { return c.batch(good + bad_line, "b.conf", false); });
     CHECK_FALSE(bad.ok);
     CHECK(bad.error.rfind("b.conf:4: ", 0) == 0);
     CHECK(bad.error.find('\n') == std::string::npos);
     CHECK(handler.config() == before);
 
-    auto dup = ask(*server, [&](ControlClient &c) { return c.batch(good + good, "d.conf", false); });
+    auto dup =
+        ask(*server, [&](ControlClient &c) { return c.batch(good + good, "d.conf", false); });
     CHECK_FALSE(dup.ok);
-    CHECK(dup.error.rfind("d.conf:5: ", 0) == 0);     // the second "sa add" of 0x2000
+    CHECK(dup.error.rfind("d.conf:5: ", 0) == 0);  // the second "sa add" of 0x2000
     CHECK(handler.config() == before);
 
     auto check = ask(*server, [&](ControlClient &c) { return c.batch(good, "g.conf", true); });
@@ -277,7 +280,7 @@ TEST_CASE("control: one server per socket; a stale socket is replaced", "[contro
         CHECK(ask(*first, [](ControlClient &c) { return c.ping(); }).ok);
     }
     struct stat st;
-    CHECK(::stat(dir.sock().c_str(), &st) != 0);    // removed on shutdown
+    CHECK(::stat(dir.sock().c_str(), &st) != 0);  // removed on shutdown
 
     // A socket file nobody listens on, as a crashed daemon leaves it.
     int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
@@ -337,8 +340,8 @@ TEST_CASE("control: garbage gets an error and the server keeps serving", "[contr
     }
 
     // Several requests on one connection, garbage among them, answered in order.
-    std::string answers = raw_exchange(
-        *server, "{\"cmd\":\"ping\"}\n\x01\x02garbage\n\n{\"cmd\":\"stats\"}\n", true);
+    std::string answers =
+        raw_exchange(*server, "{\"cmd\":\"ping\"}\n\x01\x02garbage\n\n{\"cmd\":\"stats\"}\n", true);
     REQUIRE(count_lines(answers) == 3);
     auto first = nlohmann::json::parse(answers.substr(0, answers.find('\n')));
     CHECK(first["ok"] == true);
@@ -421,7 +424,7 @@ TEST_CASE("control: a client that stalls is dropped, others are served meanwhile
     CHECK(server->clients() == 0);
     CHECK(server->counters().dropped == 1);
     char c;
-    CHECK(::recv(fd, &c, 1, 0) == 0);       // closed on it
+    CHECK(::recv(fd, &c, 1, 0) == 0);  // closed on it
     ::close(fd);
 }
 
@@ -451,8 +454,8 @@ TEST_CASE("control: a deeply nested request is refused and changes nothing", "[c
     // 100000 levels of arrays beside a flush that would otherwise run: well under the size
     // limit, and far deeper than any request has reason to be.
     const size_t depth = 100000;
-    std::string line = R"({"cmd":"command","words":["sa","flush"],"x":)" +
-                       std::string(depth, '[') + std::string(depth, ']') + "}";
+    std::string line = R"({"cmd":"command","words":["sa","flush"],"x":)" + std::string(depth, '[') +
+                       std::string(depth, ']') + "}";
     auto r = ask(*server, [&](ControlClient &c) { return c.exchange(line); });
     CHECK_FALSE(r.ok);
     CHECK(r.error.find("nested deeper than") != std::string::npos);

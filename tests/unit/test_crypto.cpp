@@ -33,7 +33,7 @@ Bytes hex(std::string_view s)
         else if (c >= 'A' && c <= 'F')
             v = c - 'A' + 10;
         else
-            continue;   // spaces and line breaks between groups
+            continue;  // spaces and line breaks between groups
         if (hi < 0) {
             hi = v;
         } else {
@@ -117,8 +117,8 @@ struct Packet {
 
     Packet(const Bytes &header, const Bytes &iv, const Bytes &payload, size_t icv_len,
            uint32_t hi = 0)
-        : bytes(cat({header, iv, payload, Bytes(icv_len, 0)})),
-          payload_len(uint32_t(payload.size())), seq_hi(hi)
+            : bytes(cat({header, iv, payload, Bytes(icv_len, 0)})),
+              payload_len(uint32_t(payload.size())), seq_hi(hi)
     {
         REQUIRE(header.size() == 8);
     }
@@ -163,12 +163,12 @@ struct AeadVector {
     AeadAlg alg;
     const char *key;
     const char *salt;
-    const char *header;     // SPI || seq low
+    const char *header;  // SPI || seq low
     bool esn;
     uint32_t seq_hi;
     const char *iv;
     const char *plaintext;
-    const char *packet;     // SPI || seq low || IV || ciphertext || ICV
+    const char *packet;  // SPI || seq low || IV || ciphertext || ICV
 };
 
 // draft-mcgrew-gcm-test-01 section 4 (AES-GCM in ESP; the 64-bit sequence numbers are ESN),
@@ -189,9 +189,8 @@ const AeadVector kAeadVectors[] = {
      "00004321000000004956ed7e3b244cfe fecf537e729d5b07dc30df528dd22b76"
      "8d1b98736696a6fd348509fa13ceac34 cfa2436f14a3f3cf65925bf1f4a13c5d"
      "15b21e1884f5ff6247aeabb786b93bce 61bc17d768fd9732459018148f6cbe72 2fd04796562dfdb4"},
-    {"gcm-test-01 case 4 (AES-128, zero key)", AeadAlg::AesGcm,
-     "00000000000000000000000000000000", "00000000", "00000000 00000001", false, 0,
-     "0000000000000000",
+    {"gcm-test-01 case 4 (AES-128, zero key)", AeadAlg::AesGcm, "00000000000000000000000000000000",
+     "00000000", "00000000 00000001", false, 0, "0000000000000000",
      "4500003c99c500008001cb7a40679318 010101010800075c0200440061626364"
      "65666768696a6b6c6d6e6f7071727374 75767761626364656667686901020201",
      "00000000000000010000000000000000 4688daf2f973a392732909c331d56d60"
@@ -209,8 +208,8 @@ const AeadVector kAeadVectors[] = {
      "43457e9182443bc6", "01020201",
      "335467aeffffffff43457e9182443bc6 437f866bcb3f699fe9b0822bac961c45 04bef270"},
     {"gcm-test-01 case 7 (AES-192)", AeadAlg::AesGcm,
-     "feffe9928665731c6d6a8f9467308308 feffe9928665731c", "cafebabe", "0000a5f8 0000000a",
-     false, 0, "facedbaddecaf888",
+     "feffe9928665731c6d6a8f9467308308 feffe9928665731c", "cafebabe", "0000a5f8 0000000a", false, 0,
+     "facedbaddecaf888",
      "45000028a4ad4000400678800a01038f 0a010612802306b8cb712602dd6bb03e 501016d075680001",
      "0000a5f80000000afacedbaddecaf888 a5b1f8066029aea40e598b8122de0242"
      "0938b3ab33f828e687b8858b5bfbdbd0 315b27452144cc7795457b9652037f53 18027b5b4cd7a636"},
@@ -251,7 +250,7 @@ const AeadVector kAeadVectors[] = {
      "3ff4def08e4b7a9de576d26586cec64b6116 1ae10b594f09e26a7e902ecbd0600691"},
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("backend names parse and print", "[crypto]")
 {
@@ -377,12 +376,11 @@ TEST_CASE("AES-CBC known answers from RFC 3602 section 4 in ESP packets", "[cryp
     const Bytes auth_key = hex("0102030405060708090a0b0c0d0e0f1011121314");
     for (const CbcVector &v : vectors) {
         for (bool esn : {false, true}) {
-            const Transform xf =
-                enc_auth(EncAlg::AesCbc, v.key, AuthAlg::HmacSha1, auth_key, 12);
+            const Transform xf = enc_auth(EncAlg::AesCbc, v.key, AuthAlg::HmacSha1, auth_key, 12);
             const Bytes esp = cat({header, v.iv, v.ciphertext});
             // The ICV from an independent HMAC over the expected ciphertext (RFC 2404: 96 bits).
-            Bytes icv = hmac_oneshot(AuthAlg::HmacSha1, auth_key,
-                                     esn ? cat({esp, be32(0x01020304)}) : esp);
+            Bytes icv =
+                hmac_oneshot(AuthAlg::HmacSha1, auth_key, esn ? cat({esp, be32(0x01020304)}) : esp);
             icv.resize(12);
             for (Backend b : backends_for(xf)) {
                 INFO("key " << int(v.key[0]) << (esn ? " ESN " : " ") << backend_name(b));
@@ -472,9 +470,8 @@ TEST_CASE("HMAC known answers from RFC 2202 and RFC 4231 via NULL encryption", "
                                                            : 64;
         for (size_t icv_len : {mac.size(), full == 20 ? size_t(12) : full / 2}) {
             if (icv_len > mac.size())
-                continue;   // RFC 4231 case 5 publishes only the first 128 bits
-            const Transform xf =
-                enc_auth(EncAlg::Null, {}, v.alg, v.key, uint8_t(icv_len));
+                continue;  // RFC 4231 case 5 publishes only the first 128 bits
+            const Transform xf = enc_auth(EncAlg::Null, {}, v.alg, v.key, uint8_t(icv_len));
             const Bytes header(v.data.begin(), v.data.begin() + 8);
             const Bytes payload(v.data.begin() + 8, v.data.end());
             for (Backend b : backends_for(xf)) {
@@ -495,8 +492,8 @@ TEST_CASE("ESN puts seq high after the payload in the HMAC", "[crypto]")
     const Bytes key = hex("000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f");
     const Bytes header = hex("0badcafe 00000007");
     const Bytes payload = hex("0102030405060708090a0b0c0d0e0f10 1112131415161718191a1b1c0002 0404");
-    for (AuthAlg a : {AuthAlg::HmacSha1, AuthAlg::HmacSha256, AuthAlg::HmacSha384,
-                      AuthAlg::HmacSha512}) {
+    for (AuthAlg a :
+         {AuthAlg::HmacSha1, AuthAlg::HmacSha256, AuthAlg::HmacSha384, AuthAlg::HmacSha512}) {
         const Transform xf = enc_auth(EncAlg::Null, {}, a, key, 12);
         const Bytes mac = hmac_oneshot(a, key, cat({header, payload, be32(0xa1b2c3d4)}));
         for (Backend b : backends_for(xf)) {
@@ -533,9 +530,9 @@ std::vector<Transform> all_transforms(std::mt19937 &rng)
         size_t key_len;
         uint8_t icv;
     };
-    const Auth auths[] = {{AuthAlg::HmacSha1, 20, 12},  {AuthAlg::HmacSha256, 32, 16},
+    const Auth auths[] = {{AuthAlg::HmacSha1, 20, 12},   {AuthAlg::HmacSha256, 32, 16},
                           {AuthAlg::HmacSha384, 48, 24}, {AuthAlg::HmacSha512, 64, 32},
-                          {AuthAlg::HmacSha1, 20, 20},  {AuthAlg::HmacSha256, 100, 32}};
+                          {AuthAlg::HmacSha1, 20, 20},   {AuthAlg::HmacSha256, 100, 32}};
     for (const Auth &a : auths) {
         for (size_t k : {16, 24, 32})
             out.push_back(enc_auth(EncAlg::AesCbc, random(k), a.alg, random(a.key_len), a.icv));
@@ -560,7 +557,7 @@ struct Burst {
 Burst random_burst(const Transform &xf, std::mt19937 &rng, size_t count)
 {
     const size_t block = xf.block_size();
-    const size_t sizes[] = {1, 2, 3, 4, 15, 16, 87};   // in blocks
+    const size_t sizes[] = {1, 2, 3, 4, 15, 16, 87};  // in blocks
     Burst burst;
     for (size_t i = 0; i < count; i++) {
         Bytes header(8), iv(xf.iv_len()), payload(sizes[i % std::size(sizes)] * block);
@@ -576,12 +573,11 @@ Burst random_burst(const Transform &xf, std::mt19937 &rng, size_t count)
 std::string label(const Transform &xf, bool esn)
 {
     return "aead " + std::to_string(int(xf.aead)) + " enc " + std::to_string(int(xf.enc)) +
-           " auth " + std::to_string(int(xf.auth)) + " key " +
-           std::to_string(xf.enc_key.size()) + " icv " + std::to_string(xf.icv_len) +
-           (esn ? " esn" : "");
+           " auth " + std::to_string(int(xf.auth)) + " key " + std::to_string(xf.enc_key.size()) +
+           " icv " + std::to_string(xf.icv_len) + (esn ? " esn" : "");
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("backends agree on every transform and decrypt each other's packets", "[crypto]")
 {
@@ -591,7 +587,7 @@ TEST_CASE("backends agree on every transform and decrypt each other's packets", 
             INFO(label(xf, esn));
             const auto backends = backends_for(xf);
             REQUIRE(!backends.empty());
-            const Burst original = random_burst(xf, rng, 150);   // more than one round of jobs
+            const Burst original = random_burst(xf, rng, 150);  // more than one round of jobs
             std::vector<Bytes> first_ciphertexts;
             for (Backend enc_backend : backends) {
                 INFO("encrypt with " << backend_name(enc_backend));
@@ -637,7 +633,7 @@ TEST_CASE("any flipped byte or a wrong seq high (with ESN) fails decryption", "[
             Burst sealed = random_burst(xf, rng, 4);
             auto ops = sealed.ops();
             cipher(backends.front(), xf, esn)->encrypt(ops.data(), ops.size());
-            const Packet &good = sealed.packets[2];   // 3 blocks of payload
+            const Packet &good = sealed.packets[2];  // 3 blocks of payload
 
             for (Backend b : backends) {
                 INFO("decrypt with " << backend_name(b));

@@ -32,7 +32,7 @@ std::vector<Backend> backends_for(const Transform &xf)
     return out;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("ESP round trip: every transform, mode, family, NAT-T and ESN", "[esp]")
 {
@@ -45,15 +45,23 @@ TEST_CASE("ESP round trip: every transform, mode, family, NAT-T and ESN", "[esp]
                     for (bool esn : {false, true}) {
                         SaConfig sa = make_sa(t, mode, f.outer, natt, esn);
                         if (esn) {
-                            sa.oseq = 0xfffffffe;       // cross the 2^32 boundary
+                            sa.oseq = 0xfffffffe;  // cross the 2^32 boundary
                             sa.seq = 0xfffffff0;
                         }
-                        const char *isrc = mode == Mode::Tunnel ? f.inner_src
-                                                                : (f.outer == 4 ? "192.0.2.1" : "2001:db8::1");
-                        const char *idst = mode == Mode::Tunnel ? f.inner_dst
-                                                                : (f.outer == 4 ? "192.0.2.2" : "2001:db8::2");
-                        const char *spfx = mode == Mode::Tunnel ? f.src_pfx : (f.outer == 4 ? "192.0.2.1/32" : "2001:db8::1/128");
-                        const char *dpfx = mode == Mode::Tunnel ? f.dst_pfx : (f.outer == 4 ? "192.0.2.2/32" : "2001:db8::2/128");
+                        const char *isrc = mode == Mode::Tunnel
+                                               ? f.inner_src
+                                               : (f.outer == 4 ? "192.0.2.1" : "2001:db8::1");
+                        const char *idst = mode == Mode::Tunnel
+                                               ? f.inner_dst
+                                               : (f.outer == 4 ? "192.0.2.2" : "2001:db8::2");
+                        const char *spfx =
+                            mode == Mode::Tunnel
+                                ? f.src_pfx
+                                : (f.outer == 4 ? "192.0.2.1/32" : "2001:db8::1/128");
+                        const char *dpfx =
+                            mode == Mode::Tunnel
+                                ? f.dst_pfx
+                                : (f.outer == 4 ? "192.0.2.2/32" : "2001:db8::2/128");
                         for (Backend be : backends_for(sa.xf)) {
                             INFO(t.name << (mode == Mode::Tunnel ? " tunnel" : " transport")
                                         << " outer v" << f.outer << " inner v" << f.inner
@@ -70,10 +78,11 @@ TEST_CASE("ESP round trip: every transform, mode, family, NAT-T and ESN", "[esp]
                                 uint8_t proto = f.outer == 4 ? ip[9] : ip[6];
                                 CHECK(proto == (natt ? kProtoUdp : kProtoEsp));
                                 // the payload is hidden unless the cipher is NULL/GMAC
-                                if (payload >= 16 && t.enc != EncAlg::Null && t.aead != AeadAlg::AesGmac) {
+                                if (payload >= 16 && t.enc != EncAlg::Null &&
+                                    t.aead != AeadAlg::AesGmac) {
                                     auto out = fr.bytes();
-                                    auto hay = std::search(out.begin(), out.end(),
-                                                           plain.end() - 16, plain.end());
+                                    auto hay = std::search(out.begin(), out.end(), plain.end() - 16,
+                                                           plain.end());
                                     CHECK(hay == out.end());
                                 }
                                 fr.pkt.l4 = 0;
@@ -96,22 +105,22 @@ TEST_CASE("ESP wire format: header, IV, sequence numbers, padding, outer header"
     SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
     sa.oseq = 41;
     auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
-    auto plain = udp_packet(4, "10.1.0.1", "10.2.0.1", 5, 0xb9);    // DSCP 46, ECT(1)
+    auto plain = udp_packet(4, "10.1.0.1", "10.2.0.1", 5, 0xb9);  // DSCP 46, ECT(1)
     Frame fr(plain);
     REQUIRE(run(*tx, fr) == Verdict::Encrypted);
     const uint8_t *ip = fr.pkt.ip();
     CHECK(ip[0] == 0x45);
-    CHECK(ip[1] == 0xb9);                              // RFC 6040 normal mode: copied
+    CHECK(ip[1] == 0xb9);  // RFC 6040 normal mode: copied
     CHECK(get16(ip + 2) == fr.pkt.len);
-    CHECK((ip[6] & 0x40) == 0x40);                     // DF copied from the inner header
+    CHECK((ip[6] & 0x40) == 0x40);  // DF copied from the inner header
     CHECK(ip[9] == kProtoEsp);
-    CHECK(csum_fold(csum_add(0, ip, 20)) == 0xffff);   // valid header checksum
+    CHECK(csum_fold(csum_add(0, ip, 20)) == 0xffff);  // valid header checksum
     CHECK(IpAddr::v4(ip + 12) == sa.src);
     CHECK(IpAddr::v4(ip + 16) == sa.dst);
     const uint8_t *esp = ip + 20;
     CHECK(get32(esp) == 0x1000);
-    CHECK(get32(esp + 4) == 42);                       // replay-oseq is the last one sent
-    CHECK(get32(esp + 8) == 0);                        // IV = 64-bit sequence number
+    CHECK(get32(esp + 4) == 42);  // replay-oseq is the last one sent
+    CHECK(get32(esp + 8) == 0);   // IV = 64-bit sequence number
     CHECK(get32(esp + 12) == 42);
     // 33-byte inner + 2 trailer -> padded to 36: length = 20 + 8 + 8 + 36 + 16
     CHECK(fr.pkt.len == 20 + 8 + 8 + 36 + 16);
@@ -186,7 +195,7 @@ std::vector<uint8_t> with_trailer(std::vector<uint8_t> plain, uint8_t nh, uint32
     return plain;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("bad ESP input is dropped, each with its own counter", "[esp][bad-input]")
 {
@@ -196,7 +205,7 @@ TEST_CASE("bad ESP input is dropped, each with its own counter", "[esp][bad-inpu
 
     Inbound g(make_sa(gcm, Mode::Tunnel, 4));
     auto good = g.craft(with_trailer(inner, kProtoIpIp, 4), 1);
-    CHECK(g.drop_of(good) == Drop::Count);                       // the control: accepted
+    CHECK(g.drop_of(good) == Drop::Count);  // the control: accepted
 
     SECTION("truncated ESP header")
     {
@@ -248,7 +257,7 @@ TEST_CASE("bad ESP input is dropped, each with its own counter", "[esp][bad-inpu
     }
     SECTION("padding bytes not 1, 2, 3, ...")
     {
-        auto pl = with_trailer(inner, kProtoIpIp, 4);      // 68 + 2 -> pad 2
+        auto pl = with_trailer(inner, kProtoIpIp, 4);  // 68 + 2 -> pad 2
         REQUIRE(pl[pl.size() - 2] == 2);
         pl[pl.size() - 3] = 7;
         CHECK(g.drop_of(g.craft(pl, 2)) == Drop::InBadPadding);
@@ -349,8 +358,8 @@ TEST_CASE("sequence numbers never wrap", "[esp][seq]")
         CHECK(get32(a.pkt.ip() + 24) == 0xffffffff);
         CHECK(run(*tx, b) == Verdict::Drop);
         CHECK(b.pkt.drop == Drop::OutSeqExhausted);
-        CHECK(reports == 1);                     // reported once, as a hard expire
-        CHECK(run(*tx, c) == Verdict::Drop);     // and stays stopped
+        CHECK(reports == 1);                  // reported once, as a hard expire
+        CHECK(run(*tx, c) == Verdict::Drop);  // and stays stopped
         CHECK(reports == 1);
         CHECK(tx->sas().all()[0]->hard_expired());
     }
@@ -378,7 +387,8 @@ TEST_CASE("lifetimes: soft limit notifies, hard limit stops the SA", "[esp][life
     SaConfig bytes = make_sa(gcm, Mode::Tunnel, 4);
     bytes.lifetime.hard_bytes = 100;
     auto tb = make_engine(sender(bytes, "10.1.0.0/16", "10.2.0.0/16"));
-    Frame small(udp_packet(4, "10.1.0.1", "10.2.0.1", 10)), big(udp_packet(4, "10.1.0.1", "10.2.0.1", 200));
+    Frame small(udp_packet(4, "10.1.0.1", "10.2.0.1", 10)),
+        big(udp_packet(4, "10.1.0.1", "10.2.0.1", 200));
     CHECK(run(*tb, small) == Verdict::Encrypted);
     CHECK(run(*tb, big) == Verdict::Drop);
 }
@@ -410,9 +420,9 @@ TEST_CASE("lifetimes in time: since the SA was added, and since it was first use
         CHECK(events == std::vector<bool>{false});
         CHECK(x.soft_expired());
         Frame f(plain);
-        CHECK(run(*tx, f) == Verdict::Encrypted);        // soft: still carries traffic
+        CHECK(run(*tx, f) == Verdict::Encrypted);  // soft: still carries traffic
         tx->check_time(t0 + 15 * s);
-        CHECK(events.size() == 1);                       // each limit tells once
+        CHECK(events.size() == 1);  // each limit tells once
         tx->check_time(t0 + 20 * s);
         CHECK(events == std::vector<bool>{false, true});
         Frame g(plain);
@@ -431,11 +441,11 @@ TEST_CASE("lifetimes in time: since the SA was added, and since it was first use
         tx->check_time(t0 + 100 * s);
         CHECK(!x.hard_expired());
         CHECK(x.first_use_ns() == 0);
-        CHECK(x.seconds_left(t0 + 100 * s, true) == UINT64_MAX);    // not started
-        CHECK(x.seconds_left(t0 + 100 * s, false) == UINT64_MAX);   // no soft limit at all
+        CHECK(x.seconds_left(t0 + 100 * s, true) == UINT64_MAX);   // not started
+        CHECK(x.seconds_left(t0 + 100 * s, false) == UINT64_MAX);  // no soft limit at all
         Frame f(plain);
         CHECK(run(*tx, f) == Verdict::Encrypted);
-        tx->check_time(t0 + 200 * s);                    // sees the use: the clock starts
+        tx->check_time(t0 + 200 * s);  // sees the use: the clock starts
         CHECK(x.first_use_ns() == t0 + 200 * s);
         tx->check_time(t0 + 204 * s);
         CHECK(x.seconds_left(t0 + 204 * s, true) == 1);
@@ -471,10 +481,10 @@ TEST_CASE("ECN on decapsulation follows RFC 6040", "[esp][ecn]")
     // RFC 6040 Figure 4, indexed by codepoint: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE; -1 = drop
     //            outer: Not-ECT     ECT(1)      ECT(0)      CE
     const int table[4][4] = {
-        {kEcnNotEct, kEcnNotEct, kEcnNotEct, -1},   // inner Not-ECT
-        {kEcnEct1, kEcnEct1, kEcnEct1, kEcnCe},     // inner ECT(1)
-        {kEcnEct0, kEcnEct1, kEcnEct0, kEcnCe},     // inner ECT(0)
-        {kEcnCe, kEcnCe, kEcnCe, kEcnCe},           // inner CE
+        {kEcnNotEct, kEcnNotEct, kEcnNotEct, -1},  // inner Not-ECT
+        {kEcnEct1, kEcnEct1, kEcnEct1, kEcnCe},    // inner ECT(1)
+        {kEcnEct0, kEcnEct1, kEcnEct0, kEcnCe},    // inner ECT(0)
+        {kEcnCe, kEcnCe, kEcnCe, kEcnCe},          // inner CE
     };
     for (int inner = 0; inner < 4; inner++)
         for (int outer = 0; outer < 4; outer++) {
@@ -490,7 +500,7 @@ TEST_CASE("ECN on decapsulation follows RFC 6040", "[esp][ecn]")
     for (uint8_t inner_tos : {uint8_t(0xb8 | kEcnEct0), uint8_t(0xb8)}) {
         Frame f(udp_packet(4, "10.1.0.1", "10.2.0.1", 20, inner_tos));
         REQUIRE(run(*tx, f) == Verdict::Encrypted);
-        ip_set_tos(f.pkt.ip(), uint8_t(inner_tos | kEcnCe));     // congestion on the way
+        ip_set_tos(f.pkt.ip(), uint8_t(inner_tos | kEcnCe));  // congestion on the way
         Verdict v = run(*rx, f);
         if (inner_tos & kEcnMask) {
             REQUIRE(v == Verdict::Decrypted);
@@ -570,7 +580,7 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
         Config rc = receiver(sa);
         EngineOptions theirs, ours;
-        theirs.local = std::vector<IpAddr>{sa.src};             // the sender's side
+        theirs.local = std::vector<IpAddr>{sa.src};  // the sender's side
         ours.local = std::vector<IpAddr>{addr("10.9.9.9"), sa.dst};
         struct Case {
             const char *name;
@@ -614,13 +624,13 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         REQUIRE(run(*tx, f) == Verdict::Encrypted);
         std::vector<uint8_t> esp = f.bytes();
         REQUIRE(run(*rx, f) == Verdict::Decrypted);
-        rc.sas[0].lifetime.hard_packets = 1000;         // `sa update` with a new limit
+        rc.sas[0].lifetime.hard_packets = 1000;  // `sa update` with a new limit
         auto rx2 = Engine::create(rc, Backend::Auto, {}, rx.get());
         REQUIRE(rx2);
         Frame again(esp);
         CHECK(run(**rx2, again) == Verdict::Drop);
         CHECK(again.pkt.drop == Drop::InReplay);
-        rc.sas[0].xf.salt = {9, 9, 9, 9};               // new keys: a new window
+        rc.sas[0].xf.salt = {9, 9, 9, 9};  // new keys: a new window
         auto rx3 = Engine::create(rc, Backend::Auto, {}, rx2->get());
         REQUIRE(rx3);
         CHECK((*rx3)->sas().all()[0]->replay().highest() == 0);
@@ -733,7 +743,7 @@ std::vector<uint8_t> with_udp_checksum(std::vector<uint8_t> p)
     return p;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("NAT-T transport mode fixes the inner checksum for the NAT-OA (RFC 3948 3.1.2)",
           "[esp][natt]")
@@ -790,7 +800,7 @@ TEST_CASE("a packet that no longer fits the tunnel is answered with the MTU that
         Frame ok(udp_packet(family, src, dst, fits - hdr));
         CHECK(run(**tx, ok) == Verdict::Encrypted);
         CHECK(ok.pkt.len <= 1500);
-        auto big = udp_packet(family, src, dst, fits - hdr + 1);     // DF set for IPv4
+        auto big = udp_packet(family, src, dst, fits - hdr + 1);  // DF set for IPv4
         Frame f(big);
         REQUIRE(run(**tx, f) == Verdict::TooBig);
         auto out = f.bytes();
@@ -806,7 +816,7 @@ TEST_CASE("a packet that no longer fits the tunnel is answered with the MTU that
             CHECK(csum_fold(csum_add(0, &out[20], out.size() - 20)) == 0xffff);
             CHECK(std::equal(out.begin() + 28, out.end(), big.begin()));
         } else {
-            CHECK(IpAddr::v6(&out[8]) == sa.src);          // no IPv6 source given: the SA's
+            CHECK(IpAddr::v6(&out[8]) == sa.src);  // no IPv6 source given: the SA's
             CHECK(IpAddr::v6(&out[24]) == addr(src));
             CHECK(out[6] == kProtoIcmpv6);
             CHECK(out[40] == 2);

@@ -56,7 +56,7 @@ Bytes v6_packet(uint32_t size, const std::vector<Ext> &exts = {})
     uint32_t nh = 6, off = kIpv6Len;
     for (const Ext &e : exts) {
         p[nh] = e.type;
-        p[off + 1] = uint8_t(e.len / 8 - 1);    // the rest is Pad1 options / routing type 0
+        p[off + 1] = uint8_t(e.len / 8 - 1);  // the rest is Pad1 options / routing type 0
         nh = off;
         off += e.len;
     }
@@ -73,7 +73,7 @@ struct Frames {
     std::vector<Pkt> extra;
 
     Frames(const Bytes &ip, uint32_t n_extra, uint32_t extra_len = kFrameSize)
-        : first(ip), bufs(n_extra, Bytes(kFrameSize, 0xee)), extra(n_extra)
+            : first(ip), bufs(n_extra, Bytes(kFrameSize, 0xee)), extra(n_extra)
     {
         for (uint32_t i = 0; i < n_extra; i++)
             extra[i] = Pkt{bufs[i].data(), extra_len};
@@ -187,8 +187,7 @@ Bytes reassemble_v6(const Bytes &orig, const std::vector<Bytes> &frags, uint32_t
     return out;
 }
 
-Bytes reassemble(const Bytes &orig, const std::vector<Bytes> &frags, uint32_t mtu,
-                 uint32_t front)
+Bytes reassemble(const Bytes &orig, const std::vector<Bytes> &frags, uint32_t mtu, uint32_t front)
 {
     return (orig[0] >> 4) == 4 ? reassemble_v4(orig, frags, mtu)
                                : reassemble_v6(orig, frags, mtu, front);
@@ -198,16 +197,16 @@ struct Case {
     const char *name;
     int family;
     uint32_t size, mtu;
-    uint32_t expect;                // fragments; 0 refused
-    uint16_t frag = 0;              // IPv4 flags and offset
-    Bytes opts = {};                // IPv4 options
-    std::vector<Ext> exts = {};     // IPv6 extension headers, in order
-    uint32_t front = kIpv6Len;      // IPv6: where the Fragment header goes
+    uint32_t expect;             // fragments; 0 refused
+    uint16_t frag = 0;           // IPv4 flags and offset
+    Bytes opts = {};             // IPv4 options
+    std::vector<Ext> exts = {};  // IPv6 extension headers, in order
+    uint32_t front = kIpv6Len;   // IPv6: where the Fragment header goes
 };
 
 constexpr uint16_t kDf = 0x4000, kMf = 0x2000;
-const Bytes kRouterAlert = {0x94, 4, 0, 0};         // copied
-const Bytes kTimestamp = {0x44, 4, 5, 0};           // not copied
+const Bytes kRouterAlert = {0x94, 4, 0, 0};  // copied
+const Bytes kTimestamp = {0x44, 4, 5, 0};    // not copied
 
 // Sizes: IPv4 at 1500 carries 1480 bytes a fragment, at 576 552, at 1280 1256, at 68 48;
 // IPv6 at 1280 1232 (1224 behind an 8-byte hop-by-hop), at 1500 1448.
@@ -225,21 +224,49 @@ const Case kCases[] = {
     {.name = "v4 MTU 67 refused", .family = 4, .size = 200, .mtu = 67, .expect = 0},
     {.name = "v4 DF refused", .family = 4, .size = 1501, .mtu = 1500, .expect = 0, .frag = kDf},
     {.name = "v4 DF that fits", .family = 4, .size = 1500, .mtu = 1500, .expect = 1, .frag = kDf},
-    {.name = "v4 already a fragment", .family = 4, .size = 1500, .mtu = 576, .expect = 3,
+    {.name = "v4 already a fragment",
+     .family = 4,
+     .size = 1500,
+     .mtu = 576,
+     .expect = 3,
      .frag = kMf | 100},
-    {.name = "v4 last fragment split again", .family = 4, .size = 1500, .mtu = 576, .expect = 3,
+    {.name = "v4 last fragment split again",
+     .family = 4,
+     .size = 1500,
+     .mtu = 576,
+     .expect = 3,
      .frag = 185},
-    {.name = "v4 copied and uncopied options", .family = 4, .size = 1500, .mtu = 576,
-     .expect = 3, .opts = {0x94, 4, 0, 0, 0x44, 4, 5, 0}},
-    {.name = "v4 uncopied option only", .family = 4, .size = 1500, .mtu = 576, .expect = 3,
+    {.name = "v4 copied and uncopied options",
+     .family = 4,
+     .size = 1500,
+     .mtu = 576,
+     .expect = 3,
+     .opts = {0x94, 4, 0, 0, 0x44, 4, 5, 0}},
+    {.name = "v4 uncopied option only",
+     .family = 4,
+     .size = 1500,
+     .mtu = 576,
+     .expect = 3,
      .opts = kTimestamp},
-    {.name = "v4 NOP, copied option, EOL", .family = 4, .size = 1500, .mtu = 576, .expect = 3,
+    {.name = "v4 NOP, copied option, EOL",
+     .family = 4,
+     .size = 1500,
+     .mtu = 576,
+     .expect = 3,
      .opts = {1, 0x94, 4, 0, 0, 0, 0, 0}},
-    {.name = "v4 40 bytes of options at 68", .family = 4, .size = 300, .mtu = 68, .expect = 7,
+    {.name = "v4 40 bytes of options at 68",
+     .family = 4,
+     .size = 300,
+     .mtu = 68,
+     .expect = 7,
      .opts = {0x94, 4, 0, 0, 0x44, 36, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-              0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
-    {.name = "v4 option past the header refused", .family = 4, .size = 1500, .mtu = 576,
-     .expect = 0, .opts = {0x94, 9, 0, 0}},
+              0,    0, 0, 0, 0,    0,  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+    {.name = "v4 option past the header refused",
+     .family = 4,
+     .size = 1500,
+     .mtu = 576,
+     .expect = 0,
+     .opts = {0x94, 9, 0, 0}},
     {.name = "v6 fits 1280", .family = 6, .size = 1280, .mtu = 1280, .expect = 1},
     {.name = "v6 one byte over 1280", .family = 6, .size = 1281, .mtu = 1280, .expect = 2},
     {.name = "v6 two full fragments", .family = 6, .size = 2504, .mtu = 1280, .expect = 2},
@@ -248,24 +275,52 @@ const Case kCases[] = {
     {.name = "v6 1501 at 1500", .family = 6, .size = 1501, .mtu = 1500, .expect = 2},
     {.name = "v6 MTU 1279 refused", .family = 6, .size = 2000, .mtu = 1279, .expect = 0},
     {.name = "v6 MTU 576 refused", .family = 6, .size = 2000, .mtu = 576, .expect = 0},
-    {.name = "v6 hop-by-hop stays in front", .family = 6, .size = 2000, .mtu = 1280,
-     .expect = 2, .exts = {{kProtoIpv6HopByHop, 8}}, .front = 48},
-    {.name = "v6 destination options travel in the fragments", .family = 6, .size = 2000,
-     .mtu = 1280, .expect = 2, .exts = {{kProtoIpv6Opts, 8}}, .front = 40},
-    {.name = "v6 hop-by-hop, dest opts, routing, dest opts", .family = 6, .size = 3000,
-     .mtu = 1280, .expect = 3,
-     .exts = {{kProtoIpv6HopByHop, 8}, {kProtoIpv6Opts, 16}, {kProtoIpv6Route, 24},
+    {.name = "v6 hop-by-hop stays in front",
+     .family = 6,
+     .size = 2000,
+     .mtu = 1280,
+     .expect = 2,
+     .exts = {{kProtoIpv6HopByHop, 8}},
+     .front = 48},
+    {.name = "v6 destination options travel in the fragments",
+     .family = 6,
+     .size = 2000,
+     .mtu = 1280,
+     .expect = 2,
+     .exts = {{kProtoIpv6Opts, 8}},
+     .front = 40},
+    {.name = "v6 hop-by-hop, dest opts, routing, dest opts",
+     .family = 6,
+     .size = 3000,
+     .mtu = 1280,
+     .expect = 3,
+     .exts = {{kProtoIpv6HopByHop, 8},
+              {kProtoIpv6Opts, 16},
+              {kProtoIpv6Route, 24},
               {kProtoIpv6Opts, 8}},
      .front = 88},
-    {.name = "v6 unfragmentable part leaves 8 bytes", .family = 6, .size = 1400, .mtu = 1280,
-     .expect = 17, .exts = {{kProtoIpv6HopByHop, 1224}}, .front = 1264},
-    {.name = "v6 unfragmentable part too big refused", .family = 6, .size = 3000, .mtu = 1280,
-     .expect = 0, .exts = {{kProtoIpv6HopByHop, 1232}}},
-    {.name = "v6 already a fragment refused", .family = 6, .size = 2000, .mtu = 1280,
-     .expect = 0, .exts = {{kProtoIpv6Frag, 8}}},
+    {.name = "v6 unfragmentable part leaves 8 bytes",
+     .family = 6,
+     .size = 1400,
+     .mtu = 1280,
+     .expect = 17,
+     .exts = {{kProtoIpv6HopByHop, 1224}},
+     .front = 1264},
+    {.name = "v6 unfragmentable part too big refused",
+     .family = 6,
+     .size = 3000,
+     .mtu = 1280,
+     .expect = 0,
+     .exts = {{kProtoIpv6HopByHop, 1232}}},
+    {.name = "v6 already a fragment refused",
+     .family = 6,
+     .size = 2000,
+     .mtu = 1280,
+     .expect = 0,
+     .exts = {{kProtoIpv6Frag, 8}}},
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("fragment: sizes, offsets, flags, checksums and reassembly", "[fragment]")
 {
@@ -310,7 +365,7 @@ TEST_CASE("fragment: the first fragment stays in its frame", "[fragment]")
     {
         Bytes orig = v6_packet(2000, {{kProtoIpv6HopByHop, 8}});
         Frames fr(orig, 1);
-        fr.first.pkt.l4 = 48;       // ESP behind the hop-by-hop header
+        fr.first.pkt.l4 = 48;  // ESP behind the hop-by-hop header
         fr.first.pkt.l2_len = 14;
         REQUIRE(fr.run(1280) == 2);
         CHECK(fr.first.pkt.l3 == kFrameHeadroom - kIpv6FragHdrLen);
@@ -367,12 +422,12 @@ TEST_CASE("fragment: ESP from the engine decrypts after fragmentation and reasse
                 SaConfig sa = make_sa(t, mode, outer, natt);
                 const char *src = tunnel ? "10.1.0.1" : (outer == 4 ? "192.0.2.1" : "2001:db8::1");
                 const char *dst = tunnel ? "10.2.0.1" : (outer == 4 ? "192.0.2.2" : "2001:db8::2");
-                auto tx = make_engine(sender(sa, tunnel ? "10.1.0.0/16" : src,
-                                             tunnel ? "10.2.0.0/16" : dst));
+                auto tx = make_engine(
+                    sender(sa, tunnel ? "10.1.0.0/16" : src, tunnel ? "10.2.0.0/16" : dst));
                 auto rx = make_engine(receiver(sa));
                 Bytes plain = udp_packet(tunnel ? 4 : outer, src, dst, 3000);
                 if (plain[0] >> 4 == 4) {
-                    plain[6] = 0;           // DF clear: may be fragmented
+                    plain[6] = 0;  // DF clear: may be fragmented
                     ipv4_set_checksum(plain.data());
                 }
                 Frames fr(plain, 8);

@@ -14,8 +14,8 @@ using namespace xesp;
 namespace {
 
 // Distinctive key material: the tests look for these hex strings in every message and listing.
-const std::string kGcm128 = "0x5ec2e7c0ffee5ec2e7c0ffee5ec2e7c0a1b2c3d4";   // 16 + 4 salt
-const std::string kGcm256 = "0x" + std::string(64, 'a') + "5a17f00d";         // 32 + 4 salt
+const std::string kGcm128 = "0x5ec2e7c0ffee5ec2e7c0ffee5ec2e7c0a1b2c3d4";  // 16 + 4 salt
+const std::string kGcm256 = "0x" + std::string(64, 'a') + "5a17f00d";      // 32 + 4 salt
 const std::string kAes128 = "0xdeadbeefcafebabe0011223344556677";
 const std::string kHmac = "0x0badc0de0badc0de0badc0de0badc0de0badc0de";
 const std::string kHead = "sa add src 10.0.0.1 dst 10.0.0.2 proto esp spi 0x1000 ";
@@ -74,7 +74,7 @@ bool no_key_in(const std::string &text)
     return text.find("s3cr3t-passphrase") == std::string::npos;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("split_words: quoting, escapes and comments")
 {
@@ -168,7 +168,7 @@ TEST_CASE("valid SA lines set the fields")
              CHECK(s.xf.aead == AeadAlg::ChaCha20Poly1305);
              CHECK(s.xf.enc_key.size() == 32);
          }},
-        {kHead + "aead rfc4106(gcm(aes)) 0123456789abcdefghij 128",   // a string key: its bytes
+        {kHead + "aead rfc4106(gcm(aes)) 0123456789abcdefghij 128",  // a string key: its bytes
          [](const SaConfig &s) {
              CHECK(s.xf.enc_key.size() == 16);
              CHECK(s.xf.enc_key.data()[0] == '0');
@@ -180,7 +180,7 @@ TEST_CASE("valid SA lines set the fields")
              CHECK(s.xf.auth == AuthAlg::HmacSha256);
              CHECK(s.xf.enc_key.size() == 16);
              CHECK(s.xf.auth_key.size() == 20);
-             CHECK(s.xf.icv_len == 12);     // what the kernel's `auth hmac(sha256)` gives
+             CHECK(s.xf.icv_len == 12);  // what the kernel's `auth hmac(sha256)` gives
              CHECK(s.xf.iv_len() == 16);
              CHECK(s.xf.name() == "cbc(aes)+hmac(sha256) 128-bit key, 96-bit ICV");
          }},
@@ -216,8 +216,9 @@ TEST_CASE("valid SA lines set the fields")
              CHECK(s.xf.enc == EncAlg::Null);
              CHECK(s.xf.icv_len == 4);
          }},
-        {kHead + "reqid 7 mode tunnel " + kGcmAlg + " flag esn replay-window 4096 replay-seq 5 "
-                 "replay-oseq 6 replay-seq-hi 1 replay-oseq-hi 2 dir out",
+        {kHead + "reqid 7 mode tunnel " + kGcmAlg +
+             " flag esn replay-window 4096 replay-seq 5 "
+             "replay-oseq 6 replay-seq-hi 1 replay-oseq-hi 2 dir out",
          [](const SaConfig &s) {
              CHECK(s.reqid == 7);
              CHECK(s.mode == Mode::Tunnel);
@@ -256,20 +257,22 @@ TEST_CASE("valid SA lines set the fields")
              CHECK_FALSE(s.sel->sport_set);
              CHECK(s.sel->dport == 53);
          }},
-        {kHead + "mode tunnel " + kGcmAlg + " sel src 2001:db8:1::/48 dst 2001:db8:2::/48 proto ipv6-icmp",
-         [](const SaConfig &s) {   // 6in4
+        {kHead + "mode tunnel " + kGcmAlg +
+             " sel src 2001:db8:1::/48 dst 2001:db8:2::/48 proto ipv6-icmp",
+         [](const SaConfig &s) {  // 6in4
              CHECK(s.sel->src.addr.family == 6);
              CHECK(s.sel->proto == 58);
          }},
         {"sa add src 2001:db8::1 dst 2001:db8::2 proto esp spi 1 mode tunnel " + kGcmAlg +
              " sel src 10.0.0.0/8 dst 10.0.0.0/8 proto gre",
-         [](const SaConfig &s) {   // 4in6
+         [](const SaConfig &s) {  // 4in6
              CHECK(s.dst.family == 6);
              CHECK(s.sel->src.addr.family == 4);
              CHECK(s.sel->proto == 47);
          }},
-        {kHead + kGcmAlg + " limit byte-soft 1000 limit byte-hard 0x2000 limit packet-soft 10 "
-                           "limit packet-hard 20",
+        {kHead + kGcmAlg +
+             " limit byte-soft 1000 limit byte-hard 0x2000 limit packet-soft 10 "
+             "limit packet-hard 20",
          [](const SaConfig &s) {
              CHECK(s.lifetime.soft_bytes == 1000);
              CHECK(s.lifetime.hard_bytes == 0x2000);
@@ -278,8 +281,9 @@ TEST_CASE("valid SA lines set the fields")
          }},
         {kHead + kGcmAlg + " limit packet-hard 18446744073709551615",
          [](const SaConfig &s) { CHECK(s.lifetime.hard_packets == UINT64_MAX); }},
-        {kHead + kGcmAlg + " limit time-soft 3000 limit time-hard 3600 limit time-use-soft 50 "
-                           "limit time-use-hard 60",
+        {kHead + kGcmAlg +
+             " limit time-soft 3000 limit time-hard 3600 limit time-use-soft 50 "
+             "limit time-use-hard 60",
          [](const SaConfig &s) {
              CHECK(s.lifetime.soft_add_s == 3000);
              CHECK(s.lifetime.hard_add_s == 3600);
@@ -290,12 +294,12 @@ TEST_CASE("valid SA lines set the fields")
          }},
         {kHead + kGcmAlg + " limit byte-hard 10",
          [](const SaConfig &s) { CHECK(!s.lifetime.has_time()); }},
-        {"state add spi 0xffffffff " + kGcmAlg + " dst ::1 src ::2",   // any order, like ip xfrm
+        {"state add spi 0xffffffff " + kGcmAlg + " dst ::1 src ::2",  // any order, like ip xfrm
          [](const SaConfig &s) {
              CHECK(s.spi == 0xffffffff);
              CHECK(s.src == ip("::2"));
          }},
-        {"sa add src 10.0.0.1 dst 10.0.0.2 spi 1 " + kGcmAlg,        // proto esp may be left out
+        {"sa add src 10.0.0.1 dst 10.0.0.2 spi 1 " + kGcmAlg,  // proto esp may be left out
          [](const SaConfig &s) { CHECK(s.spi == 1); }},
     };
     for (const auto &c : cases) {
@@ -369,7 +373,8 @@ TEST_CASE("other verbs")
     };
     const Case cases[] = {
         {kHead + kGcmAlg, Command::Object::Sa, V::Add},
-        {"sa update src 10.0.0.1 dst 10.0.0.2 proto esp spi 1 " + kGcmAlg, Command::Object::Sa, V::Update},
+        {"sa update src 10.0.0.1 dst 10.0.0.2 proto esp spi 1 " + kGcmAlg, Command::Object::Sa,
+         V::Update},
         {"sa del dst 10.0.0.2 proto esp spi 1", Command::Object::Sa, V::Del},
         {"sa delete src 10.0.0.1 dst 10.0.0.2 spi 1", Command::Object::Sa, V::Del},
         {"sa get dst 10.0.0.2 spi 1", Command::Object::Sa, V::Get},
@@ -377,7 +382,8 @@ TEST_CASE("other verbs")
         {"state list", Command::Object::Sa, V::List},
         {"sa show", Command::Object::Sa, V::List},
         {"policy del src 10.0.0.0/8 dst 10.0.0.0/8 dir out", Command::Object::Policy, V::Del},
-        {"policy get src 10.0.0.0/8 dst 10.0.0.0/8 dir out ptype main", Command::Object::Policy, V::Get},
+        {"policy get src 10.0.0.0/8 dst 10.0.0.0/8 dir out ptype main", Command::Object::Policy,
+         V::Get},
         {"policy flush", Command::Object::Policy, V::Flush},
         {"policy list", Command::Object::Policy, V::List},
     };
@@ -415,27 +421,33 @@ TEST_CASE("invalid lines say what is wrong")
         {kHead + "enc gcm(aes) " + kGcm128, "did you mean 'aead rfc4106(gcm(aes)) KEY ICV-BITS'?"},
         {kHead + "enc rfc4106(gcm(aes)) " + kGcm128, "is not an enc algorithm"},
         {kHead + "aead cbc(aes) " + kAes128 + " 128", "is not an aead algorithm"},
-        {kHead + "aead rfc4309(ccm(aes)) " + kGcm128 + " 128", "aead algorithms are rfc4106(gcm(aes))"},
+        {kHead + "aead rfc4309(ccm(aes)) " + kGcm128 + " 128",
+         "aead algorithms are rfc4106(gcm(aes))"},
         {kHead + "enc cbc(aes) " + kAes128 + " auth md5 " + kHmac, "unknown algorithm 'md5'"},
         {kHead + "enc cbc(aes) " + kAes128 + " auth digest_null ''", "ESP without integrity"},
-        {kHead + "aead rfc4106(gcm(aes)) " + kAes128 + " 128", "key is 16 bytes; it must be 20, 28 or 36 bytes"},
+        {kHead + "aead rfc4106(gcm(aes)) " + kAes128 + " 128",
+         "key is 16 bytes; it must be 20, 28 or 36 bytes"},
         {kHead + "aead rfc7539esp(chacha20,poly1305) " + kGcm128 + " 128", "it must be 36 bytes"},
-        {kHead + "enc cbc(aes) " + kGcm128 + " auth sha1 " + kHmac, "cbc(aes) key is 20 bytes; it must be 16, 24 or 32 bytes"},
+        {kHead + "enc cbc(aes) " + kGcm128 + " auth sha1 " + kHmac,
+         "cbc(aes) key is 20 bytes; it must be 16, 24 or 32 bytes"},
         {kHead + "enc cipher_null " + kAes128 + " auth sha1 " + kHmac, "must be empty"},
         {kHead + "enc cbc(aes) " + kAes128 + " auth sha1 ''", "hmac(sha1) key is empty"},
         {kHead + "aead rfc4106(gcm(aes)) 0x123 128", "odd number of hex digits"},
         {kHead + "aead rfc4106(gcm(aes)) 0x" + std::string(38, 'a') + "zz 128", "not valid hex"},
-        {kHead + "aead rfc4106(gcm(aes)) " + kGcm128 + " 100", "ICV of 100 bits is not valid; use 64, 96 or 128 bits"},
+        {kHead + "aead rfc4106(gcm(aes)) " + kGcm128 + " 100",
+         "ICV of 100 bits is not valid; use 64, 96 or 128 bits"},
         {kHead + "aead rfc4543(gcm(aes)) " + kGcm128 + " 96", "use 128 bits"},
         {kHead + "enc cbc(aes) " + kAes128 + " auth-trunc sha1 " + kHmac + " 92", "multiple of 8"},
         {kHead + "enc cbc(aes) " + kAes128 + " auth-trunc sha1 " + kHmac + " 24", "from 32 to 160"},
-        {kHead + "enc cbc(aes) " + kAes128 + " auth-trunc sha1 " + kHmac + " 168", "out of range (0..160)"},
+        {kHead + "enc cbc(aes) " + kAes128 + " auth-trunc sha1 " + kHmac + " 168",
+         "out of range (0..160)"},
         {kHead + "auth sha1 " + kHmac, "auth without enc"},
         {kHead + "enc cbc(aes) " + kAes128, "cbc(aes) needs auth"},
         {kHead + "enc cipher_null ''", "ecb(cipher_null) needs auth"},
         {kHead + kGcmAlg + " enc cbc(aes) " + kAes128, "aead cannot be combined with enc or auth"},
         {kHead + kGcmAlg + " " + kGcmAlg, "'aead' is given twice"},
-        {kHead + "enc cbc(aes) " + kAes128 + " auth sha1 " + kHmac + " auth-trunc sha1 " + kHmac + " 96",
+        {kHead + "enc cbc(aes) " + kAes128 + " auth sha1 " + kHmac + " auth-trunc sha1 " + kHmac +
+             " 96",
          "'auth' is given twice"},
         {kHead, "no algorithm"},
         {"sa add src 10.0.0.1 dst 2001:db8::1 proto esp spi 1 " + kGcmAlg, "different families"},
@@ -444,7 +456,8 @@ TEST_CASE("invalid lines say what is wrong")
         {kHead + kGcmAlg + " encap espinudp 4500 4500 ::", "encap OADDR :: is of another family"},
         {"sa add src 10.0.0.1 dst 10.0.0.300 proto esp spi 1 " + kGcmAlg,
          "dst '10.0.0.300' is not an IPv4 or IPv6 address"},
-        {"sa add src 10.0.0.0/24 dst 10.0.0.1 proto esp spi 1 " + kGcmAlg, "src takes an address, not a prefix"},
+        {"sa add src 10.0.0.0/24 dst 10.0.0.1 proto esp spi 1 " + kGcmAlg,
+         "src takes an address, not a prefix"},
         {sel_head + "src 10.0.0.0/33 dst 10.0.0.0/8", "src '10.0.0.0/33' is not a prefix"},
         {sel_head + "src 10.0.0.0/8 dst bogus/8", "dst 'bogus/8' is not a prefix"},
         {sel_head + "src 10.0.0.0/8 dst 10.0.0.0/8 sport 80", "sport/dport need proto tcp"},
@@ -458,11 +471,13 @@ TEST_CASE("invalid lines say what is wrong")
         {"sa add src 10.0.0.2 proto esp spi 1 " + kGcmAlg, "missing dst ADDR"},
         {"sa add src 10.0.0.1 dst 10.0.0.2 proto esp spi 0 " + kGcmAlg, "spi 0 is reserved"},
         {"sa add src 10.0.0.1 dst 10.0.0.2 proto esp spi 0x100000000 " + kGcmAlg, "out of range"},
-        {"sa add src 10.0.0.1 dst 10.0.0.2 proto esp spi 12ab " + kGcmAlg, "spi '12ab' is not a number"},
+        {"sa add src 10.0.0.1 dst 10.0.0.2 proto esp spi 12ab " + kGcmAlg,
+         "spi '12ab' is not a number"},
         {"sa add src 10.0.0.1 dst 10.0.0.2 proto esp spi 010 " + kGcmAlg, "leading zero"},
         {"sa add src 10.0.0.1 dst 10.0.0.2 proto esp spi", "'spi' needs a number"},
         {"sa add src 10.0.0.1 dst 10.0.0.2 proto ah spi 1 " + kGcmAlg, "proto ah is not supported"},
-        {"sa add src 10.0.0.1 dst 10.0.0.2 proto udp spi 1 " + kGcmAlg, "unknown proto 'udp'; use proto esp"},
+        {"sa add src 10.0.0.1 dst 10.0.0.2 proto udp spi 1 " + kGcmAlg,
+         "unknown proto 'udp'; use proto esp"},
         {kHead + kGcmAlg + " replay-window 4097", "replay-window '4097' is out of range (0..4096)"},
         {kHead + kGcmAlg + " flag esn", "flag esn needs replay-window greater than 0"},
         {kHead + kGcmAlg + " replay-seq-hi 1", "need flag esn"},
@@ -477,12 +492,15 @@ TEST_CASE("invalid lines say what is wrong")
         {kHead + kGcmAlg + " limit time-use-soft 9 limit time-use-hard 8",
          "time-use-soft is above time-use-hard"},
         {kHead + kGcmAlg + " limit time-hard -1", "limit time-hard"},
-        {kHead + kGcmAlg + " limit byte-soft 10 limit byte-soft 20", "'limit byte-soft' is given twice"},
+        {kHead + kGcmAlg + " limit byte-soft 10 limit byte-soft 20",
+         "'limit byte-soft' is given twice"},
         {kHead + kGcmAlg + " limit bytes 10", "is not one of byte-soft"},
-        {kHead + kGcmAlg + " limit packet-soft 10 limit packet-hard 5", "packet-soft is above packet-hard"},
+        {kHead + kGcmAlg + " limit packet-soft 10 limit packet-hard 5",
+         "packet-soft is above packet-hard"},
         {kHead + kGcmAlg + " mode beet", "mode beet is not supported"},
         {kHead + kGcmAlg + " dir fwd", "dir 'fwd' is not one of in|out"},
-        {kHead + kGcmAlg + " replay-windw 32", "unknown word 'replay-windw'; did you mean 'replay-window'?"},
+        {kHead + kGcmAlg + " replay-windw 32",
+         "unknown word 'replay-windw'; did you mean 'replay-window'?"},
         {kHead + kGcmAlg + " frobnicate", "unknown word 'frobnicate'; expected one of: src dst"},
         {kHead + kGcmAlg + " mark 7", "'mark' (an ip xfrm option) is not supported"},
         {kHead + kGcmAlg + " src 10.0.0.3", "'src' is given twice"},
@@ -498,18 +516,23 @@ TEST_CASE("invalid lines say what is wrong")
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8", "missing dir in|out|fwd"},
         {"policy add dir out", "needs src PREFIX and dst PREFIX"},
         {"policy add src 10.0.0.0/8 dst ::/0 dir out", "different families"},
-        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir sideways", "dir 'sideways' is not one of in|out|fwd"},
+        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir sideways",
+         "dir 'sideways' is not one of in|out|fwd"},
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out action drop", "not one of allow|block"},
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out ptype sub", "ptype sub"},
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out index 8", "'index' is not supported"},
-        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out tmpl mode tunnel", "needs src ADDR and dst ADDR"},
+        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out tmpl mode tunnel",
+         "needs src ADDR and dst ADDR"},
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out tmpl src 1.1.1.1 dst ::1 mode tunnel",
          "tmpl src 1.1.1.1 and dst ::1 are of different families"},
-        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out tmpl proto ah", "proto ah is not supported"},
-        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out tmpl mode transport level use", "level use"},
+        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out tmpl proto ah",
+         "proto ah is not supported"},
+        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out tmpl mode transport level use",
+         "level use"},
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out tmpl mode transport tmpl mode transport",
          "only one tmpl"},
-        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out action block tmpl mode transport", "takes no tmpl"},
+        {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out action block tmpl mode transport",
+         "takes no tmpl"},
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir out dir in", "'dir' is given twice"},
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 src 10.0.0.0/8 dir in", "'src' is given twice"},
         {"policy add src 10.0.0.0/8 dst 10.0.0.0/8 dir in priorty 5", "did you mean 'priority'?"},
@@ -530,11 +553,12 @@ TEST_CASE("invalid lines say what is wrong")
 TEST_CASE("keys stay out of messages, even when misplaced")
 {
     const std::string lines[] = {
-        kHead + "aead rfc4106(gcm(aes)) " + kGcm128 + " " + kGcm128,           // key as ICV
-        kHead + "aead " + kGcm128 + " " + kGcm128 + " 128",                     // key as name
-        kHead + "enc cbc(aes) " + kAes128 + " " + kHmac + " auth sha1 " + kHmac,   // stray key
-        kHead + "enc cbc(aes) " + kGcm128 + " auth sha1 " + kHmac,             // wrong length
-        kHead + "enc cbc(aes) " + kAes128 + " auth sha1 s3cr3t-passphrase auth sha1 s3cr3t-passphrase",
+        kHead + "aead rfc4106(gcm(aes)) " + kGcm128 + " " + kGcm128,              // key as ICV
+        kHead + "aead " + kGcm128 + " " + kGcm128 + " 128",                       // key as name
+        kHead + "enc cbc(aes) " + kAes128 + " " + kHmac + " auth sha1 " + kHmac,  // stray key
+        kHead + "enc cbc(aes) " + kGcm128 + " auth sha1 " + kHmac,                // wrong length
+        kHead + "enc cbc(aes) " + kAes128 +
+            " auth sha1 s3cr3t-passphrase auth sha1 s3cr3t-passphrase",
         kHead + "aead rfc4106(gcm(aes)) " + kGcm128 + " 128 spi " + kHmac,
     };
     for (const auto &line : lines) {
@@ -556,17 +580,20 @@ TEST_CASE("format_sa hides keys unless asked, and never prints them in a form th
     std::string shown = format_sa(sa, true);
     CHECK(shown.find(key_digits(kAes128)) != std::string::npos);
     CHECK(no_key_in(format_sa(sa_of(kHead + kGcmAlg), false)));
-    CHECK(no_key_in(format_sa(sa_of(kHead + "enc cipher_null '' auth sha1 s3cr3t-passphrase"), false)));
+    CHECK(no_key_in(
+        format_sa(sa_of(kHead + "enc cipher_null '' auth sha1 s3cr3t-passphrase"), false)));
 }
 
 TEST_CASE("format then parse gives the same config")
 {
     const std::vector<std::string> sas = {
         kHead + kGcmAlg,
-        kHead + "reqid 9 mode tunnel aead rfc4106(gcm(aes)) " + kGcm256 + " 64 flag esn replay-window 128 "
-                "replay-seq 1 replay-oseq 2 replay-seq-hi 3 replay-oseq-hi 4 encap espinudp 4500 4500 0.0.0.0 "
-                "sel src 10.0.0.0/8 dst 10.0.0.0/8 proto udp sport 1 dport 2 limit byte-soft 5 "
-                "limit packet-hard 9 limit time-soft 10 limit time-use-hard 20 dir in",
+        kHead + "reqid 9 mode tunnel aead rfc4106(gcm(aes)) " + kGcm256 +
+            " 64 flag esn replay-window 128 "
+            "replay-seq 1 replay-oseq 2 replay-seq-hi 3 replay-oseq-hi 4 encap espinudp 4500 4500 "
+            "0.0.0.0 "
+            "sel src 10.0.0.0/8 dst 10.0.0.0/8 proto udp sport 1 dport 2 limit byte-soft 5 "
+            "limit packet-hard 9 limit time-soft 10 limit time-use-hard 20 dir in",
         kHead + "aead rfc4543(gcm(aes)) " + kGcm128 + " 128 dir out",
         kHead + "aead rfc7539esp(chacha20,poly1305) " + kGcm256 + " 128",
         kHead + "enc cbc(aes) " + kAes128 + " auth sha1 " + kHmac,
@@ -589,8 +616,10 @@ TEST_CASE("format then parse gives the same config")
     }
     const std::vector<std::string> policies = {
         "policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir out",
-        "policy add src 10.1.0.0/16 dst 10.2.0.0/16 proto tcp sport 0 dport 22 dir in priority 4 action block",
-        "policy add src 2001:db8::/32 dst ::/0 dir fwd tmpl src 10.0.0.1 dst 10.0.0.2 spi 7 reqid 8 mode tunnel",
+        "policy add src 10.1.0.0/16 dst 10.2.0.0/16 proto tcp sport 0 dport 22 dir in priority 4 "
+        "action block",
+        "policy add src 2001:db8::/32 dst ::/0 dir fwd tmpl src 10.0.0.1 dst 10.0.0.2 spi 7 reqid "
+        "8 mode tunnel",
         "policy add src 10.0.0.1 dst 10.0.0.2 dir out tmpl dst 10.0.0.2 proto esp mode transport",
     };
     for (const auto &line : policies) {
@@ -624,7 +653,8 @@ TEST_CASE("apply_command: add, duplicate, update, del, get, flush")
     CHECK(cfg.sas.size() == 1);
     CHECK(cfg.sas[0].reqid == 0);
 
-    REQUIRE(apply("sa update src 10.0.0.1 dst 10.0.0.2 proto esp spi 0x1000 reqid 2 " + kGcmAlg).ok());
+    REQUIRE(
+        apply("sa update src 10.0.0.1 dst 10.0.0.2 proto esp spi 0x1000 reqid 2 " + kGcmAlg).ok());
     CHECK(cfg.sas[0].reqid == 2);
     auto upd = apply("sa update src 10.0.0.1 dst 10.0.0.2 proto esp spi 0x2000 " + kGcmAlg);
     REQUIRE_FALSE(upd.ok());
@@ -632,7 +662,7 @@ TEST_CASE("apply_command: add, duplicate, update, del, get, flush")
 
     CHECK(apply("sa get dst 10.0.0.2 spi 0x1000").ok());
     CHECK_FALSE(apply("sa get dst 10.0.0.2 spi 0x1001").ok());
-    CHECK_FALSE(apply("sa del src 10.9.9.9 dst 10.0.0.2 spi 0x1000").ok());   // src must match
+    CHECK_FALSE(apply("sa del src 10.9.9.9 dst 10.0.0.2 spi 0x1000").ok());  // src must match
     auto missing = apply("sa del dst 10.0.0.3 spi 0x1000");
     REQUIRE_FALSE(missing.ok());
     CHECK(missing.error().message == "sa del: no SA dst 10.0.0.3 spi 0x00001000");
@@ -641,7 +671,7 @@ TEST_CASE("apply_command: add, duplicate, update, del, get, flush")
 
     const std::string pol = "policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir out";
     REQUIRE(apply(pol).ok());
-    REQUIRE(apply("policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir in").ok());   // other dir
+    REQUIRE(apply("policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir in").ok());  // other dir
     auto pdup = apply(pol + " priority 5");
     REQUIRE_FALSE(pdup.ok());
     CHECK(pdup.error().message.find("already exists") != std::string::npos);
@@ -679,18 +709,22 @@ TEST_CASE("load_batch is all or nothing and names the line")
     CHECK(base.sas.empty());
     CHECK(base.policies.size() == 1);
 
-    auto applied_error = load_batch(kHead + kGcmAlg + "\n\n" + kHead + kGcmAlg + "\n", "dup.conf", base);
+    auto applied_error =
+        load_batch(kHead + kGcmAlg + "\n\n" + kHead + kGcmAlg + "\n", "dup.conf", base);
     REQUIRE_FALSE(applied_error.ok());
     CHECK(applied_error.error().message.rfind("dup.conf:3: sa add: SA dst 10.0.0.2", 0) == 0);
 
-    auto ok = load_batch("  # comment\r\n" + kHead + "\\\n  " + kGcmAlg + " # the SA\r\n\n"
-                         "policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir in\nsa get dst 10.0.0.2 spi 0x1000",
-                         "ok.conf", base);
+    auto ok = load_batch(
+        "  # comment\r\n" + kHead + "\\\n  " + kGcmAlg +
+            " # the SA\r\n\n"
+            "policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir in\nsa get dst 10.0.0.2 spi 0x1000",
+        "ok.conf", base);
     REQUIRE(ok.ok());
     CHECK(ok->sas.size() == 1);
     CHECK(ok->policies.size() == 2);
 
-    auto after_continuation = load_batch("sa flush\n" + kHead + "\\\n" + kGcmAlg + "\nbogus\n", "c.conf");
+    auto after_continuation =
+        load_batch("sa flush\n" + kHead + "\\\n" + kGcmAlg + "\nbogus\n", "c.conf");
     REQUIRE_FALSE(after_continuation.ok());
     CHECK(after_continuation.error().message.rfind("c.conf:4: unknown object 'bogus'", 0) == 0);
 
@@ -705,11 +739,12 @@ TEST_CASE("load_batch is all or nothing and names the line")
 
 TEST_CASE("to_batch loads back into the same Config")
 {
-    auto cfg = load_batch(kHead + kGcmAlg + "\n" + "sa add src 10.0.0.2 dst 10.0.0.1 spi 0x1001 enc aes " +
-                              kAes128 + " auth sha1 " + kHmac + " flag esn replay-window 32\n" +
-                              "policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir out tmpl src 10.0.0.1 "
-                              "dst 10.0.0.2 mode tunnel\n",
-                          "a.conf");
+    auto cfg =
+        load_batch(kHead + kGcmAlg + "\n" + "sa add src 10.0.0.2 dst 10.0.0.1 spi 0x1001 enc aes " +
+                       kAes128 + " auth sha1 " + kHmac + " flag esn replay-window 32\n" +
+                       "policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir out tmpl src 10.0.0.1 "
+                       "dst 10.0.0.2 mode tunnel\n",
+                   "a.conf");
     REQUIRE(cfg.ok());
     auto again = load_batch(to_batch(*cfg, true), "b.conf");
     REQUIRE(again.ok());

@@ -29,7 +29,7 @@ template <typename F> std::thread data_thread(Handoff &h, std::atomic<bool> &sto
     });
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a handoff runs the call on the data thread and returns after it", "[handoff][threads]")
 {
@@ -72,7 +72,7 @@ TEST_CASE("a call wakes a data thread that sleeps in poll(), and leaves nothing 
     std::thread t([&] {
         while (!stop.load()) {
             pollfd p{(*h)->fd(), POLLIN, 0};
-            if (::poll(&p, 1, 10'000) > 0)         // ten seconds: only a call wakes it
+            if (::poll(&p, 1, 10'000) > 0)  // ten seconds: only a call wakes it
                 wakeups++;
             (*h)->serve();
         }
@@ -82,10 +82,10 @@ TEST_CASE("a call wakes a data thread that sleeps in poll(), and leaves nothing 
         (*h)->call([] {});
         CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
         pollfd p{(*h)->fd(), POLLIN, 0};
-        CHECK(::poll(&p, 1, 0) == 0);               // the counter was emptied
+        CHECK(::poll(&p, 1, 0) == 0);  // the counter was emptied
     }
     CHECK(wakeups.load() >= 20);
-    (*h)->call([&] { stop = true; });              // set on the data thread: no call is lost
+    (*h)->call([&] { stop = true; });  // set on the data thread: no call is lost
     t.join();
 }
 
@@ -119,12 +119,12 @@ TEST_CASE("engines built beside the running one take over without restarting its
             other.spi = 0x10000 + i * 8 + j;
             other.reqid = 100 + j;
             other.dst = addr("203.0.113.9");
-            next.sas.insert(next.sas.begin(), other);       // ids move
+            next.sas.insert(next.sas.begin(), other);  // ids move
         }
         auto e = Engine::create(next, Backend::Auto, {}, live.get());
         REQUIRE(e);
         (*h)->call([&] { std::swap(live, *e); });
-        e->reset();                                         // the old engine, freed here
+        e->reset();  // the old engine, freed here
     }
     stop = true;
     t.join();
@@ -134,5 +134,5 @@ TEST_CASE("engines built beside the running one take over without restarting its
     bool in_order = true;
     for (size_t i = 0; i < seqs.size(); i++)
         in_order &= seqs[i] == i + 1;
-    CHECK(in_order);        // 1, 2, 3, ...: never restarted, never repeated
+    CHECK(in_order);  // 1, 2, 3, ...: never restarted, never repeated
 }

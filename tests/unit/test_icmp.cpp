@@ -24,7 +24,7 @@ uint16_t rfc1071(const uint8_t *d, size_t n, uint32_t sum = 0)
     return uint16_t(sum);
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("time exceeded for IPv4 and IPv6, checksums by RFC 1071", "[icmp]")
 {
@@ -43,7 +43,7 @@ TEST_CASE("time exceeded for IPv4 and IPv6, checksums by RFC 1071", "[icmp]")
         CHECK(rfc1071(out.data(), 20) == 0xffff);
         CHECK(out[20] == 11);
         CHECK(out[21] == 0);
-        CHECK(get32(&out[24]) == 0);                    // unused
+        CHECK(get32(&out[24]) == 0);  // unused
         CHECK(rfc1071(&out[20], out.size() - 20) == 0xffff);
         CHECK(std::equal(out.begin() + 28, out.end(), orig.begin()));
     }
@@ -83,8 +83,7 @@ TEST_CASE("time exceeded is never sent where the rules forbid it", "[icmp]")
         Frame f(p);
         Pkt before = f.pkt;
         bool answered = icmp_time_exceeded(f.pkt, addr(from));
-        return !answered && f.pkt.l3 == before.l3 && f.pkt.len == before.len &&
-               f.bytes() == p;
+        return !answered && f.pkt.l3 == before.l3 && f.pkt.len == before.len && f.bytes() == p;
     };
     SECTION("an ICMP error")
     {
@@ -130,9 +129,9 @@ TEST_CASE("ICMP errors are rate limited by a token bucket", "[icmp]")
     int sent = 0;
     for (int i = 0; i < 200; i++)
         sent += l.allow(t);
-    CHECK(sent == 50);                                  // the burst, then nothing
-    CHECK_FALSE(l.allow(t + ms / 2));                   // half a token is none
-    CHECK(l.allow(t + ms));                             // one per millisecond
+    CHECK(sent == 50);                 // the burst, then nothing
+    CHECK_FALSE(l.allow(t + ms / 2));  // half a token is none
+    CHECK(l.allow(t + ms));            // one per millisecond
     CHECK_FALSE(l.allow(t + ms));
     // A steady 0.4 ms spacing earns a token every 2.5 calls: the partial token is kept.
     sent = 0;

@@ -95,12 +95,18 @@ struct Case {
 const char *name(IpParse s)
 {
     switch (s) {
-    case IpParse::NotIp: return "NotIp";
-    case IpParse::BadHeader: return "BadHeader";
-    case IpParse::BadLength: return "BadLength";
-    case IpParse::BadChain: return "BadChain";
-    case IpParse::BadFragment: return "BadFragment";
-    case IpParse::Ok: return "Ok";
+    case IpParse::NotIp:
+        return "NotIp";
+    case IpParse::BadHeader:
+        return "BadHeader";
+    case IpParse::BadLength:
+        return "BadLength";
+    case IpParse::BadChain:
+        return "BadChain";
+    case IpParse::BadFragment:
+        return "BadFragment";
+    case IpParse::Ok:
+        return "Ok";
     }
     return "?";
 }
@@ -110,7 +116,7 @@ constexpr uint8_t kHop = kProtoIpv6HopByHop, kRoute = kProtoIpv6Route, kOpts = k
 constexpr bool F = false, T = true;
 constexpr IpParse kOk = IpParse::Ok;
 
-} // namespace
+}  // namespace
 
 TEST_CASE("parse_ip: a table of IPv4 and IPv6 headers")
 {
@@ -189,8 +195,8 @@ TEST_CASE("parse_ip: a table of IPv4 and IPv6 headers")
         CHECK(h.dont_fragment == w.df);
         CHECK(h.frag_offset == w.frag_offset);
         CHECK(header_ok(st) == (st != IpParse::NotIp && st != IpParse::BadHeader));
-        CHECK(lengths_ok(st) == (st == IpParse::Ok || st == IpParse::BadChain ||
-                                 st == IpParse::BadFragment));
+        CHECK(lengths_ok(st) ==
+              (st == IpParse::Ok || st == IpParse::BadChain || st == IpParse::BadFragment));
         CHECK(chain_ok(st) == (st == IpParse::Ok || st == IpParse::BadFragment));
         if (h.version) {
             CHECK(h.src().str() == (h.version == 4 ? "192.0.2.1" : "2001:db8::1"));

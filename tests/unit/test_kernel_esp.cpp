@@ -23,7 +23,7 @@ struct Pair {
         rx = sv[0];
         tx = sv[1];
     }
-    ~Pair() { ::close(tx); }            // rx belongs to the KernelEspInput
+    ~Pair() { ::close(tx); }  // rx belongs to the KernelEspInput
     void send(size_t len, uint8_t fill)
     {
         std::vector<uint8_t> d(len, fill);
@@ -31,7 +31,7 @@ struct Pair {
     }
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("kernel ESP input drops a datagram longer than a frame", "[kernel_esp]")
 {

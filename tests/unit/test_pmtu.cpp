@@ -82,7 +82,7 @@ std::vector<uint8_t> report6(uint8_t type, uint32_t mtu, uint16_t quoted_plen, u
     return v;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("IPv4 fragmentation needed for our ESP", "[pmtu]")
 {
@@ -127,10 +127,10 @@ TEST_CASE("IPv4 fragmentation needed for our ESP", "[pmtu]")
         CHECK_FALSE(parse_pmtu_report4(port_unreach.data(), port_unreach.size(), &r));
         auto tcp = report4(3, 4, 1300, 1500, kProtoTcp, esp_hdr(0x1001, 1));
         CHECK_FALSE(parse_pmtu_report4(tcp.data(), tcp.size(), &r));
-        auto ike = report4(3, 4, 1300, 1500, kProtoUdp, udp_esp(0, 1));     // non-ESP marker
+        auto ike = report4(3, 4, 1300, 1500, kProtoUdp, udp_esp(0, 1));  // non-ESP marker
         CHECK_FALSE(parse_pmtu_report4(ike.data(), ike.size(), &r));
         auto later = report4(3, 4, 1300, 1500, kProtoEsp, esp_hdr(0x1001, 1));
-        put16(&later[28 + 6], 185);                                         // a later fragment
+        put16(&later[28 + 6], 185);  // a later fragment
         CHECK_FALSE(parse_pmtu_report4(later.data(), later.size(), &r));
     }
     SECTION("refused: quotes too short to hold the SPI and sequence number")
@@ -180,10 +180,10 @@ TEST_CASE("a report must quote a sequence number the SA sent lately", "[pmtu]")
 {
     CHECK(pmtu_seq_recent(100, 100));
     CHECK(pmtu_seq_recent(1, 100));
-    CHECK_FALSE(pmtu_seq_recent(101, 100));            // not sent yet
-    CHECK_FALSE(pmtu_seq_recent(0, 100));              // never sent without ESN
-    CHECK_FALSE(pmtu_seq_recent(1, 0));                // the SA sent nothing
-    const uint64_t sent = 5ull * kPmtuSeqWindow;        // the window's edge, both sides
+    CHECK_FALSE(pmtu_seq_recent(101, 100));       // not sent yet
+    CHECK_FALSE(pmtu_seq_recent(0, 100));         // never sent without ESN
+    CHECK_FALSE(pmtu_seq_recent(1, 0));           // the SA sent nothing
+    const uint64_t sent = 5ull * kPmtuSeqWindow;  // the window's edge, both sides
     CHECK(pmtu_seq_recent(uint32_t(sent - kPmtuSeqWindow + 1), sent));
     CHECK_FALSE(pmtu_seq_recent(uint32_t(sent - kPmtuSeqWindow), sent));
     // ESN: only the low 32 bits are quoted; numbers across the 2^32 boundary still count.

@@ -17,12 +17,12 @@ uint64_t encrypt_n(Engine &e, int n)
     for (int i = 0; i < n; i++) {
         Frame f(udp_packet(4, "10.1.0.1", "10.2.0.1", 64));
         REQUIRE(run(e, f) == Verdict::Encrypted);
-        last = wire::get32(f.pkt.ip() + 20 + 4);    // the ESP sequence number
+        last = wire::get32(f.pkt.ip() + 20 + 4);  // the ESP sequence number
     }
     return last;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a rebuilt engine keeps the SAs that did not change", "[engine][rebuild]")
 {
@@ -40,7 +40,7 @@ TEST_CASE("a rebuilt engine keeps the SAs that did not change", "[engine][rebuil
         other.spi = 0x7777;
         other.reqid = 77;
         other.dst = addr("203.0.113.7");
-        next.sas.insert(next.sas.begin(), other);       // ids move: adoption is by config
+        next.sas.insert(next.sas.begin(), other);  // ids move: adoption is by config
         auto e2 = Engine::create(next, Backend::Auto, {}, e1.get());
         REQUIRE(e2);
         CHECK((*e2)->sas().all()[1].get() == kept);
@@ -61,7 +61,7 @@ TEST_CASE("a rebuilt engine keeps the SAs that did not change", "[engine][rebuil
         Config next = c;
         SaConfig bad = make_sa(gcm, Mode::Tunnel, 4);
         bad.spi = 0x8888;
-        bad.xf.enc_key = KeyBytes(std::vector<uint8_t>(7, 1).data(), 7);    // no such AES key
+        bad.xf.enc_key = KeyBytes(std::vector<uint8_t>(7, 1).data(), 7);  // no such AES key
         next.sas.push_back(bad);
         auto e2 = Engine::create(next, Backend::Auto, {}, e1.get());
         REQUIRE_FALSE(e2);

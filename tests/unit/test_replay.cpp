@@ -35,29 +35,29 @@ void run(ReplayWindow &w, const std::vector<Step> &steps)
     }
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("replay window, 32-bit sequence numbers", "[replay]")
 {
     ReplayWindow w;
     w.init(64, false, 0);
     run(w, {
-               {1, V::Ok, 1},            // 1: first packet
-               {1, V::Replay, 1},        // 2: the same again
-               {2, V::Ok, 2},            // 3
-               {64, V::Ok, 64},          // 4: window now 1..64
-               {1, V::Replay, 1},        // 5: oldest in the window, seen
-               {65, V::Ok, 65},          // 6: window 2..65
-               {1, V::TooOld, 1},        // 7: fell out of the window
-               {2, V::Replay, 2},        // 8
-               {3, V::Ok, 3},            // 9: inside the window, not seen yet
-               {3, V::Replay, 3},        // 10
-               {200, V::Ok, 200},        // 11: a jump clears the bitmap it slides over
-               {137, V::Ok, 137},        // 12: 200 - 63, the bottom of the window
-               {136, V::TooOld, 136},    // 13: just below it
-               {65, V::TooOld, 65},      // 14: seen before the jump, now too old
-               {0, V::TooOld, 0},        // 15: 0 is never sent
-               {0xffffffff, V::Ok, 0xffffffff},   // 16: the last number an SA may use
+               {1, V::Ok, 1},                    // 1: first packet
+               {1, V::Replay, 1},                // 2: the same again
+               {2, V::Ok, 2},                    // 3
+               {64, V::Ok, 64},                  // 4: window now 1..64
+               {1, V::Replay, 1},                // 5: oldest in the window, seen
+               {65, V::Ok, 65},                  // 6: window 2..65
+               {1, V::TooOld, 1},                // 7: fell out of the window
+               {2, V::Replay, 2},                // 8
+               {3, V::Ok, 3},                    // 9: inside the window, not seen yet
+               {3, V::Replay, 3},                // 10
+               {200, V::Ok, 200},                // 11: a jump clears the bitmap it slides over
+               {137, V::Ok, 137},                // 12: 200 - 63, the bottom of the window
+               {136, V::TooOld, 136},            // 13: just below it
+               {65, V::TooOld, 65},              // 14: seen before the jump, now too old
+               {0, V::TooOld, 0},                // 15: 0 is never sent
+               {0xffffffff, V::Ok, 0xffffffff},  // 16: the last number an SA may use
            });
 }
 
@@ -66,17 +66,17 @@ TEST_CASE("replay window, ESN high-half inference across the wrap (RFC 4303 A2.2
     ReplayWindow w;
     w.init(64, true, 0xfffffff0ull);
     run(w, {
-               {0xfffffff1, V::Ok, 0x0fffffff1ull},        // 1: Case A, same subspace
-               {0x00000005, V::Ok, 0x100000005ull},        // 2: Case A, wrapped: Th + 1
-               {0xfffffff5, V::Ok, 0x0fffffff5ull},        // 3: Case B, late packet: Th - 1
-               {0xfffffff1, V::Replay, 0x0fffffff1ull},    // 4: Case B, seen
+               {0xfffffff1, V::Ok, 0x0fffffff1ull},      // 1: Case A, same subspace
+               {0x00000005, V::Ok, 0x100000005ull},      // 2: Case A, wrapped: Th + 1
+               {0xfffffff5, V::Ok, 0x0fffffff5ull},      // 3: Case B, late packet: Th - 1
+               {0xfffffff1, V::Replay, 0x0fffffff1ull},  // 4: Case B, seen
                // 5: Case B, below the window: inferred as ahead (Th), and it is the ICV,
                // computed with the wrong high half, that rejects it (RFC 4303 A2.2)
                {0xffffff00, V::Ok, 0x1ffffff00ull, false},
-               {0x00000006, V::Ok, 0x100000006ull},        // 6: Case B, new: Th
-               {0x00000005, V::Replay, 0x100000005ull},    // 7
-               {0x00000100, V::Ok, 0x100000100ull},        // 8: Case A again
-               {0xfffffff8, V::Ok, 0x1fffffff8ull},        // 9: far ahead, same subspace
+               {0x00000006, V::Ok, 0x100000006ull},      // 6: Case B, new: Th
+               {0x00000005, V::Replay, 0x100000005ull},  // 7
+               {0x00000100, V::Ok, 0x100000100ull},      // 8: Case A again
+               {0xfffffff8, V::Ok, 0x1fffffff8ull},      // 9: far ahead, same subspace
            });
 }
 
@@ -85,9 +85,9 @@ TEST_CASE("replay window, ESN at the start of an SA", "[replay]")
     ReplayWindow w;
     w.init(128, true, 0);
     run(w, {
-               {0xffffffff, V::TooOld, 0},    // 1: would be before the first packet
-               {1, V::Ok, 1},                 // 2
-               {0, V::TooOld, 0},             // 3
+               {0xffffffff, V::TooOld, 0},  // 1: would be before the first packet
+               {1, V::Ok, 1},               // 2
+               {0, V::TooOld, 0},           // 3
            });
 }
 
@@ -97,9 +97,9 @@ TEST_CASE("replay window, update re-checks after a concurrent accept", "[replay]
     w.init(64, false, 0);
     uint64_t a, b;
     REQUIRE(w.check(10, &a) == V::Ok);
-    REQUIRE(w.check(10, &b) == V::Ok);       // both pass the pre-check before either is done
+    REQUIRE(w.check(10, &b) == V::Ok);  // both pass the pre-check before either is done
     CHECK(w.update(a) == V::Ok);
-    CHECK(w.update(b) == V::Replay);         // the second must not be delivered
+    CHECK(w.update(b) == V::Replay);  // the second must not be delivered
 }
 
 TEST_CASE("replay window disabled accepts repeats", "[replay]")
@@ -127,10 +127,10 @@ TEST_CASE("replay window matches a naive model for every power-of-two size", "[r
             uint64_t s = base + window * 2 - rng() % (window * 3);
             if (s == 0 || s > 0xffffffffull)
                 continue;
-            V expect = s > top                ? V::Ok
-                       : top - s >= window    ? V::TooOld
-                       : seen.count(s)        ? V::Replay
-                                              : V::Ok;
+            V expect = s > top             ? V::Ok
+                       : top - s >= window ? V::TooOld
+                       : seen.count(s)     ? V::Replay
+                                           : V::Ok;
             uint64_t got_seq;
             V got = w.check(uint32_t(s), &got_seq);
             REQUIRE(got == expect);

@@ -20,7 +20,7 @@ TEST_CASE("slot table: empty, and what is not in it", "[slot]")
     CHECK(t.find(6) == 60);
     CHECK(t.find(7) == SlotTable::kMissing);
     CHECK(t.find(SlotTable::kMissing) == SlotTable::kMissing);
-    t.rebuild({{6, 61}});                   // 5 deleted, 6's engine id moved
+    t.rebuild({{6, 61}});  // 5 deleted, 6's engine id moved
     CHECK(t.find(5) == SlotTable::kMissing);
     CHECK(t.find(6) == 61);
 }
@@ -28,7 +28,7 @@ TEST_CASE("slot table: empty, and what is not in it", "[slot]")
 TEST_CASE("slot table: churn keeps it the size of what is live", "[slot]")
 {
     std::mt19937 rng(7);
-    std::map<uint32_t, uint32_t> live;      // the reference
+    std::map<uint32_t, uint32_t> live;  // the reference
     uint32_t next_slot = 0;
     SlotTable t;
     for (int change = 0; change < 300; change++) {
@@ -52,5 +52,5 @@ TEST_CASE("slot table: churn keeps it the size of what is live", "[slot]")
             REQUIRE(t.find(probe) == (it == live.end() ? SlotTable::kMissing : it->second));
         }
     }
-    CHECK(next_slot > 50000);               // far more slots made than ever live at once
+    CHECK(next_slot > 50000);  // far more slots made than ever live at once
 }

@@ -49,15 +49,15 @@ FlowKey flow(const char *src, const char *dst, uint8_t proto, uint16_t dport, bo
     return f;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("SPD lookup: priority, then the order added; longer prefixes do not win by length",
           "[spd]")
 {
     Spd spd;
     uint32_t wide = spd.add(policy(Dir::Out, "10.0.0.0/8", "0.0.0.0/0", 10));
-    spd.add(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 20));    // narrower, lower priority
-    spd.add(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 10));    // same priority, added later
+    spd.add(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 20));  // narrower, lower priority
+    spd.add(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 10));  // same priority, added later
     uint32_t web =
         spd.add(port_policy(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 5), 6, 80, false));
     uint32_t v6 = spd.add(policy(Dir::Out, "fd01::/48", "fd02::/48", 1));
@@ -75,7 +75,7 @@ TEST_CASE("SPD lookup: priority, then the order added; longer prefixes do not wi
     bool unsure = false;
     CHECK(spd.lookup(Dir::Out, flow("10.1.0.2", "10.2.0.2", 6, 0, true), &unsure) ==
           spd.by_id(wide));
-    CHECK_FALSE(unsure);                // the web policy allows: no doubt
+    CHECK_FALSE(unsure);  // the web policy allows: no doubt
     Spd strict;
     strict.add(port_policy(policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", 5), 6, 443, true));
     uint32_t rest = strict.add(policy(Dir::Out, "10.0.0.0/8", "10.0.0.0/8", 10));
@@ -86,7 +86,7 @@ TEST_CASE("SPD lookup: priority, then the order added; longer prefixes do not wi
     unsure = false;
     CHECK(strict.lookup(Dir::Out, flow("10.1.0.2", "10.2.0.2", 17, 0, true), &unsure) ==
           strict.by_id(rest));
-    CHECK_FALSE(unsure);                // other protocol: the port policy is no shadow
+    CHECK_FALSE(unsure);  // other protocol: the port policy is no shadow
     CHECK(strict.shapes(Dir::Out) == 2);
 }
 
@@ -138,8 +138,8 @@ TEST_CASE("SPD lookup agrees with the walk in priority order on random policies"
                 const PolicyConfig *got = spd.lookup(d, f, &unsure);
                 const PolicyConfig *want = spd.lookup_linear(d, f, &unsure_linear);
                 INFO("round " << round << " flow " << f.src.str() << " -> " << f.dst.str()
-                              << " proto " << int(f.proto) << " ports " << f.sport << "/"
-                              << f.dport << (f.fragment ? " fragment" : ""));
+                              << " proto " << int(f.proto) << " ports " << f.sport << "/" << f.dport
+                              << (f.fragment ? " fragment" : ""));
                 REQUIRE(got == want);
                 REQUIRE(unsure == unsure_linear);
             }

@@ -43,7 +43,10 @@ std::string slurp(const std::string &path)
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-const TransformCase &gcm() { return all_transforms()[0]; }
+const TransformCase &gcm()
+{
+    return all_transforms()[0];
+}
 
 // Encrypts one packet with sa; returns its drop reason, or Drop::Count when it was sent.
 Drop send_one(Sa &sa)
@@ -57,7 +60,7 @@ Drop send_one(Sa &sa)
     return p.verdict == Verdict::Encrypted ? Drop::Count : p.drop;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("reservation: an SA never sends beyond its bound, and counts what it holds back",
           "[state]")
@@ -65,8 +68,8 @@ TEST_CASE("reservation: an SA never sends beyond its bound, and counts what it h
     auto sa = Sa::create(make_sa(gcm(), Mode::Tunnel, 4), Backend::Auto);
     REQUIRE(sa);
     Sa &s = **sa;
-    CHECK(send_one(s) == Drop::Count);              // unbound (xesp pcap): the space only
-    s.bind_reservation(0);                          // the counter stays at 1: above 0
+    CHECK(send_one(s) == Drop::Count);  // unbound (xesp pcap): the space only
+    s.bind_reservation(0);              // the counter stays at 1: above 0
     CHECK(s.oseq() == 1);
     CHECK(send_one(s) == Drop::OutSeqUnreserved);
     s.reserve_to(3);
@@ -75,13 +78,12 @@ TEST_CASE("reservation: an SA never sends beyond its bound, and counts what it h
     CHECK(s.oseq() == 3);
     CHECK(send_one(s) == Drop::OutSeqUnreserved);
     CHECK(s.oseq() == 3);
-    s.reserve_to(2);                                // a bound never goes down
+    s.reserve_to(2);  // a bound never goes down
     CHECK(s.reserved() == 3);
     CHECK_FALSE(s.seq_exhausted());
 }
 
-TEST_CASE("reservation: the SA asks for more at its low-water mark and when held back",
-          "[state]")
+TEST_CASE("reservation: the SA asks for more at its low-water mark and when held back", "[state]")
 {
     auto sa = Sa::create(make_sa(gcm(), Mode::Tunnel, 4), Backend::Auto);
     REQUIRE(sa);
@@ -93,12 +95,12 @@ TEST_CASE("reservation: the SA asks for more at its low-water mark and when held
     for (int i = 0; i < 4; i++)
         REQUIRE(s.next_seq(&seq));
     CHECK_FALSE(wake.load());
-    REQUIRE(s.next_seq(&seq));                     // number 5: the low-water mark
+    REQUIRE(s.next_seq(&seq));  // number 5: the low-water mark
     CHECK(wake.exchange(false));
     for (int i = 0; i < 5; i++)
         REQUIRE(s.next_seq(&seq));
-    CHECK_FALSE(wake.load());                       // once per mark
-    CHECK_FALSE(s.next_seq(&seq));                  // held back: asks again
+    CHECK_FALSE(wake.load());       // once per mark
+    CHECK_FALSE(s.next_seq(&seq));  // held back: asks again
     CHECK(wake.load());
     CHECK(seq == 10);
 }
@@ -106,7 +108,7 @@ TEST_CASE("reservation: the SA asks for more at its low-water mark and when held
 TEST_CASE("reservation: a new SA starts where the ledger says its key stopped", "[state]")
 {
     auto cfg = make_sa(gcm(), Mode::Tunnel, 4);
-    cfg.oseq = 100;                                 // configured below what was used
+    cfg.oseq = 100;  // configured below what was used
     auto sa = Sa::create(cfg, Backend::Auto);
     REQUIRE(sa);
     (*sa)->bind_reservation(5000);
@@ -115,7 +117,7 @@ TEST_CASE("reservation: a new SA starts where the ledger says its key stopped", 
     uint64_t seq = 0;
     REQUIRE((*sa)->next_seq(&seq));
     CHECK(seq == 5001);
-    (*sa)->bind_reservation(10);                   // configured above the record: kept
+    (*sa)->bind_reservation(10);  // configured above the record: kept
     CHECK((*sa)->oseq() == 5001);
 }
 
@@ -128,10 +130,10 @@ TEST_CASE("reservation: how far ahead, and when to ask for more", "[state]")
     struct Case {
         uint64_t oseq, rate, limit, target;
     } cases[] = {
-        {0, 0, UINT32_MAX, 1000},                           // idle: the minimum
-        {500, 10, UINT32_MAX, 1500},                        // slow: the minimum
-        {0, 20'000'000, UINT32_MAX, 80'000'000},            // 20 Mpps: 4 s of it
-        {UINT32_MAX - 10, 0, UINT32_MAX, UINT32_MAX},       // never past the space
+        {0, 0, UINT32_MAX, 1000},                      // idle: the minimum
+        {500, 10, UINT32_MAX, 1500},                   // slow: the minimum
+        {0, 20'000'000, UINT32_MAX, 80'000'000},       // 20 Mpps: 4 s of it
+        {UINT32_MAX - 10, 0, UINT32_MAX, UINT32_MAX},  // never past the space
         {UINT32_MAX, 0, UINT32_MAX, UINT32_MAX},
         {uint64_t(1) << 40, 50'000'000, UINT64_MAX, (uint64_t(1) << 40) + 200'000'000},
     };
@@ -143,8 +145,8 @@ TEST_CASE("reservation: how far ahead, and when to ask for more", "[state]")
     CHECK(reservation_low_water(0, 1000, 0, UINT32_MAX, p) == 500);
     CHECK(reservation_low_water(0, 1000, 400, UINT32_MAX, p) == 500);
     CHECK(reservation_low_water(0, 80'000'000, 20'000'000, UINT32_MAX, p) == 40'000'000);
-    CHECK(reservation_low_water(900, 1000, 0, UINT32_MAX, p) == 950);    // less left: halfway
-    CHECK(reservation_low_water(10, UINT32_MAX, 0, UINT32_MAX, p) == UINT64_MAX);   // the end
+    CHECK(reservation_low_water(900, 1000, 0, UINT32_MAX, p) == 950);  // less left: halfway
+    CHECK(reservation_low_water(10, UINT32_MAX, 0, UINT32_MAX, p) == UINT64_MAX);  // the end
     // Under load the file is written about every (ahead - refill) = 2 s, not per packet.
     uint64_t rate = 10'000'000, t = reservation_target(0, rate, UINT64_MAX, p);
     CHECK(reservation_low_water(0, t, rate, UINT64_MAX, p) == 2 * rate);
@@ -156,7 +158,7 @@ TEST_CASE("ledger: one record per key and salt, the highest kept, no key stored"
     Transform a = make_transform(gcm(), 1), b = make_transform(gcm(), 1),
               other_salt = make_transform(gcm(), 1), other_key = make_transform(gcm(), 2);
     other_salt.salt[3] ^= 1;
-    b.icv_len = 8;                                  // same key and salt under another ICV
+    b.icv_len = 8;  // same key and salt under another ICV
     CHECK(l.fingerprint(a) == l.fingerprint(b));
     CHECK(l.fingerprint(a) != l.fingerprint(other_salt));
     CHECK(l.fingerprint(a) != l.fingerprint(other_key));
@@ -192,19 +194,19 @@ TEST_CASE("ledger: keys no SA uses are forgotten oldest first, beyond a bound", 
     std::vector<KeyFingerprint> fps;
     for (uint8_t seed = 1; seed <= 5; seed++)
         fps.push_back(l.fingerprint(make_transform(gcm(), seed)));
-    for (size_t i = 0; i < fps.size(); i++) {      // key i last running in round i + 1
+    for (size_t i = 0; i < fps.size(); i++) {  // key i last running in round i + 1
         l.new_round();
         for (size_t k = i; k < fps.size(); k++)
             l.record(fps[k], 100 * (k + 1));
     }
-    l.forget_oldest(10);                            // within the bound: nothing goes
+    l.forget_oldest(10);  // within the bound: nothing goes
     CHECK(l.records().size() == 5);
     l.forget_oldest(3);
     CHECK(l.records().size() == 3);
-    CHECK(l.floor(fps[0]) == 0);                    // retired first, forgotten first
+    CHECK(l.floor(fps[0]) == 0);  // retired first, forgotten first
     CHECK(l.floor(fps[1]) == 0);
     CHECK(l.floor(fps[2]) == 300);
-    l.forget_oldest(0);                             // this round's record always stays
+    l.forget_oldest(0);  // this round's record always stays
     CHECK(l.records().size() == 1);
     CHECK(l.floor(fps[4]) == 500);
 }
@@ -224,14 +226,14 @@ TEST_CASE("ledger: sa update, delete and re-add, restart: the counter carries ov
     uint64_t last = 0;
     for (int i = 0; i < 40; i++)
         REQUIRE((*first)->next_seq(&last));
-    first->reset();                                 // deleted (or replaced by an update)
+    first->reset();  // deleted (or replaced by an update)
 
     for (const char *how : {"update with new limits", "delete and re-add", "restart"}) {
         INFO(how);
         SaConfig again = cfg;
         again.lifetime.hard_packets = 1'000'000;
         SeqLedger &l = ledger;
-        SeqLedger reread;                           // a restart reads the ledger back
+        SeqLedger reread;  // a restart reads the ledger back
         if (std::string(how) == "restart") {
             REQUIRE(reread.set_secret_hex(ledger.secret_hex()));
             for (const auto &[k, v] : ledger.records())
@@ -268,7 +270,7 @@ TEST_CASE("shared keys: two SAs with one key and salt are found", "[state]")
                  "SA dst 192.0.2.2 spi 0x00001000") == 0);
     CHECK(std::count(w.begin(), w.end(), '\n') == 1);
     CHECK(shared_key_warnings(c, &own).empty());
-    c.sas[1].xf.salt[0] ^= 1;                       // another salt: other nonces
+    c.sas[1].xf.salt[0] ^= 1;  // another salt: other nonces
     CHECK(shared_key_warnings(c).empty());
 }
 
@@ -308,11 +310,11 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     TempDir d;
     std::string path = d.path + "/gw.state";
     GatewayState st;
-    auto loaded = load_batch(
-        "sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel "
-        "aead 'rfc4106(gcm(aes))' 0x00112233445566778899aabbccddeeff01020304 128 "
-        "replay-window 64 replay-seq 90 replay-oseq 4096\n",
-        "t");
+    auto loaded =
+        load_batch("sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel "
+                   "aead 'rfc4106(gcm(aes))' 0x00112233445566778899aabbccddeeff01020304 128 "
+                   "replay-window 64 replay-seq 90 replay-oseq 4096\n",
+                   "t");
     REQUIRE(loaded);
     st.config = *loaded;
     st.ifaces.emplace_back("eth0", IfaceRole::Public);
@@ -361,8 +363,7 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     CHECK((*older)->ledger.records().empty());
 }
 
-TEST_CASE("state file: written 0600 through an O_EXCL temporary, never through a link",
-          "[state]")
+TEST_CASE("state file: written 0600 through an O_EXCL temporary, never through a link", "[state]")
 {
     TempDir d;
     std::string path = d.path + "/gw.state", victim = d.path + "/victim";
@@ -383,7 +384,7 @@ TEST_CASE("state file: written 0600 through an O_EXCL temporary, never through a
     REQUIRE(::stat(path.c_str(), &st) == 0);
     CHECK((st.st_mode & 07777) == 0600);
     CHECK(::access((path + ".tmp").c_str(), F_OK) != 0);
-    REQUIRE(::chmod(path.c_str(), 0644) == 0);      // replaced, not rewritten: 0600 again
+    REQUIRE(::chmod(path.c_str(), 0644) == 0);  // replaced, not rewritten: 0600 again
     REQUIRE(write_private_file(path, "second"));
     REQUIRE(::stat(path.c_str(), &st) == 0);
     CHECK((st.st_mode & 07777) == 0600);
@@ -408,22 +409,21 @@ TEST_CASE("state file: one daemon per file (a lock), in a directory no one else 
                                             " is in use by another xesp daemon (" + path +
                                             ".lock is locked); give this one its own --state");
     }
-    CHECK(PrivateFileLock::acquire(path));          // free again once the holder is gone
+    CHECK(PrivateFileLock::acquire(path));  // free again once the holder is gone
 
     REQUIRE(::chmod(d.path.c_str(), 0700) == 0);
     CHECK(check_private_dir(d.path));
     REQUIRE(::chmod(d.path.c_str(), 0755) == 0);
-    CHECK(check_private_dir(d.path));               // others may read the directory, not write
+    CHECK(check_private_dir(d.path));  // others may read the directory, not write
     for (mode_t m : {0770, 0757, 0777, 01777}) {
         INFO("mode " << std::oct << m);
         REQUIRE(::chmod(d.path.c_str(), m) == 0);
         auto r = check_private_dir(d.path);
         REQUIRE_FALSE(r);
-        CHECK(r.error().message.find("state directory " + d.path + " is writable by others") ==
-              0);
+        CHECK(r.error().message.find("state directory " + d.path + " is writable by others") == 0);
     }
     REQUIRE(::chmod(d.path.c_str(), 0700) == 0);
-    if (::geteuid() == 0) {                         // only root can give a directory away
+    if (::geteuid() == 0) {  // only root can give a directory away
         REQUIRE(::chown(d.path.c_str(), 12345, 12345) == 0);
         auto r = check_private_dir(d.path);
         REQUIRE_FALSE(r);

@@ -39,7 +39,7 @@ Bytes v6_fragment(const char *src, const char *dst, uint16_t offset_flags)
 struct Case {
     const char *what;
     int family;
-    uint16_t frag;      // IPv4: flags/offset field; IPv6: Fragment header offset/M field
+    uint16_t frag;  // IPv4: flags/offset field; IPv6: Fragment header offset/M field
 };
 
 const Case kCases[] = {
@@ -51,7 +51,7 @@ const Case kCases[] = {
     {"IPv6 atomic fragment", 6, 0},
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a fragment is never encrypted in transport mode", "[transport][fragment]")
 {
@@ -64,12 +64,12 @@ TEST_CASE("a fragment is never encrypted in transport mode", "[transport][fragme
                             << (classified ? ", process_classified" : ", process"));
                 bool v4 = c.family == 4;
                 SaConfig sa = make_sa(gcm, mode, c.family);
-                const char *src = tunnel ? (v4 ? "10.1.0.1" : "fd01::1")
-                                         : (v4 ? "192.0.2.1" : "2001:db8::1");
-                const char *dst = tunnel ? (v4 ? "10.2.0.1" : "fd02::1")
-                                         : (v4 ? "192.0.2.2" : "2001:db8::2");
-                auto tx = make_engine(sender(sa, v4 ? "0.0.0.0/0" : "::/0",
-                                             v4 ? "0.0.0.0/0" : "::/0"));
+                const char *src =
+                    tunnel ? (v4 ? "10.1.0.1" : "fd01::1") : (v4 ? "192.0.2.1" : "2001:db8::1");
+                const char *dst =
+                    tunnel ? (v4 ? "10.2.0.1" : "fd02::1") : (v4 ? "192.0.2.2" : "2001:db8::2");
+                auto tx =
+                    make_engine(sender(sa, v4 ? "0.0.0.0/0" : "::/0", v4 ? "0.0.0.0/0" : "::/0"));
                 Bytes plain = v4 ? v4_fragment(src, dst, c.frag) : v6_fragment(src, dst, c.frag);
                 Frame f(plain);
                 Pkt *p = &f.pkt;
@@ -88,7 +88,7 @@ TEST_CASE("a fragment is never encrypted in transport mode", "[transport][fragme
                     CHECK(f.pkt.drop == Drop::OutTransportFragment);
                     CHECK(tx->stats().drops[Drop::OutTransportFragment] == 1);
                     CHECK(tx->stats().encrypted == 0);
-                    CHECK(f.bytes() == plain);          // nothing was written
+                    CHECK(f.bytes() == plain);  // nothing was written
                 }
             }
         }
@@ -122,7 +122,7 @@ TEST_CASE("plaintext for a transport NAT-T SA is not split before encryption",
         REQUIRE(e);
         Bytes big = udp_packet(4, tunnel ? "10.1.0.1" : "192.0.2.1",
                                tunnel ? "10.2.0.1" : "192.0.2.2", 1400);
-        big[6] = 0;                     // DF clear: it may be fragmented
+        big[6] = 0;  // DF clear: it may be fragmented
         ipv4_set_checksum(big.data());
         Frame f(big);
         const Classified cls{Classified::Encap, 0, kIpv4Len};

@@ -16,16 +16,14 @@ const uint8_t kKey[16] = {0x5e, 0xc7, 0xe7, 0x01, 0x02, 0x03, 0x04, 0x05,
                           0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d};
 const uint8_t kSalt[4] = {0xa1, 0xb2, 0xc3, 0xd4};
 
-template <class T, size_t N>
-bool holds(const T &buf, const uint8_t (&what)[N])
+template <class T, size_t N> bool holds(const T &buf, const uint8_t (&what)[N])
 {
     return std::search(std::begin(buf), std::end(buf), what, what + N) != std::end(buf);
 }
 
 // Builds a T in place, lets fill() set its secrets, checks the salt is there, destroys it and
 // returns whether the key / the salt are still in the storage.
-template <class T, class Fill>
-std::pair<bool, bool> left_after_death(Fill fill)
+template <class T, class Fill> std::pair<bool, bool> left_after_death(Fill fill)
 {
     alignas(T) uint8_t buf[sizeof(T)];
     T *t = new (buf) T();
@@ -43,7 +41,7 @@ void fill_transform(Transform &x)
     x.salt = {kSalt[0], kSalt[1], kSalt[2], kSalt[3]};
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a transform wipes its keys and its salt when it dies", "[wipe]")
 {
@@ -64,7 +62,7 @@ TEST_CASE("a copied transform carries the salt and wipes its own copy", "[wipe]"
     Transform a;
     fill_transform(a);
     auto [key, salt] = left_after_death<Transform>([&](Transform &b) {
-        b = a;                          // copies, as Config and the engine make
+        b = a;  // copies, as Config and the engine make
         CHECK(b.salt == a.salt);
         CHECK(b.salt == std::array<uint8_t, 4>{kSalt[0], kSalt[1], kSalt[2], kSalt[3]});
     });

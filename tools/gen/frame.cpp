@@ -36,8 +36,8 @@ bool parse_mac(const std::string &text, uint8_t mac[6])
 {
     unsigned b[6];
     char tail;
-    if (std::sscanf(text.c_str(), "%x:%x:%x:%x:%x:%x%c", &b[0], &b[1], &b[2], &b[3], &b[4],
-                    &b[5], &tail) != 6)
+    if (std::sscanf(text.c_str(), "%x:%x:%x:%x:%x:%x%c", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
+                    &tail) != 6)
         return false;
     for (int i = 0; i < 6; ++i) {
         if (b[i] > 0xff)
@@ -71,7 +71,7 @@ Result<uint32_t> next_hop(const std::string &dev, uint32_t dst)
 {
     std::ifstream in("/proc/net/route");
     std::string line;
-    std::getline(in, line);     // header
+    std::getline(in, line);  // header
     int best_len = -1;
     uint32_t best_metric = 0, hop = 0;
     while (std::getline(in, line)) {
@@ -106,7 +106,7 @@ bool neighbour_mac(const std::string &dev, uint32_t hop, uint8_t mac[6])
     inet_ntop(AF_INET, &hop, want, sizeof want);
     std::ifstream in("/proc/net/arp");
     std::string line;
-    std::getline(in, line);     // header
+    std::getline(in, line);  // header
     while (std::getline(in, line)) {
         std::istringstream f(line);
         std::string ip, hwtype, flags, hw, mask, iface;
@@ -164,9 +164,12 @@ uint16_t ip_checksum(const uint8_t *p, size_t len)
     return htons(uint16_t(~sum));
 }
 
-void put16(uint8_t *p, uint16_t host) { p[0] = uint8_t(host >> 8), p[1] = uint8_t(host); }
+void put16(uint8_t *p, uint16_t host)
+{
+    p[0] = uint8_t(host >> 8), p[1] = uint8_t(host);
+}
 
-} // namespace
+}  // namespace
 
 Result<Endpoints> resolve_endpoints(const std::string &dev, const std::string &src,
                                     const std::string &dst,
@@ -208,7 +211,7 @@ std::vector<uint8_t> build_frame(const Endpoints &ep, uint32_t size, uint32_t fl
     uint8_t *ip = &f[kEthBytes];
     ip[0] = 0x45;
     put16(ip + 2, uint16_t(ip_len));
-    ip[8] = 64;                         // TTL; id 0, fragments allowed
+    ip[8] = 64;  // TTL; id 0, fragments allowed
     ip[9] = IPPROTO_UDP;
     std::memcpy(ip + 12, &ep.src, 4);
     std::memcpy(ip + 16, &ep.dst, 4);
@@ -233,4 +236,4 @@ std::string mac_string(const uint8_t mac[6])
     return s;
 }
 
-} // namespace xesp::gen
+}  // namespace xesp::gen

@@ -18,19 +18,22 @@ namespace xesp::gen {
 
 constexpr uint32_t kFcsBytes = 4;
 constexpr uint32_t kEthBytes = 14;
-constexpr uint32_t kMinFrame = 64;      // with FCS
-constexpr uint32_t kMaxFrame = 1518;    // with FCS: a 1500-byte IP packet
+constexpr uint32_t kMinFrame = 64;    // with FCS
+constexpr uint32_t kMaxFrame = 1518;  // with FCS: a 1500-byte IP packet
 
 // IP packet length carried by a frame of `size` bytes (FCS included).
-constexpr uint32_t ip_len_of(uint32_t size) { return size - kFcsBytes - kEthBytes; }
+constexpr uint32_t ip_len_of(uint32_t size)
+{
+    return size - kFcsBytes - kEthBytes;
+}
 
 struct Endpoints {
     std::string dev;
     unsigned ifindex = 0;
-    uint32_t src = 0;           // network byte order
-    uint32_t dst = 0;           // network byte order
+    uint32_t src = 0;  // network byte order
+    uint32_t dst = 0;  // network byte order
     uint8_t src_mac[6] = {};
-    uint8_t dst_mac[6] = {};    // the next hop's
+    uint8_t dst_mac[6] = {};  // the next hop's
 };
 
 // Fills in the interface's index and MAC and the next hop's MAC: the route to `dst` through
@@ -46,4 +49,4 @@ std::vector<uint8_t> build_frame(const Endpoints &ep, uint32_t size, uint32_t fl
 
 std::string mac_string(const uint8_t mac[6]);
 
-} // namespace xesp::gen
+}  // namespace xesp::gen

@@ -10,14 +10,14 @@
 
 #include <linux/types.h>
 
-#define GEN_UDP_PORT 7009               /* destination port of every bench packet */
-#define GEN_SRC_PORT_BASE 20000         /* flow k has source port GEN_SRC_PORT_BASE + k */
-#define GEN_MAGIC 0x78657370U           /* "xesp" */
+#define GEN_UDP_PORT 7009       /* destination port of every bench packet */
+#define GEN_SRC_PORT_BASE 20000 /* flow k has source port GEN_SRC_PORT_BASE + k */
+#define GEN_MAGIC 0x78657370U   /* "xesp" */
 
 /* One per-CPU slot (index 0) of the counter map. */
 struct gen_count {
     __u64 packets;
-    __u64 bytes;                        /* frame bytes as received, without FCS */
+    __u64 bytes; /* frame bytes as received, without FCS */
 };
 
 #endif /* XESP_GEN_ABI_H */

@@ -47,7 +47,7 @@ Result<gen_count> read_counts(int map_fd, int cpus)
     return sum;
 }
 
-} // namespace
+}  // namespace
 
 Result<RxResult> run_rx(const RxOptions &o, const std::atomic<bool> &stop,
                         const std::function<void()> &on_attached)
@@ -103,4 +103,4 @@ Result<RxResult> run_rx(const RxOptions &o, const std::atomic<bool> &stop,
     return r;
 }
 
-} // namespace xesp::gen
+}  // namespace xesp::gen

@@ -161,7 +161,7 @@ Result<TxResult> tx_packet(const TxOptions &o, const std::atomic<bool> &stop)
     iovec iov[kBurst];
     mmsghdr msgs[kBurst]{};
     TxResult r;
-    r.queues = tx_queues(o.ep.dev);     // chosen per flow by the kernel's hash
+    r.queues = tx_queues(o.ep.dev);  // chosen per flow by the kernel's hash
     uint32_t next = 0;
     auto t0 = Clock::now();
     auto end = t0 + std::chrono::duration<double>(o.seconds);
@@ -194,7 +194,7 @@ Result<TxResult> tx_packet(const TxOptions &o, const std::atomic<bool> &stop)
     return r;
 }
 
-} // namespace
+}  // namespace
 
 const char *tx_method_name(TxMethod m)
 {
@@ -206,4 +206,4 @@ Result<TxResult> run_tx(const TxOptions &o, const std::atomic<bool> &stop)
     return o.method == TxMethod::Packet ? tx_packet(o, stop) : tx_xsk(o, stop);
 }
 
-} // namespace xesp::gen
+}  // namespace xesp::gen

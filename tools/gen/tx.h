@@ -26,18 +26,18 @@ struct TxOptions {
     uint32_t size = kMinFrame;  // frame bytes with FCS
     uint32_t flows = 1;
     double seconds = 1;
-    double rate = 0;            // frames per second; 0: as fast as possible
+    double rate = 0;  // frames per second; 0: as fast as possible
     TxMethod method = TxMethod::Xsk;
 };
 
 struct TxResult {
-    uint64_t sent = 0;          // frames the kernel took
-    uint64_t refused = 0;       // frames the kernel refused (a full device queue), not retried
+    uint64_t sent = 0;     // frames the kernel took
+    uint64_t refused = 0;  // frames the kernel refused (a full device queue), not retried
     double seconds = 0;
-    uint32_t queues = 1;        // TX queues used (sockets, for AF_XDP)
+    uint32_t queues = 1;  // TX queues used (sockets, for AF_XDP)
 };
 
 // Runs for options.seconds or until `stop` is set.
 Result<TxResult> run_tx(const TxOptions &options, const std::atomic<bool> &stop);
 
-} // namespace xesp::gen
+}  // namespace xesp::gen

@@ -48,15 +48,21 @@ int finish(int rc)
 
 void catch_signals()
 {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
 }
 
 // Frames and bits per second; bits count each frame with its 4-byte FCS.
-double mpps(uint64_t packets, double s) { return s > 0 ? double(packets) / s / 1e6 : 0; }
-double gbps(uint64_t frame_bytes, double s) { return s > 0 ? double(frame_bytes) * 8 / s / 1e9 : 0; }
+double mpps(uint64_t packets, double s)
+{
+    return s > 0 ? double(packets) / s / 1e6 : 0;
+}
+double gbps(uint64_t frame_bytes, double s)
+{
+    return s > 0 ? double(frame_bytes) * 8 / s / 1e9 : 0;
+}
 
 int fail(const std::string &cmd, const Error &e)
 {
@@ -116,8 +122,8 @@ struct RxArgs {
 int rx_main(const RxArgs &a)
 {
     auto r = run_rx({a.dev, a.seconds, a.idle}, g_stop, [&] {
-        std::fprintf(stderr, "xesp-gen rx: attached to %s, counting UDP port %d\n",
-                     a.dev.c_str(), GEN_UDP_PORT);
+        std::fprintf(stderr, "xesp-gen rx: attached to %s, counting UDP port %d\n", a.dev.c_str(),
+                     GEN_UDP_PORT);
         std::fflush(stderr);
     });
     if (!r)
@@ -138,7 +144,7 @@ int rx_main(const RxArgs &a)
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv)
 {
@@ -146,9 +152,9 @@ int main(int argc, char **argv)
     app.require_subcommand(1);
 
     TxArgs tx;
-    CLI::App *t = app.add_subcommand(
-        "tx", "Send UDP/IPv4 frames to port " + std::to_string(GEN_UDP_PORT) +
-                  " as fast as one thread can, to the next hop's MAC");
+    CLI::App *t =
+        app.add_subcommand("tx", "Send UDP/IPv4 frames to port " + std::to_string(GEN_UDP_PORT) +
+                                     " as fast as one thread can, to the next hop's MAC");
     t->add_option("--dev", tx.dev, "Interface to send from")->required();
     t->add_option("--src", tx.src, "Source IPv4 address")->required();
     t->add_option("--dst", tx.dst, "Destination IPv4 address")->required();

@@ -28,7 +28,7 @@ struct BenchOptions {
     std::string crypto = "all";
     std::string sizes = "64,512,1400";
     std::string transforms = "aes128gcm,aes256gcm,chacha20poly1305,aes128cbc-sha1,aes256cbc-sha256";
-    double seconds = 0.25;          // per measurement
+    double seconds = 0.25;  // per measurement
     int cpu = -1;
     bool json = false;
 };
@@ -69,7 +69,7 @@ SaConfig bench_sa(const NamedTransform &t)
     c.spi = 0x1000;
     c.mode = Mode::Tunnel;
     c.replay_window = 64;
-    uint8_t key[96];     // room for the longest HMAC key at its offset
+    uint8_t key[96];  // room for the longest HMAC key at its offset
     for (size_t i = 0; i < sizeof(key); i++)
         key[i] = uint8_t(i * 7 + 1);
     c.xf.aead = t.aead;
@@ -122,7 +122,7 @@ struct Frames {
 struct Row {
     std::string transform, crypto;
     uint32_t size;
-    double raw_enc, encap, raw_dec, decap;   // ns per packet
+    double raw_enc, encap, raw_dec, decap;  // ns per packet
 };
 
 // Raw cipher: the same payload length ESP hands the cipher for this packet size. Encrypt and
@@ -234,7 +234,8 @@ void run_bench(const BenchOptions &o)
     } else {
         auto b = parse_backend(o.crypto);
         if (!b)
-            throw Failure("bench: unknown --crypto '" + o.crypto + "' (all, auto, openssl, ipsecmb)");
+            throw Failure("bench: unknown --crypto '" + o.crypto +
+                          "' (all, auto, openssl, ipsecmb)");
         backends = {*b};
     }
     std::vector<uint32_t> sizes;
@@ -273,11 +274,17 @@ void run_bench(const BenchOptions &o)
     if (o.json) {
         nlohmann::json j = nlohmann::json::array();
         for (const Row &r : rows)
-            j.push_back({{"transform", r.transform}, {"crypto", r.crypto}, {"size", r.size},
-                         {"raw_encrypt_ns", r.raw_enc}, {"encap_ns", r.encap},
-                         {"encap_mpps", 1e3 / r.encap}, {"encap_gbps", r.size * 8.0 / r.encap},
-                         {"encap_ratio", r.raw_enc / r.encap}, {"raw_decrypt_ns", r.raw_dec},
-                         {"decap_ns", r.decap}, {"decap_mpps", 1e3 / r.decap},
+            j.push_back({{"transform", r.transform},
+                         {"crypto", r.crypto},
+                         {"size", r.size},
+                         {"raw_encrypt_ns", r.raw_enc},
+                         {"encap_ns", r.encap},
+                         {"encap_mpps", 1e3 / r.encap},
+                         {"encap_gbps", r.size * 8.0 / r.encap},
+                         {"encap_ratio", r.raw_enc / r.encap},
+                         {"raw_decrypt_ns", r.raw_dec},
+                         {"decap_ns", r.decap},
+                         {"decap_mpps", 1e3 / r.decap},
                          {"decap_gbps", r.size * 8.0 / r.decap},
                          {"decap_ratio", r.raw_dec / r.decap}});
         std::printf("%s\n", j.dump(2).c_str());
@@ -287,12 +294,13 @@ void run_bench(const BenchOptions &o)
     print_speedups(rows);
 }
 
-} // namespace
+}  // namespace
 
 void register_bench_command(CLI::App &app)
 {
     auto o = std::make_shared<BenchOptions>();
-    CLI::App *c = app.add_subcommand("bench", "Raw crypto against full ESP, per transform and size");
+    CLI::App *c =
+        app.add_subcommand("bench", "Raw crypto against full ESP, per transform and size");
     c->add_option("--crypto", o->crypto, "all, auto, openssl or ipsecmb");
     c->add_option("--sizes", o->sizes, "Inner packet sizes in bytes, comma separated");
     c->add_option("--transforms", o->transforms,
@@ -304,4 +312,4 @@ void register_bench_command(CLI::App &app)
     c->callback([o] { run_bench(*o); });
 }
 
-} // namespace xesp::cli
+}  // namespace xesp::cli

@@ -17,7 +17,7 @@ void check_kernel()
     std::printf("kernel %s: has what xesp needs\n", kernel_release().c_str());
 }
 
-} // namespace
+}  // namespace
 
 void register_daemon_command(CLI::App &app)
 {
@@ -59,4 +59,4 @@ void register_daemon_command(CLI::App &app)
     });
 }
 
-} // namespace xesp::cli
+}  // namespace xesp::cli

@@ -116,7 +116,7 @@ void write_db(const std::string &path, const Config &cfg)
     OPENSSL_cleanse(text.data(), text.size());
     int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
-        ::fsync(dfd);     // make the rename itself durable
+        ::fsync(dfd);  // make the rename itself durable
         ::close(dfd);
     }
 }
@@ -165,8 +165,8 @@ struct DbOptions {
 
 void add_db_option(CLI::App *sub, DbOptions &o)
 {
-    o.db_given = sub->add_option("--db", o.db,
-                                 "work on this database file instead of a running daemon");
+    o.db_given =
+        sub->add_option("--db", o.db, "work on this database file instead of a running daemon");
     o.socket_given = sub->add_option(
         "--socket", o.socket,
         std::string("the xesp daemon's control socket (default: $XESP_SOCKET, else ") +
@@ -301,7 +301,7 @@ constexpr const char *kPolicyFooter = R"(Commands, in the words of `ip xfrm poli
   del|get src PREFIX dst PREFIX [proto P [sport N] [dport N]] dir in|out|fwd
   flush | list)";
 
-} // namespace
+}  // namespace
 
 void register_db_commands(CLI::App &app)
 {
@@ -351,4 +351,4 @@ std::string default_socket()
     return ns.empty() ? kDefaultControlSocket : "/run/xesp/xesp-" + ns + ".sock";
 }
 
-} // namespace xesp::cli
+}  // namespace xesp::cli

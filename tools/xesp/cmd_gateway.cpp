@@ -127,13 +127,13 @@ void print_stats(const json &s, const json *prev, double secs)
                     with_rate(num(sa, "packets"), p, "packets", secs).c_str(),
                     with_rate(num(sa, "bytes"), p, "bytes", secs).c_str());
         for (auto d = sa["drops"].begin(); d != sa["drops"].end(); ++d)
-            std::printf("    drop %-24s %s\n", d.key().c_str(),
-                        with_rate(d->get<uint64_t>(), p ? &(*p)["drops"] : nullptr,
-                                  d.key().c_str(), secs)
-                            .c_str());
+            std::printf(
+                "    drop %-24s %s\n", d.key().c_str(),
+                with_rate(d->get<uint64_t>(), p ? &(*p)["drops"] : nullptr, d.key().c_str(), secs)
+                    .c_str());
     }
-    print_counters("drops (engine, all SAs):", s["drops"],
-                   prev ? &(*prev)["drops"] : nullptr, secs, true);
+    print_counters("drops (engine, all SAs):", s["drops"], prev ? &(*prev)["drops"] : nullptr, secs,
+                   true);
     print_counters("gateway:", s["gateway"], prev ? &(*prev)["gateway"] : nullptr, secs, true);
     print_counters("xdp:", s["xdp"], prev ? &(*prev)["xdp"] : nullptr, secs, true);
     if (s.contains("xsk"))
@@ -175,7 +175,7 @@ void run_stats(const StatsOptions &o)
     }
 }
 
-} // namespace
+}  // namespace
 
 void register_gateway_commands(CLI::App &app)
 {
@@ -211,4 +211,4 @@ void register_gateway_commands(CLI::App &app)
     });
 }
 
-} // namespace xesp::cli
+}  // namespace xesp::cli

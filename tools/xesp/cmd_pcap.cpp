@@ -34,7 +34,7 @@ struct Slot {
     bool skip = false;
     Pkt pkt;
     struct timeval ts;
-    std::vector<uint8_t> raw;          // frames that are not IP go out as they came
+    std::vector<uint8_t> raw;  // frames that are not IP go out as they came
 };
 
 void run_pcap(const PcapOptions &o)
@@ -67,8 +67,8 @@ void run_pcap(const PcapOptions &o)
         throw Failure(o.batch + ": " + engine.error().message);
     nlohmann::json expires = nlohmann::json::array();
     (*engine)->on_expire([&](const Sa &sa, bool hard) {
-        std::string what = std::string(hard ? "hard" : "soft") + " lifetime reached: " +
-                           sa_label(sa.config());
+        std::string what =
+            std::string(hard ? "hard" : "soft") + " lifetime reached: " + sa_label(sa.config());
         if (!o.json)
             std::fprintf(stderr, "xesp: sa expire: %s\n", what.c_str());
         expires.push_back(what);
@@ -98,7 +98,7 @@ void run_pcap(const PcapOptions &o)
             s.skip = s.ip && (l3 > sizeof(s.l2) ||
                               len - l3 > kFrameSize - kFrameHeadroom - kMaxEspOverheadBack);
             if (s.skip) {
-                too_big++;          // it might need protecting: never write it unprocessed
+                too_big++;  // it might need protecting: never write it unprocessed
                 continue;
             }
             if (!s.ip) {
@@ -125,9 +125,8 @@ void run_pcap(const PcapOptions &o)
             }
             if (s.pkt.verdict == Verdict::Drop)
                 continue;
-            if (s.pkt.verdict == Verdict::Pass) {     // as it came, link-layer padding too
-                writer->write(s.pkt.frame + kFrameHeadroom - s.l2_len, s.l2_len + s.orig_len,
-                              s.ts);
+            if (s.pkt.verdict == Verdict::Pass) {  // as it came, link-layer padding too
+                writer->write(s.pkt.frame + kFrameHeadroom - s.l2_len, s.l2_len + s.orig_len, s.ts);
                 frames_out++;
                 continue;
             }
@@ -136,7 +135,7 @@ void run_pcap(const PcapOptions &o)
             std::memcpy(l2, s.l2, s.l2_len);
             if (lt == DLT_EN10MB) {
                 set_ethertype(l2, s.l2_len, wire::ip_version(s.pkt.ip()));
-                if (s.pkt.verdict == Verdict::TooBig)      // goes back to where it came from
+                if (s.pkt.verdict == Verdict::TooBig)  // goes back to where it came from
                     for (int b = 0; b < 6; b++)
                         std::swap(l2[b], l2[6 + b]);
             }
@@ -158,13 +157,13 @@ void run_pcap(const PcapOptions &o)
     }
 }
 
-} // namespace
+}  // namespace
 
 void register_pcap_command(CLI::App &app)
 {
     auto o = std::make_shared<PcapOptions>();
-    CLI::App *c = app.add_subcommand(
-        "pcap", "Run every frame of a capture through the gateway's ESP code");
+    CLI::App *c =
+        app.add_subcommand("pcap", "Run every frame of a capture through the gateway's ESP code");
     c->add_option("-b,--batch", o->batch, "Config: a batch of 'sa add'/'policy add' lines")
         ->required();
     c->add_option("--in", o->in, "Input capture (Ethernet or raw IP)")->required();
@@ -182,4 +181,4 @@ void register_pcap_command(CLI::App &app)
     c->callback([o] { run_pcap(*o); });
 }
 
-} // namespace xesp::cli
+}  // namespace xesp::cli

@@ -25,4 +25,4 @@ struct Failure : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-} // namespace xesp::cli
+}  // namespace xesp::cli

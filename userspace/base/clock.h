@@ -22,4 +22,4 @@ inline uint64_t now_ns()
 using Clock = std::chrono::steady_clock;
 static_assert(Clock::is_steady, "CLOCK_MONOTONIC");
 
-} // namespace xesp
+}  // namespace xesp

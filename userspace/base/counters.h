@@ -10,41 +10,41 @@
 
 namespace xesp {
 
-#define XESP_FOREACH_DROP(X)                                                           \
-    X(InNoStates, "in-no-state", "XfrmInNoStates")                                     \
-    X(InReflected, "in-reflected", "XfrmInNoStates")                                   \
-    X(InTruncated, "in-truncated", "XfrmInHdrError")                                   \
-    X(InBadLength, "in-bad-length", "XfrmInHdrError")                                  \
-    X(InShortIcv, "in-short-icv", "XfrmInHdrError")                                    \
-    X(InBadBlockSize, "in-bad-block-size", "XfrmInStateProtoError")                    \
-    X(InReplay, "in-replay", "XfrmInStateSeqError")                                    \
-    X(InTooOld, "in-too-old", "XfrmInStateSeqError")                                   \
-    X(InIcvFail, "in-icv-fail", "XfrmInStateProtoError")                               \
-    X(InBadPadding, "in-bad-padding", "XfrmInStateProtoError")                         \
-    X(InBadNextHeader, "in-bad-next-header", "XfrmInStateModeError")                   \
-    X(InDummy, "in-dummy", "XfrmInStateProtoError")                                    \
-    X(InBadInner, "in-bad-inner", "XfrmInHdrError")                                    \
-    X(InEcnDrop, "in-ecn-drop", "XfrmInError")                                         \
-    X(InSelectorMismatch, "in-selector-mismatch", "XfrmInStateMismatch")               \
-    X(InTmplMismatch, "in-tmpl-mismatch", "XfrmInTmplMismatch")                        \
-    X(InNoPolicy, "in-no-policy", "XfrmInNoPols")                                      \
-    X(InEncapMismatch, "in-encap-mismatch", "XfrmInStateMismatch")                     \
-    X(InUnprotected, "in-unprotected", "XfrmInTmplMismatch")                           \
-    X(InPolBlock, "in-policy-block", "XfrmInPolBlock")                                 \
-    X(InExpired, "in-expired", "XfrmInStateExpired")                                   \
-    X(InBufferError, "in-buffer", "XfrmInBufferError")                                 \
-    X(InCryptoError, "in-crypto-error", "XfrmInError")                                 \
-    X(OutNoStates, "out-no-state", "XfrmOutNoStates")                                  \
-    X(FragmentUnclassifiable, "fragment-unclassifiable", "XfrmOutPolBlock")             \
-    X(OutPolBlock, "out-policy-block", "XfrmOutPolBlock")                              \
-    X(OutSeqExhausted, "out-seq-exhausted", "XfrmOutStateSeqError")                    \
-    X(OutSeqUnreserved, "out-seq-unreserved", "XfrmOutStateSeqError")                  \
-    X(OutExpired, "out-expired", "XfrmOutStateExpired")                                \
-    X(OutNoHeadroom, "out-no-headroom", "XfrmOutError")                                \
-    X(OutTooBig, "out-too-big", "XfrmOutError")                                        \
-    X(OutBadInner, "out-bad-inner", "XfrmOutError")                                    \
-    X(OutModeMismatch, "out-mode-mismatch", "XfrmOutStateModeError")                   \
-    X(OutTransportFragment, "out-transport-fragment", "XfrmOutStateModeError")         \
+#define XESP_FOREACH_DROP(X)                                                                       \
+    X(InNoStates, "in-no-state", "XfrmInNoStates")                                                 \
+    X(InReflected, "in-reflected", "XfrmInNoStates")                                               \
+    X(InTruncated, "in-truncated", "XfrmInHdrError")                                               \
+    X(InBadLength, "in-bad-length", "XfrmInHdrError")                                              \
+    X(InShortIcv, "in-short-icv", "XfrmInHdrError")                                                \
+    X(InBadBlockSize, "in-bad-block-size", "XfrmInStateProtoError")                                \
+    X(InReplay, "in-replay", "XfrmInStateSeqError")                                                \
+    X(InTooOld, "in-too-old", "XfrmInStateSeqError")                                               \
+    X(InIcvFail, "in-icv-fail", "XfrmInStateProtoError")                                           \
+    X(InBadPadding, "in-bad-padding", "XfrmInStateProtoError")                                     \
+    X(InBadNextHeader, "in-bad-next-header", "XfrmInStateModeError")                               \
+    X(InDummy, "in-dummy", "XfrmInStateProtoError")                                                \
+    X(InBadInner, "in-bad-inner", "XfrmInHdrError")                                                \
+    X(InEcnDrop, "in-ecn-drop", "XfrmInError")                                                     \
+    X(InSelectorMismatch, "in-selector-mismatch", "XfrmInStateMismatch")                           \
+    X(InTmplMismatch, "in-tmpl-mismatch", "XfrmInTmplMismatch")                                    \
+    X(InNoPolicy, "in-no-policy", "XfrmInNoPols")                                                  \
+    X(InEncapMismatch, "in-encap-mismatch", "XfrmInStateMismatch")                                 \
+    X(InUnprotected, "in-unprotected", "XfrmInTmplMismatch")                                       \
+    X(InPolBlock, "in-policy-block", "XfrmInPolBlock")                                             \
+    X(InExpired, "in-expired", "XfrmInStateExpired")                                               \
+    X(InBufferError, "in-buffer", "XfrmInBufferError")                                             \
+    X(InCryptoError, "in-crypto-error", "XfrmInError")                                             \
+    X(OutNoStates, "out-no-state", "XfrmOutNoStates")                                              \
+    X(FragmentUnclassifiable, "fragment-unclassifiable", "XfrmOutPolBlock")                        \
+    X(OutPolBlock, "out-policy-block", "XfrmOutPolBlock")                                          \
+    X(OutSeqExhausted, "out-seq-exhausted", "XfrmOutStateSeqError")                                \
+    X(OutSeqUnreserved, "out-seq-unreserved", "XfrmOutStateSeqError")                              \
+    X(OutExpired, "out-expired", "XfrmOutStateExpired")                                            \
+    X(OutNoHeadroom, "out-no-headroom", "XfrmOutError")                                            \
+    X(OutTooBig, "out-too-big", "XfrmOutError")                                                    \
+    X(OutBadInner, "out-bad-inner", "XfrmOutError")                                                \
+    X(OutModeMismatch, "out-mode-mismatch", "XfrmOutStateModeError")                               \
+    X(OutTransportFragment, "out-transport-fragment", "XfrmOutStateModeError")                     \
     X(OutCryptoError, "out-crypto-error", "XfrmOutStateProtoError")
 
 enum class Drop : uint8_t {
@@ -68,7 +68,10 @@ constexpr std::array<std::string_view, kDropCount> kDropXfrmClass = {
 #undef XESP_DROP_CLASS
 };
 
-constexpr std::string_view drop_name(Drop d) { return kDropNames[size_t(d)]; }
+constexpr std::string_view drop_name(Drop d)
+{
+    return kDropNames[size_t(d)];
+}
 
 // Counters of one SA, or of the whole engine. Plain integers: each SA's serial step owns them.
 struct Counters {
@@ -80,4 +83,4 @@ struct Counters {
     uint64_t operator[](Drop d) const { return drops[size_t(d)]; }
 };
 
-} // namespace xesp
+}  // namespace xesp

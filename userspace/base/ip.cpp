@@ -58,7 +58,8 @@ std::optional<Prefix> Prefix::parse(std::string_view text)
     if (slash != std::string_view::npos) {
         auto digits = text.substr(slash + 1);
         auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), len);
-        if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() || len > max)
+        if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() ||
+            len > max)
             return std::nullopt;
     }
     Prefix p;
@@ -92,4 +93,4 @@ bool Selector::matches(const IpAddr &s, const IpAddr &d, uint8_t p, uint16_t sp,
     return true;
 }
 
-} // namespace xesp
+}  // namespace xesp

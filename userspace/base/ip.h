@@ -11,8 +11,8 @@
 namespace xesp {
 
 struct IpAddr {
-    uint8_t family = 0;             // 0 unset, 4 or 6
-    std::array<uint8_t, 16> b{};    // IPv4 uses the first 4 bytes
+    uint8_t family = 0;           // 0 unset, 4 or 6
+    std::array<uint8_t, 16> b{};  // IPv4 uses the first 4 bytes
 
     static IpAddr v4(const uint8_t *p)
     {
@@ -36,7 +36,7 @@ struct IpAddr {
 };
 
 struct Prefix {
-    IpAddr addr;        // host bits cleared
+    IpAddr addr;  // host bits cleared
     uint8_t len = 0;
 
     bool contains(const IpAddr &a) const;
@@ -51,7 +51,7 @@ struct Prefix {
 struct Selector {
     Prefix src;
     Prefix dst;
-    uint8_t proto = 0;          // 0 = any
+    uint8_t proto = 0;  // 0 = any
     bool sport_set = false;
     bool dport_set = false;
     uint16_t sport = 0;
@@ -62,4 +62,4 @@ struct Selector {
     bool operator==(const Selector &o) const = default;
 };
 
-} // namespace xesp
+}  // namespace xesp

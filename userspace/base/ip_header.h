@@ -19,23 +19,32 @@ namespace xesp {
 
 // How far parse_ip() got, in the order it checks. Each value means the checks above it passed.
 enum class IpParse : uint8_t {
-    NotIp,          // shorter than a fixed header (20 or 40 bytes), or not version 4 or 6
-    BadHeader,      // IPv4: IHL below 5, or the options run past the buffer
-    BadLength,      // the total length is below the header's or past the buffer
-    BadChain,       // IPv6: a hop-by-hop, routing or destination options header runs past the
-                    // datagram
-    BadFragment,    // IPv6: the Fragment header runs past the datagram
+    NotIp,        // shorter than a fixed header (20 or 40 bytes), or not version 4 or 6
+    BadHeader,    // IPv4: IHL below 5, or the options run past the buffer
+    BadLength,    // the total length is below the header's or past the buffer
+    BadChain,     // IPv6: a hop-by-hop, routing or destination options header runs past the
+                  // datagram
+    BadFragment,  // IPv6: the Fragment header runs past the datagram
     Ok,
 };
 
 // The fixed header (IPv4: with its options) is in the buffer: the fields it fills can be read,
 // though what its total length promises may not be there.
-inline bool header_ok(IpParse s) { return s > IpParse::BadHeader; }
+inline bool header_ok(IpParse s)
+{
+    return s > IpParse::BadHeader;
+}
 // The header and its lengths can be trusted: total bytes of datagram are in the buffer.
-inline bool lengths_ok(IpParse s) { return s > IpParse::BadLength; }
+inline bool lengths_ok(IpParse s)
+{
+    return s > IpParse::BadLength;
+}
 // ... and so can the IPv6 extension headers in front of the transport header (or of a
 // Fragment header, which may itself still be cut short).
-inline bool chain_ok(IpParse s) { return s > IpParse::BadChain; }
+inline bool chain_ok(IpParse s)
+{
+    return s > IpParse::BadChain;
+}
 
 // Addresses of a header parse_ip() has found to be IP (or that was checked before).
 inline IpAddr ip_src(const uint8_t *ip)
@@ -49,24 +58,24 @@ inline IpAddr ip_dst(const uint8_t *ip)
 
 struct IpHeader {
     const uint8_t *ip = nullptr;
-    uint8_t version = 0;            // 4 or 6; 0 when NotIp (no other field is valid then)
+    uint8_t version = 0;  // 4 or 6; 0 when NotIp (no other field is valid then)
     // The transport protocol: IPv4's protocol field; IPv6's next header after the extension
     // headers and the Fragment header (the Fragment header's own number, 44, when that is
     // cut short; the fixed header's next header when the chain was not read).
     uint8_t proto = 0;
-    bool fragment = false;          // IPv4: MF set or an offset; IPv6: a Fragment header
-    bool more_fragments = false;    // MF / M
-    bool dont_fragment = false;     // IPv4: DF; IPv6: always (routers never fragment it)
-    uint16_t frag_offset = 0;       // bytes (the header's 8-byte units times 8)
-    uint32_t hdr_len = 0;           // IPv4 with options (as read: checked from BadLength on);
-                                    // IPv6 40, without extension headers
-    uint32_t total = 0;             // the datagram's length per its header
+    bool fragment = false;        // IPv4: MF set or an offset; IPv6: a Fragment header
+    bool more_fragments = false;  // MF / M
+    bool dont_fragment = false;   // IPv4: DF; IPv6: always (routers never fragment it)
+    uint16_t frag_offset = 0;     // bytes (the header's 8-byte units times 8)
+    uint32_t hdr_len = 0;         // IPv4 with options (as read: checked from BadLength on);
+                                  // IPv6 40, without extension headers
+    uint32_t total = 0;           // the datagram's length per its header
     // The part ESP goes behind in transport mode (RFC 4303 3.1.1): IPv4's header, or IPv6's
     // with its hop-by-hop, routing and destination options headers. nh_off is the byte that
     // names what follows it (IPv4: 9, the protocol field).
     uint32_t chain_len = 0;
     uint32_t nh_off = 0;
-    uint32_t l4_off = 0;            // the transport header: chain_len, + 8 behind a Fragment header
+    uint32_t l4_off = 0;  // the transport header: chain_len, + 8 behind a Fragment header
 
     IpAddr src() const { return ip_src(ip); }
     IpAddr dst() const { return ip_dst(ip); }
@@ -131,7 +140,7 @@ inline IpParse parse_ipv6(const uint8_t *ip, uint32_t len, IpHeader *h)
     h->fragment = true;
     if (off + kIpv6FragHdrLen > h->total)
         return IpParse::BadFragment;
-    uint16_t frag = get16(ip + off + 2);        // offset in 8-byte units, 2 reserved bits, M
+    uint16_t frag = get16(ip + off + 2);  // offset in 8-byte units, 2 reserved bits, M
     h->proto = ip[off];
     h->frag_offset = uint16_t(frag & ~7u);
     h->more_fragments = frag & 1;
@@ -139,7 +148,7 @@ inline IpParse parse_ipv6(const uint8_t *ip, uint32_t len, IpHeader *h)
     return IpParse::Ok;
 }
 
-} // namespace ip_detail
+}  // namespace ip_detail
 
 // The IP header at ip, len bytes of buffer. See IpParse for what each result leaves valid.
 inline IpParse parse_ip(const uint8_t *ip, uint32_t len, IpHeader *h)
@@ -158,4 +167,4 @@ inline IpParse parse_ip(const uint8_t *ip, uint32_t len, IpHeader *h)
     }
 }
 
-} // namespace xesp
+}  // namespace xesp

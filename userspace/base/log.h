@@ -32,4 +32,4 @@ inline void vlog(LogLevel level, const char *fmt, va_list ap)
     va_end(ap);
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -31,4 +31,4 @@ std::string describe_netns(const std::string &name)
     return name.empty() ? "no named network namespace" : "network namespace " + name;
 }
 
-} // namespace xesp
+}  // namespace xesp

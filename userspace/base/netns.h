@@ -16,4 +16,4 @@ std::string netns_name();
 // "network namespace NAME", or "no named network namespace" for "": for messages.
 std::string describe_netns(const std::string &name);
 
-} // namespace xesp
+}  // namespace xesp

@@ -19,22 +19,22 @@ constexpr uint32_t kMaxEspOverheadFront = 72;
 constexpr uint32_t kMaxEspOverheadBack = 49;
 
 enum class Verdict : uint8_t {
-    Pass,        // not ours: leave it unchanged (the gateway hands it to the kernel)
-    Encrypted,   // was plaintext, now ESP
-    Decrypted,   // was ESP, now the inner (tunnel) or rebuilt (transport) packet
-    Drop,        // see drop
-    TooBig,      // would not fit the tunnel: now the ICMP error for its sender (RFC 1191/8201)
-    TimeExceeded,   // TTL / hop limit ran out here: now the ICMP error for its sender
+    Pass,          // not ours: leave it unchanged (the gateway hands it to the kernel)
+    Encrypted,     // was plaintext, now ESP
+    Decrypted,     // was ESP, now the inner (tunnel) or rebuilt (transport) packet
+    Drop,          // see drop
+    TooBig,        // would not fit the tunnel: now the ICMP error for its sender (RFC 1191/8201)
+    TimeExceeded,  // TTL / hop limit ran out here: now the ICMP error for its sender
 };
 
 struct Pkt {
-    uint8_t *frame = nullptr;   // start of the frame (headroom begins here)
-    uint32_t frame_len = 0;     // bytes usable in the frame
-    uint32_t l3 = 0;            // offset of the IP header in the frame
-    uint32_t len = 0;           // bytes of the IP packet
-    uint16_t l4 = 0;            // ESP packets: offset of the ESP header from the IP header
-    uint16_t l2_len = 0;        // bytes of link-layer header (Ethernet, VLAN tags) right before
-                                // l3; 0 once the engine has rewritten the packet
+    uint8_t *frame = nullptr;  // start of the frame (headroom begins here)
+    uint32_t frame_len = 0;    // bytes usable in the frame
+    uint32_t l3 = 0;           // offset of the IP header in the frame
+    uint32_t len = 0;          // bytes of the IP packet
+    uint16_t l4 = 0;           // ESP packets: offset of the ESP header from the IP header
+    uint16_t l2_len = 0;       // bytes of link-layer header (Ethernet, VLAN tags) right before
+                               // l3; 0 once the engine has rewritten the packet
     Verdict verdict = Verdict::Pass;
     Drop drop = Drop::Count;
 
@@ -47,4 +47,4 @@ struct Pkt {
     }
 };
 
-} // namespace xesp
+}  // namespace xesp

@@ -42,8 +42,8 @@ Result<PrivateFileLock> PrivateFileLock::acquire(const std::string &path)
         int err = errno;
         ::close(fd);
         if (err == EWOULDBLOCK)
-            return make_error("state file " + path + " is in use by another xesp daemon (" +
-                                  lock + " is locked); give this one its own --state",
+            return make_error("state file " + path + " is in use by another xesp daemon (" + lock +
+                                  " is locked); give this one its own --state",
                               err);
         errno = err;
         return make_error(sys_error("cannot lock", lock), err);
@@ -87,7 +87,7 @@ bool write_all(int fd, std::string_view text)
     return true;
 }
 
-} // namespace
+}  // namespace
 
 Result<void> write_private_file(const std::string &path, std::string_view text)
 {
@@ -126,4 +126,4 @@ Result<void> write_private_file(const std::string &path, std::string_view text)
     return {};
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -43,4 +43,4 @@ private:
 // first: the caller holds the lock, so no one else is writing it.
 Result<void> write_private_file(const std::string &path, std::string_view text);
 
-} // namespace xesp
+}  // namespace xesp

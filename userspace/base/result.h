@@ -16,13 +16,12 @@ struct Error {
 
 inline Error make_error(std::string message, int errno_value = 0)
 {
-    return Error{std::move(message),
-                 errno_value ? std::error_code(errno_value, std::generic_category())
-                             : std::error_code()};
+    return Error{std::move(message), errno_value
+                                         ? std::error_code(errno_value, std::generic_category())
+                                         : std::error_code()};
 }
 
-template <class T>
-class [[nodiscard]] Result {
+template <class T> class [[nodiscard]] Result {
 public:
     Result(T value) : v_(std::move(value)) {}
     Result(Error error) : v_(std::move(error)) {}
@@ -41,8 +40,7 @@ private:
     std::variant<T, Error> v_;
 };
 
-template <>
-class [[nodiscard]] Result<void> {
+template <> class [[nodiscard]] Result<void> {
 public:
     Result() = default;
     Result(Error error) : error_(std::move(error)), ok_(false) {}
@@ -56,4 +54,4 @@ private:
     bool ok_ = true;
 };
 
-} // namespace xesp
+}  // namespace xesp

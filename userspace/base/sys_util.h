@@ -22,4 +22,4 @@ inline std::string parent_dir(const std::string &path)
     return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -18,7 +18,7 @@ constexpr uint8_t kProtoIpv6Route = 43;
 constexpr uint8_t kProtoIpv6Frag = 44;
 constexpr uint8_t kProtoEsp = 50;
 constexpr uint8_t kProtoIcmpv6 = 58;
-constexpr uint8_t kProtoNone = 59;          // RFC 4303 2.6: dummy packet
+constexpr uint8_t kProtoNone = 59;  // RFC 4303 2.6: dummy packet
 constexpr uint8_t kProtoIpv6Opts = 60;
 constexpr uint8_t kProtoIpv6HopByHop = 0;
 constexpr uint8_t kProtoSctp = 132;
@@ -34,22 +34,31 @@ constexpr uint16_t kEthIpv6 = 0x86dd;
 constexpr uint16_t kEthVlan = 0x8100;
 constexpr uint16_t kEthQinQ = 0x88a8;
 
-constexpr uint16_t kNatTPort = 4500;        // RFC 3948
+constexpr uint16_t kNatTPort = 4500;  // RFC 3948
 constexpr size_t kEthLen = 14;
 constexpr size_t kIpv4Len = 20;
 constexpr size_t kIpv6Len = 40;
 constexpr size_t kIpv6FragHdrLen = 8;
 constexpr size_t kUdpLen = 8;
-constexpr size_t kEspHdrLen = 8;            // SPI + sequence number
-constexpr size_t kEspTrailerLen = 2;        // pad length + next header
+constexpr size_t kEspHdrLen = 8;      // SPI + sequence number
+constexpr size_t kEspTrailerLen = 2;  // pad length + next header
 
 // The version nibble. Enough to tell the family of a header already checked; to read an
 // unchecked one, parse_ip() (ip_header.h).
-inline uint8_t ip_version(const uint8_t *ip) { return ip[0] >> 4; }
+inline uint8_t ip_version(const uint8_t *ip)
+{
+    return ip[0] >> 4;
+}
 // IPv4 header length from IHL, unchecked.
-inline uint32_t ipv4_hdr_len(const uint8_t *ip) { return uint32_t(ip[0] & 0x0f) * 4; }
+inline uint32_t ipv4_hdr_len(const uint8_t *ip)
+{
+    return uint32_t(ip[0] & 0x0f) * 4;
+}
 
-inline uint16_t get16(const uint8_t *p) { return uint16_t(p[0] << 8 | p[1]); }
+inline uint16_t get16(const uint8_t *p)
+{
+    return uint16_t(p[0] << 8 | p[1]);
+}
 inline uint32_t get32(const uint8_t *p)
 {
     return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
@@ -122,4 +131,4 @@ inline void ip_set_tos(uint8_t *ip, uint8_t tos)
 constexpr uint8_t kEcnMask = 0x03;
 constexpr uint8_t kEcnNotEct = 0, kEcnEct1 = 1, kEcnEct0 = 2, kEcnCe = 3;
 
-} // namespace xesp::wire
+}  // namespace xesp::wire

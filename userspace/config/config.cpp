@@ -13,12 +13,18 @@ const char *verb_word(Command::Verb v)
 {
     using V = Command::Verb;
     switch (v) {
-    case V::Add: return "add";
-    case V::Update: return "update";
-    case V::Del: return "del";
-    case V::Get: return "get";
-    case V::Flush: return "flush";
-    case V::List: return "list";
+    case V::Add:
+        return "add";
+    case V::Update:
+        return "update";
+    case V::Del:
+        return "del";
+    case V::Get:
+        return "get";
+    case V::Flush:
+        return "flush";
+    case V::List:
+        return "list";
     }
     return "?";
 }
@@ -46,8 +52,8 @@ Result<void> apply_sa(Config &cfg, const Command &cmd)
         return {};
     auto i = find_index(sas, [&](const SaConfig &s) { return s.dst == sa.dst && s.spi == sa.spi; });
     // del/get may name the source too, as ip xfrm's ID does; it must then match.
-    bool src_differs = cmd.verb != V::Add && cmd.verb != V::Update && sa.src.family &&
-                       i >= 0 && !(sas[size_t(i)].src == sa.src);
+    bool src_differs = cmd.verb != V::Add && cmd.verb != V::Update && sa.src.family && i >= 0 &&
+                       !(sas[size_t(i)].src == sa.src);
     if (cmd.verb == V::Add) {
         if (i >= 0)
             return make_error(ctx + describe_sa(sa.dst, sa.spi) +
@@ -97,7 +103,7 @@ Result<void> apply_policy(Config &cfg, const Command &cmd)
     return {};
 }
 
-} // namespace
+}  // namespace
 
 Result<void> apply_command(Config &cfg, const Command &cmd)
 {
@@ -117,7 +123,7 @@ std::string to_batch(const Config &cfg, bool show_keys)
 Result<Config> load_batch(std::string_view text, std::string_view name, Config base)
 {
     Config cfg = std::move(base);
-    std::string logical;            // the line being read, joined across trailing backslashes
+    std::string logical;  // the line being read, joined across trailing backslashes
     size_t lineno = 0, first = 0;
     size_t pos = 0;
     while (pos < text.size()) {
@@ -167,4 +173,4 @@ Result<Config> load_batch_file(const std::string &path, Config base)
     return cfg;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -27,4 +27,4 @@ std::string to_batch(const Config &cfg, bool show_keys);
 Result<Config> load_batch(std::string_view text, std::string_view name, Config base = {});
 Result<Config> load_batch_file(const std::string &path, Config base = {});
 
-} // namespace xesp
+}  // namespace xesp

@@ -63,26 +63,32 @@ std::string usage_of(const AlgInfo &a)
 {
     std::string n(a.name);
     switch (a.kind) {
-    case Kind::Aead: return "aead " + n + " KEY ICV-BITS";
-    case Kind::Enc: return "enc " + n + " KEY auth ALGO KEY";
-    case Kind::Auth: break;
+    case Kind::Aead:
+        return "aead " + n + " KEY ICV-BITS";
+    case Kind::Enc:
+        return "enc " + n + " KEY auth ALGO KEY";
+    case Kind::Auth:
+        break;
     }
     return "enc ALGO KEY auth " + n + " KEY";
 }
 
-} // namespace
+}  // namespace
 
 std::string unknown_alg(Kind wanted, std::string_view name)
 {
-    if (const AlgInfo *a = find_alg(name))     // a known name in the wrong place
+    if (const AlgInfo *a = find_alg(name))  // a known name in the wrong place
         return shown(name) + " is not an " + std::string(kind_word(wanted)) +
                " algorithm; did you mean '" + usage_of(*a) + "'?";
     if (wanted == Kind::Auth && name.find("null") != std::string_view::npos)
-        return "auth " + shown(name) + " gives no integrity, and ESP without integrity is not "
-               "offered; use one of " + names_of(Kind::Auth);
+        return "auth " + shown(name) +
+               " gives no integrity, and ESP without integrity is not "
+               "offered; use one of " +
+               names_of(Kind::Auth);
     const AlgInfo *g = guess_alg(name, wanted);
     if (g && g->kind == wanted)
-        return "unknown algorithm " + shown(name) + "; did you mean '" + std::string(g->name) + "'?";
+        return "unknown algorithm " + shown(name) + "; did you mean '" + std::string(g->name) +
+               "'?";
     if (g)
         return "unknown " + std::string(kind_word(wanted)) + " algorithm " + shown(name) +
                "; did you mean '" + usage_of(*g) + "'?";
@@ -112,6 +118,6 @@ bool in_list(const std::array<uint16_t, 3> &v, unsigned x)
     return false;
 }
 
-} // namespace xfrm
+}  // namespace xfrm
 
-} // namespace xesp
+}  // namespace xesp

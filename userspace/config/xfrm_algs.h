@@ -20,4 +20,4 @@ std::string list_sizes(const std::array<uint16_t, 3> &v, unsigned add, const cha
 // Whether `x` is one of the nonzero sizes of `v`.
 bool in_list(const std::array<uint16_t, 3> &v, unsigned x);
 
-} // namespace xesp::xfrm
+}  // namespace xesp::xfrm

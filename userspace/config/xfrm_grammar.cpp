@@ -38,10 +38,11 @@ Result<Command::Verb> parse_verb(std::string_view w)
         return V::Flush;
     if (w == "list" || w == "show")
         return V::List;
-    return make_error("unknown command " + shown(w) + "; expected add, update, del, get, flush or list");
+    return make_error("unknown command " + shown(w) +
+                      "; expected add, update, del, get, flush or list");
 }
 
-} // namespace
+}  // namespace
 
 Result<Command> parse_command(const std::vector<std::string> &words)
 {
@@ -56,7 +57,8 @@ Result<Command> parse_command(const std::vector<std::string> &words)
     else
         return make_error("unknown object " + shown(obj) + "; expected sa or policy");
     if (words.size() < 2)
-        return make_error(std::string(obj) + ": missing command: add, update, del, get, flush or list");
+        return make_error(std::string(obj) +
+                          ": missing command: add, update, del, get, flush or list");
     XESP_SET(cmd.verb, parse_verb(words[1]));
     bool sa = cmd.object == Command::Object::Sa;
     Cursor c(words, std::string(sa ? "sa " : "policy ") + words[1]);
@@ -85,4 +87,4 @@ Result<Command> parse_command(const std::vector<std::string> &words)
     return cmd;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -28,8 +28,8 @@ std::string quote_word(std::string_view word);
 struct Command {
     enum class Object : uint8_t { Sa, Policy } object = Object::Sa;
     enum class Verb : uint8_t { Add, Update, Del, Get, Flush, List } verb = Verb::List;
-    SaConfig sa;            // add/update: everything; del/get: src (optional), dst, spi
-    PolicyConfig policy;    // add/update: everything; del/get: selector + dir
+    SaConfig sa;          // add/update: everything; del/get: src (optional), dst, spi
+    PolicyConfig policy;  // add/update: everything; del/get: selector + dir
 };
 
 // words[0] is "sa" (or "state") or "policy", words[1] the verb: add, update, del|delete, get,
@@ -52,4 +52,4 @@ std::string format_policy(const PolicyConfig &p);
 // describe_sa in esp/sa_config.h).
 std::string describe_policy(const Selector &sel, Dir dir);
 
-} // namespace xesp
+}  // namespace xesp

@@ -19,7 +19,7 @@ Result<PolicyTmpl> parse_tmpl(Cursor &c)
 {
     PolicyTmpl t;
     std::set<std::string, std::less<>> seen;
-    static const std::array<std::string_view, 7> kWords{"src", "dst", "proto", "spi",
+    static const std::array<std::string_view, 7> kWords{"src",   "dst",  "proto", "spi",
                                                         "reqid", "mode", "level"};
     while (c.more()) {
         std::string_view w = c.peek();
@@ -107,13 +107,14 @@ Result<void> parse_policy_word(Cursor &c, PolicyDraft &d, std::string_view w, bo
     } else if (w == "limit" || w == "flag") {
         return c.fail("policy '" + std::string(w) + "' is not supported");
     } else {
-        return unknown_word(c, w, {"src", "dst", "proto", "sport", "dport", "dir", "priority",
-                                   "action", "tmpl", "ptype"});
+        return unknown_word(c, w,
+                            {"src", "dst", "proto", "sport", "dport", "dir", "priority", "action",
+                             "tmpl", "ptype"});
     }
     return {};
 }
 
-} // namespace
+}  // namespace
 
 Result<PolicyConfig> parse_policy(Cursor &c, bool id_only)
 {
@@ -128,15 +129,15 @@ Result<PolicyConfig> parse_policy(Cursor &c, bool id_only)
     return d.p;
 }
 
-} // namespace xfrm
+}  // namespace xfrm
 
 using xfrm::dir_word;
 using xfrm::format_selector;
 
 std::string format_policy(const PolicyConfig &p)
 {
-    std::string out = "policy add " + format_selector(p.sel) + " dir " +
-                      std::string(dir_word(p.dir));
+    std::string out =
+        "policy add " + format_selector(p.sel) + " dir " + std::string(dir_word(p.dir));
     if (p.priority)
         out += " priority " + std::to_string(p.priority);
     if (p.action == Action::Block)
@@ -163,4 +164,4 @@ std::string describe_policy(const Selector &sel, Dir dir)
     return "policy " + format_selector(sel) + " dir " + std::string(dir_word(dir));
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -11,4 +11,4 @@ namespace xesp::xfrm {
 // dir and ptype that name a policy, and nothing else.
 Result<PolicyConfig> parse_policy(Cursor &c, bool id_only);
 
-} // namespace xesp::xfrm
+}  // namespace xesp::xfrm

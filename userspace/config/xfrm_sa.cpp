@@ -40,9 +40,10 @@ Result<void> parse_aead(Cursor &c, SaDraft &d)
         return bits.error();
     size_t n = key->size();
     if (n < 4 || !in_list(a->key_bytes, unsigned(n - 4)))
-        return c.fail(std::string(a->name) + " key is " + std::to_string(n) + " bytes; it must be " +
-                      list_sizes(a->key_bytes, 4, " bytes") + ": the cipher key (" +
-                      list_sizes(a->key_bytes, 0, " bytes") + ") followed by the 4-byte salt");
+        return c.fail(std::string(a->name) + " key is " + std::to_string(n) +
+                      " bytes; it must be " + list_sizes(a->key_bytes, 4, " bytes") +
+                      ": the cipher key (" + list_sizes(a->key_bytes, 0, " bytes") +
+                      ") followed by the 4-byte salt");
     if (!in_list(a->icv_bits, unsigned(*bits)))
         return c.fail(std::string(a->name) + " ICV of " + std::to_string(*bits) + " bits is not " +
                       "valid; use " + list_sizes(a->icv_bits, 0, " bits"));
@@ -101,8 +102,10 @@ Result<void> parse_auth(Cursor &c, SaDraft &d, bool trunc)
             return n.error();
         bits = unsigned(*n);
         if (bits < 32 || bits % 8)
-            return c.fail("auth-trunc " + std::string(a->name) + " BITS must be a multiple of 8 "
-                          "from 32 to " + std::to_string(digest) + ", not " + std::to_string(bits));
+            return c.fail("auth-trunc " + std::string(a->name) +
+                          " BITS must be a multiple of 8 "
+                          "from 32 to " +
+                          std::to_string(digest) + ", not " + std::to_string(bits));
     }
     d.sa.xf.auth = AuthAlg(a->id);
     d.sa.xf.auth_key = *key;
@@ -145,11 +148,13 @@ Result<void> parse_encap(Cursor &c, SaDraft &d)
     if (!type)
         return type.error();
     if (*type == "espinudp-nonike")
-        return c.fail("encap espinudp-nonike (a pre-RFC 3948 draft) is not supported; use espinudp");
+        return c.fail(
+            "encap espinudp-nonike (a pre-RFC 3948 draft) is not supported; use espinudp");
     if (*type == "espintcp")
         return c.fail("encap espintcp (RFC 8229) is not supported; use espinudp");
     if (*type != "espinudp")
-        return c.fail("encap " + shown(*type) + " is not supported; use espinudp SPORT DPORT OADDR");
+        return c.fail("encap " + shown(*type) +
+                      " is not supported; use espinudp SPORT DPORT OADDR");
     NatTEncap e;
     auto sport = c.number("encap SPORT", 65535);
     if (!sport)
@@ -263,10 +268,11 @@ Result<void> parse_sa_word(Cursor &c, SaDraft &d, std::string_view w)
             return i.error();
         sa.dir = *i == 0 ? Dir::In : Dir::Out;
     } else {
-        return unknown_word(c, w, {"src", "dst", "proto", "spi", "reqid", "mode", "aead", "enc",
-                                   "auth", "auth-trunc", "flag", "replay-window", "replay-seq",
-                                   "replay-oseq", "replay-seq-hi", "replay-oseq-hi", "encap",
-                                   "sel", "limit", "dir"});
+        return unknown_word(c, w, {"src",        "dst",         "proto",         "spi",
+                                   "reqid",      "mode",        "aead",          "enc",
+                                   "auth",       "auth-trunc",  "flag",          "replay-window",
+                                   "replay-seq", "replay-oseq", "replay-seq-hi", "replay-oseq-hi",
+                                   "encap",      "sel",         "limit",         "dir"});
     }
     return {};
 }
@@ -286,7 +292,8 @@ Result<void> check_transform(const Cursor &c, const SaDraft &d)
     if (d.have_auth && !d.have_enc)
         return c.fail("auth without enc; for integrity only, add 'enc cipher_null \"\"'");
     if (!d.have_enc)
-        return c.fail("no algorithm; give 'aead NAME KEY ICV-BITS' or 'enc NAME KEY auth NAME KEY'");
+        return c.fail(
+            "no algorithm; give 'aead NAME KEY ICV-BITS' or 'enc NAME KEY auth NAME KEY'");
     return {};
 }
 
@@ -326,7 +333,8 @@ Result<void> check_sa(const Cursor &c, const SaDraft &d)
     if (!sa.esn && (sa.seq_hi || sa.oseq_hi))
         return c.fail("replay-seq-hi and replay-oseq-hi need flag esn");
     if (sa.sel && sa.sel->src.addr.family != sa.src.family && sa.mode != Mode::Tunnel)
-        return c.fail("sel " + format_selector(*sa.sel) + " is of another family than src/dst; "
+        return c.fail("sel " + format_selector(*sa.sel) +
+                      " is of another family than src/dst; "
                       "only mode tunnel can change the family");
     if (sa.encap && sa.encap->oaddr.family != sa.src.family)
         return c.fail("encap OADDR " + sa.encap->oaddr.str() +
@@ -334,7 +342,7 @@ Result<void> check_sa(const Cursor &c, const SaDraft &d)
     return check_lifetime(c, sa.lifetime);
 }
 
-} // namespace
+}  // namespace
 
 Result<SaConfig> parse_sa(Cursor &c)
 {
@@ -364,20 +372,20 @@ Result<SaConfig> parse_sa_id(Cursor &c)
     return d.sa;
 }
 
-} // namespace xfrm
+}  // namespace xfrm
 
-using xfrm::AlgInfo;
-using xfrm::Kind;
 using xfrm::alg_of;
+using xfrm::AlgInfo;
 using xfrm::dir_word;
 using xfrm::format_selector;
 using xfrm::key_text;
+using xfrm::Kind;
 
 std::string format_sa(const SaConfig &sa, bool show_keys)
 {
     const Transform &x = sa.xf;
-    std::string out = "sa add src " + sa.src.str() + " dst " + sa.dst.str() + " proto esp spi " +
-                      hex32(sa.spi);
+    std::string out =
+        "sa add src " + sa.src.str() + " dst " + sa.dst.str() + " proto esp spi " + hex32(sa.spi);
     if (sa.reqid)
         out += " reqid " + std::to_string(sa.reqid);
     out += sa.mode == Mode::Tunnel ? " mode tunnel" : " mode transport";
@@ -398,9 +406,10 @@ std::string format_sa(const SaConfig &sa, bool show_keys)
         out += " flag esn";
     if (sa.replay_window)
         out += " replay-window " + std::to_string(sa.replay_window);
-    const std::pair<const char *, uint32_t> replay[] = {
-        {"replay-seq", sa.seq}, {"replay-oseq", sa.oseq},
-        {"replay-seq-hi", sa.seq_hi}, {"replay-oseq-hi", sa.oseq_hi}};
+    const std::pair<const char *, uint32_t> replay[] = {{"replay-seq", sa.seq},
+                                                        {"replay-oseq", sa.oseq},
+                                                        {"replay-seq-hi", sa.seq_hi},
+                                                        {"replay-oseq-hi", sa.oseq_hi}};
     for (const auto &[word, v] : replay)
         if (v)
             out += std::string(" ") + word + " " + std::to_string(v);
@@ -411,9 +420,9 @@ std::string format_sa(const SaConfig &sa, bool show_keys)
         out += " sel " + format_selector(*sa.sel);
     const Lifetime &l = sa.lifetime;
     const std::pair<const char *, uint64_t> limits[] = {
-        {"byte-soft", l.soft_bytes},    {"byte-hard", l.hard_bytes},
+        {"byte-soft", l.soft_bytes},     {"byte-hard", l.hard_bytes},
         {"packet-soft", l.soft_packets}, {"packet-hard", l.hard_packets},
-        {"time-soft", l.soft_add_s},    {"time-hard", l.hard_add_s},
+        {"time-soft", l.soft_add_s},     {"time-hard", l.hard_add_s},
         {"time-use-soft", l.soft_use_s}, {"time-use-hard", l.hard_use_s}};
     for (const auto &[word, v] : limits)
         if (v != UINT64_MAX)
@@ -423,4 +432,4 @@ std::string format_sa(const SaConfig &sa, bool show_keys)
     return out;
 }
 
-} // namespace xesp
+}  // namespace xesp

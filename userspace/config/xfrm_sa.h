@@ -12,4 +12,4 @@ Result<SaConfig> parse_sa(Cursor &c);
 // `sa del|get [src ADDR] dst ADDR [proto esp] spi SPI`: src (optional), dst and spi.
 Result<SaConfig> parse_sa_id(Cursor &c);
 
-} // namespace xesp::xfrm
+}  // namespace xesp::xfrm

@@ -13,9 +13,23 @@ struct ProtoName {
 };
 
 constexpr std::array<ProtoName, 18> kProtos{{
-    {"icmp", 1}, {"igmp", 2}, {"ipencap", 4}, {"tcp", 6}, {"udp", 17}, {"dccp", 33},
-    {"ipv6", 41}, {"rsvp", 46}, {"gre", 47}, {"esp", 50}, {"ah", 51}, {"ipv6-icmp", 58},
-    {"ospf", 89}, {"pim", 103}, {"l2tp", 115}, {"sctp", 132}, {"mobility-header", 135},
+    {"icmp", 1},
+    {"igmp", 2},
+    {"ipencap", 4},
+    {"tcp", 6},
+    {"udp", 17},
+    {"dccp", 33},
+    {"ipv6", 41},
+    {"rsvp", 46},
+    {"gre", 47},
+    {"esp", 50},
+    {"ah", 51},
+    {"ipv6-icmp", 58},
+    {"ospf", 89},
+    {"pim", 103},
+    {"l2tp", 115},
+    {"sctp", 132},
+    {"mobility-header", 135},
     {"udplite", 136},
 }};
 
@@ -42,20 +56,25 @@ Result<uint8_t> parse_upper_proto(Cursor &c)
             return e.number;
     auto n = to_number(*v, "proto", 255);
     if (!n)
-        return c.fail("proto " + shown(*v) + " is neither a number (0..255) nor a protocol name "
+        return c.fail("proto " + shown(*v) +
+                      " is neither a number (0..255) nor a protocol name "
                       "(tcp, udp, icmp, ipv6-icmp, sctp, gre, esp...)");
     return uint8_t(*n);
 }
 
-} // namespace
+}  // namespace
 
 std::string_view dir_word(Dir d)
 {
     switch (d) {
-    case Dir::In: return "in";
-    case Dir::Out: return "out";
-    case Dir::Fwd: return "fwd";
-    case Dir::Unspec: break;
+    case Dir::In:
+        return "in";
+    case Dir::Out:
+        return "out";
+    case Dir::Fwd:
+        return "fwd";
+    case Dir::Unspec:
+        break;
     }
     return "unspec";
 }
@@ -76,7 +95,8 @@ Result<bool> selector_word(Cursor &c, SelectorDraft &s, std::string_view w)
             return n.error();
         (w == "sport" ? s.sport : s.dport) = uint16_t(*n);
     } else if (w == "type" || w == "code" || w == "key") {
-        return c.fail("selector '" + std::string(w) + "' (ICMP type/code, GRE key) is not supported");
+        return c.fail("selector '" + std::string(w) +
+                      "' (ICMP type/code, GRE key) is not supported");
     } else {
         return false;
     }
@@ -101,7 +121,8 @@ Result<Selector> finish_selector(const Cursor &c, const SelectorDraft &d, std::s
                       " are of different families");
     s.proto = d.proto;
     if ((d.sport || d.dport) && !has_ports(d.proto))
-        return c.fail(std::string(what) + " sport/dport need proto tcp, udp, sctp, dccp or udplite" +
+        return c.fail(std::string(what) +
+                      " sport/dport need proto tcp, udp, sctp, dccp or udplite" +
                       (d.proto ? " (not " + proto_text(d.proto) + ")" : std::string()));
     s.sport_set = d.sport.has_value();
     s.dport_set = d.dport.has_value();
@@ -148,4 +169,4 @@ Result<void> parse_xfrm_proto(Cursor &c)
     return c.fail("unknown proto " + shown(*v) + "; use proto esp");
 }
 
-} // namespace xesp::xfrm
+}  // namespace xesp::xfrm

@@ -33,4 +33,4 @@ Result<Mode> parse_mode(Cursor &c);
 Result<void> parse_xfrm_proto(Cursor &c);
 std::string_view dir_word(Dir d);
 
-} // namespace xesp::xfrm
+}  // namespace xesp::xfrm

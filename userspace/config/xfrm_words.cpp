@@ -28,8 +28,8 @@ size_t read_double_quoted(std::string_view line, size_t i, std::string &out)
         char c = line[i];
         if (c == '"')
             return i + 1;
-        if (c == '\\' && i + 1 < line.size() && std::string_view("\\\"$`").find(line[i + 1]) !=
-                                                       std::string_view::npos) {
+        if (c == '\\' && i + 1 < line.size() &&
+            std::string_view("\\\"$`").find(line[i + 1]) != std::string_view::npos) {
             out += line[i + 1];
             i += 2;
             continue;
@@ -91,7 +91,7 @@ Result<std::vector<std::string>> split(std::string_view line, bool *continues)
     return words;
 }
 
-} // namespace
+}  // namespace
 
 Result<std::vector<std::string>> split_words(std::string_view line)
 {
@@ -141,7 +141,7 @@ int hex_digit(char c)
     return -1;
 }
 
-} // namespace
+}  // namespace
 
 bool has_hex_prefix(std::string_view w)
 {
@@ -170,10 +170,12 @@ Result<uint64_t> to_number(std::string_view w, std::string_view what, uint64_t m
     bool hex = has_hex_prefix(w);
     std::string_view digits = hex ? w.substr(2) : w;
     uint64_t v = 0;
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v, hex ? 16 : 10);
+    auto [end, ec] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), v, hex ? 16 : 10);
     bool range = ec == std::errc::result_out_of_range;
     if (digits.empty() || end != digits.data() + digits.size() || (ec != std::errc() && !range))
-        return make_error(std::string(what) + " " + shown(w) + " is not a number (decimal or 0x hex)");
+        return make_error(std::string(what) + " " + shown(w) +
+                          " is not a number (decimal or 0x hex)");
     if (!hex && w.size() > 1 && w[0] == '0')
         return make_error(std::string(what) + " " + shown(w) +
                           " has a leading zero, which ip xfrm reads as octal; write it in decimal "
@@ -324,9 +326,20 @@ namespace {
 // ip xfrm words that xesp knows but does not implement, with what to say about them.
 std::string unsupported(std::string_view w)
 {
-    static const std::array<std::string_view, 14> kIpWords{
-        "mark", "if_id", "ctx", "coa", "output-mark", "offload", "tfcpad", "extra-flag",
-        "seq", "comp", "index", "dev", "nat-keepalive-interval", "pcpu-num"};
+    static const std::array<std::string_view, 14> kIpWords{"mark",
+                                                           "if_id",
+                                                           "ctx",
+                                                           "coa",
+                                                           "output-mark",
+                                                           "offload",
+                                                           "tfcpad",
+                                                           "extra-flag",
+                                                           "seq",
+                                                           "comp",
+                                                           "index",
+                                                           "dev",
+                                                           "nat-keepalive-interval",
+                                                           "pcpu-num"};
     for (auto k : kIpWords) {
         if (w == k) {
             std::string word(w);
@@ -353,9 +366,10 @@ size_t edit_distance(std::string_view a, std::string_view b)
     return row[b.size()];
 }
 
-} // namespace
+}  // namespace
 
-Error unknown_word(const Cursor &c, std::string_view w, std::initializer_list<std::string_view> known)
+Error unknown_word(const Cursor &c, std::string_view w,
+                   std::initializer_list<std::string_view> known)
 {
     std::string u = unsupported(w);
     if (!u.empty())
@@ -378,6 +392,6 @@ Error unknown_word(const Cursor &c, std::string_view w, std::initializer_list<st
     return c.fail("unknown word " + shown(w) + "; expected one of: " + list);
 }
 
-} // namespace xfrm
+}  // namespace xfrm
 
-} // namespace xesp
+}  // namespace xesp

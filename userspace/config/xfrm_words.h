@@ -45,9 +45,8 @@ std::string key_text(const uint8_t *p, size_t n, const uint8_t *p2, size_t n2, b
 class Cursor {
 public:
     Cursor(const std::vector<std::string> &words, std::string context)
-        : w_(words), i_(2), ctx_(std::move(context))
-    {
-    }
+            : w_(words), i_(2), ctx_(std::move(context))
+    {}
 
     bool more() const { return i_ < w_.size(); }
     std::string_view peek() const { return w_[i_]; }
@@ -75,26 +74,27 @@ private:
 };
 
 // Returns the error of a Result, if it has one.
-#define XESP_TRY(expr)                                                                         \
-    do {                                                                                       \
-        auto xesp_try_r_ = (expr);                                                             \
-        if (!xesp_try_r_)                                                                      \
-            return xesp_try_r_.error();                                                        \
+#define XESP_TRY(expr)                                                                             \
+    do {                                                                                           \
+        auto xesp_try_r_ = (expr);                                                                 \
+        if (!xesp_try_r_)                                                                          \
+            return xesp_try_r_.error();                                                            \
     } while (0)
 
 // Sets `out` from a Result, or returns its error.
-#define XESP_SET(out, expr)                                                                    \
-    do {                                                                                       \
-        auto xesp_set_r_ = (expr);                                                             \
-        if (!xesp_set_r_)                                                                      \
-            return xesp_set_r_.error();                                                        \
-        out = std::move(*xesp_set_r_);                                                         \
+#define XESP_SET(out, expr)                                                                        \
+    do {                                                                                           \
+        auto xesp_set_r_ = (expr);                                                                 \
+        if (!xesp_set_r_)                                                                          \
+            return xesp_set_r_.error();                                                            \
+        out = std::move(*xesp_set_r_);                                                             \
     } while (0)
 
 // ---- wrong words ---------------------------------------------------------------------------
 
 // The error for a word that is none of `known`: an ip xfrm option xesp does not implement,
 // a near miss of one of `known` ("did you mean"), or else the list of `known`.
-Error unknown_word(const Cursor &c, std::string_view w, std::initializer_list<std::string_view> known);
+Error unknown_word(const Cursor &c, std::string_view w,
+                   std::initializer_list<std::string_view> known);
 
-} // namespace xesp::xfrm
+}  // namespace xesp::xfrm

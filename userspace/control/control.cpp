@@ -170,14 +170,14 @@ Result<std::string> serve(ControlHandler &h, json &req)
                       "; expected ping, command, batch, iface or stats");
 }
 
-} // namespace
+}  // namespace
 
 std::string answer_request(ControlHandler &h, std::string_view line, bool *ok)
 {
     auto req = parse_message(line);
-    Result<std::string> out = req ? serve(h, *req)
-                                  : Result<std::string>(
-                                        make_error("invalid request: " + req.error().message));
+    Result<std::string> out =
+        req ? serve(h, *req)
+            : Result<std::string>(make_error("invalid request: " + req.error().message));
     if (req)
         wipe_json(*req);
     *ok = out.ok();
@@ -233,7 +233,7 @@ std::string too_large(size_t limit)
                                   std::to_string(limit) + " bytes"));
 }
 
-} // namespace
+}  // namespace
 
 // ---- ConfigHandler ------------------------------------------------------------------------
 
@@ -277,7 +277,7 @@ std::string command_output(const Command &cmd, const Config &cfg, bool show_keys
 Result<std::string> ConfigHandler::command(const Command &cmd, bool show_keys)
 {
     if (!is_mutating(cmd.verb)) {
-        Config view = config_;          // get checks that the entry exists; list changes nothing
+        Config view = config_;  // get checks that the entry exists; list changes nothing
         auto checked = apply_command(view, cmd);
         if (!checked)
             return checked.error();
@@ -320,12 +320,12 @@ namespace {
 
 struct Conn {
     int fd = -1;
-    std::string in;                 // received, not yet answered
-    std::string out;                // answers not yet sent
-    size_t sent = 0;                // bytes of out already sent
-    Clock::time_point deadline;     // dropped if no request arrives and nothing is sent by then
-    bool peer_done = false;         // the client shut down its side
-    bool closing = false;           // close once out is sent
+    std::string in;              // received, not yet answered
+    std::string out;             // answers not yet sent
+    size_t sent = 0;             // bytes of out already sent
+    Clock::time_point deadline;  // dropped if no request arrives and nothing is sent by then
+    bool peer_done = false;      // the client shut down its side
+    bool closing = false;        // close once out is sent
     bool dead = false;
 
     ~Conn()
@@ -337,13 +337,13 @@ struct Conn {
     }
 };
 
-} // namespace
+}  // namespace
 
 struct ControlServer::Impl {
     ControlHandler *handler = nullptr;
     Options opt;
     int listen_fd = -1;
-    dev_t dev = 0;                  // the socket file we bound, removed only if still the same
+    dev_t dev = 0;  // the socket file we bound, removed only if still the same
     ino_t ino = 0;
     std::vector<std::unique_ptr<Conn>> conns;
     ControlCounters counters;
@@ -371,14 +371,24 @@ struct ControlServer::Impl {
     }
 };
 
-ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl))
+{}
 ControlServer::ControlServer(ControlServer &&) noexcept = default;
 ControlServer &ControlServer::operator=(ControlServer &&) noexcept = default;
 ControlServer::~ControlServer() = default;
 
-const std::string &ControlServer::path() const { return impl_->opt.path; }
-size_t ControlServer::clients() const { return impl_->conns.size(); }
-const ControlCounters &ControlServer::counters() const { return impl_->counters; }
+const std::string &ControlServer::path() const
+{
+    return impl_->opt.path;
+}
+size_t ControlServer::clients() const
+{
+    return impl_->conns.size();
+}
+const ControlCounters &ControlServer::counters() const
+{
+    return impl_->counters;
+}
 
 Result<ControlServer> ControlServer::listen(ControlHandler &handler, const std::string &path)
 {
@@ -417,7 +427,7 @@ Result<ControlServer> ControlServer::listen(ControlHandler &handler, Options opt
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0)
         return make_error(sys_error("cannot stat", path), errno);
-    impl->dev = st.st_dev;          // from here on, ~Impl removes the file
+    impl->dev = st.st_dev;  // from here on, ~Impl removes the file
     impl->ino = st.st_ino;
     if (::chmod(path.c_str(), 0600) != 0)
         return make_error(sys_error("cannot set the mode of", path), errno);
@@ -433,7 +443,7 @@ void ControlServer::Impl::accept_clients()
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            return;     // EAGAIN, or out of descriptors: try again on the next poll
+            return;  // EAGAIN, or out of descriptors: try again on the next poll
         }
         auto c = std::make_unique<Conn>();
         c->fd = fd;
@@ -466,7 +476,7 @@ void ControlServer::Impl::answer_lines(Conn &c)
     while (!c.closing) {
         size_t nl = c.in.find('\n');
         if (nl == std::string::npos && c.peer_done && !c.in.empty())
-            nl = c.in.size();           // a last request without its newline
+            nl = c.in.size();  // a last request without its newline
         if (nl == std::string::npos ? c.in.size() > opt.max_request : nl > opt.max_request) {
             append_wiped(c.out, too_large(opt.max_request));
             wipe(c.in);
@@ -558,4 +568,4 @@ Result<void> ControlServer::poll_once(int timeout_ms)
     return {};
 }
 
-} // namespace xesp
+}  // namespace xesp

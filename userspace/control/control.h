@@ -75,7 +75,7 @@ public:
 
     Result<std::string> command(const Command &cmd, bool show_keys) override;
     Result<void> batch(std::string_view text, std::string_view name, bool check_only) override;
-    std::string stats_json() override;     // {"sas": N, "policies": N}
+    std::string stats_json() override;  // {"sas": N, "policies": N}
 
     const Config &config() const { return config_; }
 
@@ -95,10 +95,10 @@ std::string command_output(const Command &cmd, const Config &cfg, bool show_keys
 std::string answer_request(ControlHandler &h, std::string_view line, bool *ok);
 
 struct ControlCounters {
-    uint64_t connections = 0;       // accepted
-    uint64_t requests = 0;          // answered, successfully or not
-    uint64_t errors = 0;            // answered with ok: false
-    uint64_t dropped = 0;           // closed for a request too large, a timeout or an I/O error
+    uint64_t connections = 0;  // accepted
+    uint64_t requests = 0;     // answered, successfully or not
+    uint64_t errors = 0;       // answered with ok: false
+    uint64_t dropped = 0;      // closed for a request too large, a timeout or an I/O error
 };
 
 class ControlServer {
@@ -117,7 +117,7 @@ public:
 
     ControlServer(ControlServer &&) noexcept;
     ControlServer &operator=(ControlServer &&) noexcept;
-    ~ControlServer();     // closes the clients and removes the socket file if it is still ours
+    ~ControlServer();  // closes the clients and removes the socket file if it is still ours
 
     // Waits up to timeout_ms (0: does not wait, -1: until something happens) for clients,
     // then accepts, reads, answers and writes as far as that goes without blocking.
@@ -138,7 +138,7 @@ struct ControlResponse {
     std::string error;
     std::string output;
 
-    void wipe();    // output may hold keys
+    void wipe();  // output may hold keys
 };
 
 class ControlClient {
@@ -165,7 +165,7 @@ private:
 
     int fd_ = -1;
     int timeout_ms_ = 0;
-    std::string in_;        // bytes received after the last answer line
+    std::string in_;  // bytes received after the last answer line
 };
 
-} // namespace xesp
+}  // namespace xesp

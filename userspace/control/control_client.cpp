@@ -47,9 +47,8 @@ Result<ControlClient> ControlClient::connect(const std::string &path, int timeou
 }
 
 ControlClient::ControlClient(ControlClient &&o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), timeout_ms_(o.timeout_ms_), in_(std::move(o.in_))
-{
-}
+        : fd_(std::exchange(o.fd_, -1)), timeout_ms_(o.timeout_ms_), in_(std::move(o.in_))
+{}
 
 ControlClient &ControlClient::operator=(ControlClient &&o) noexcept
 {
@@ -88,7 +87,7 @@ Result<ControlResponse> ControlClient::iface(const std::vector<std::string> &wor
 }
 
 Result<ControlResponse> ControlClient::command(const std::vector<std::string> &words,
-                                              bool show_keys)
+                                               bool show_keys)
 {
     std::string req;
     req.reserve(256);
@@ -109,7 +108,7 @@ Result<ControlResponse> ControlClient::command(const std::vector<std::string> &w
 }
 
 Result<ControlResponse> ControlClient::batch(std::string_view text, std::string_view name,
-                                            bool check_only)
+                                             bool check_only)
 {
     if (size_t bad = invalid_utf8_at(text); bad != std::string_view::npos) {
         size_t line = 1 + size_t(std::count(text.begin(), text.begin() + ptrdiff_t(bad), '\n'));
@@ -219,4 +218,4 @@ Result<std::string> ControlClient::read_line()
     }
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -82,7 +82,7 @@ private:
     }
 };
 
-} // namespace
+}  // namespace
 
 Result<nlohmann::json> parse_message(std::string_view line)
 {
@@ -145,7 +145,7 @@ size_t utf8_char_at(std::string_view s, size_t i)
     return n + 1;
 }
 
-} // namespace
+}  // namespace
 
 // A byte that is not part of a UTF-8 character (as where a message cuts a word short) becomes
 // U+FFFD: the line stays JSON that the other end can parse.
@@ -193,9 +193,10 @@ Result<sockaddr_un> unix_address(const std::string &path)
     addr.sun_family = AF_UNIX;
     if (path.empty() || path.size() >= sizeof(addr.sun_path))
         return make_error("control socket path '" + path + "' is empty or longer than " +
-                          std::to_string(sizeof(addr.sun_path) - 1) + " bytes", ENAMETOOLONG);
+                              std::to_string(sizeof(addr.sun_path) - 1) + " bytes",
+                          ENAMETOOLONG);
     std::memcpy(addr.sun_path, path.data(), path.size());
     return addr;
 }
 
-} // namespace xesp::control_text
+}  // namespace xesp::control_text

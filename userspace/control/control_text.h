@@ -15,8 +15,8 @@
 
 namespace xesp::control_text {
 
-constexpr size_t kChunk = 64 * 1024;                // one read from a socket
-constexpr size_t kMaxAnswer = size_t(64) << 20;     // the client's bound on one answer line
+constexpr size_t kChunk = 64 * 1024;             // one read from a socket
+constexpr size_t kMaxAnswer = size_t(64) << 20;  // the client's bound on one answer line
 
 void wipe(std::string &s);
 // Appends; when the string must grow, the old storage is wiped, not freed with the bytes in it.
@@ -39,4 +39,4 @@ size_t invalid_utf8_at(std::string_view s);
 
 Result<sockaddr_un> unix_address(const std::string &path);
 
-} // namespace xesp::control_text
+}  // namespace xesp::control_text

@@ -23,7 +23,10 @@ nlohmann::json counters_json(const Counters &c, bool all_drops)
     return {{"packets", c.packets}, {"bytes", c.bytes}, {"drops", drops}};
 }
 
-nlohmann::json engine_json(const Engine &e) { return engine_json(sample_engine(e, e.stats(), 0)); }
+nlohmann::json engine_json(const Engine &e)
+{
+    return engine_json(sample_engine(e, e.stats(), 0));
+}
 
 EngineSample sample_engine(const Engine &e, const EngineStats &totals, uint32_t link_mtu)
 {
@@ -55,11 +58,14 @@ EngineSample sample_engine(const Engine &e, const EngineStats &totals, uint32_t 
 nlohmann::json engine_json(const EngineSample &es)
 {
     const EngineStats &s = es.totals;
-    nlohmann::json j = {{"encrypted", s.encrypted}, {"decrypted", s.decrypted},
-                        {"passed", s.passed},       {"dropped", s.dropped},
+    nlohmann::json j = {{"encrypted", s.encrypted},
+                        {"decrypted", s.decrypted},
+                        {"passed", s.passed},
+                        {"dropped", s.dropped},
                         {"too_big", s.too_big},
                         {"esp_unknown_spi", s.esp_unknown_spi},
-                        {"ike", s.ike},             {"keepalive", s.keepalive}};
+                        {"ike", s.ike},
+                        {"keepalive", s.keepalive}};
     j["drops"] = counters_json(s.drops, true)["drops"];
     nlohmann::json xfrm = nlohmann::json::object();
     for (size_t i = 0; i < kDropCount; i++) {
@@ -78,17 +84,17 @@ nlohmann::json engine_json(const EngineSample &es)
         js["transform"] = c.xf.name();
         js["crypto"] = std::string(backend_name(ss.sa->backend()));
         js["oseq"] = ss.oseq;
-        if (ss.bound)                       // the last number the state file lets it send
+        if (ss.bound)  // the last number the state file lets it send
             js["oseq_reserved"] = ss.reserved;
         js["replay_top"] = ss.replay_top;
         js["soft_expired"] = ss.soft_expired;
         js["hard_expired"] = ss.hard_expired;
-        if (ss.soft_left != UINT64_MAX)     // seconds to the time limits that are running
+        if (ss.soft_left != UINT64_MAX)  // seconds to the time limits that are running
             js["soft_lifetime_s"] = ss.soft_left;
         if (ss.hard_left != UINT64_MAX)
             js["hard_lifetime_s"] = ss.hard_left;
         js["link_mtu"] = es.link_mtu;
-        js["path_mtu"] = ss.path_mtu;       // 0: none learnt
+        js["path_mtu"] = ss.path_mtu;  // 0: none learnt
         js["tunnel_mtu"] = ss.tunnel_mtu;
         sas.push_back(js);
     }
@@ -101,8 +107,7 @@ std::string engine_text(const Engine &e)
     const EngineStats &s = e.stats();
     std::string out;
     char line[256];
-    std::snprintf(line, sizeof(line),
-                  "encrypted %llu  decrypted %llu  passed %llu  dropped %llu\n",
+    std::snprintf(line, sizeof(line), "encrypted %llu  decrypted %llu  passed %llu  dropped %llu\n",
                   (unsigned long long)s.encrypted, (unsigned long long)s.decrypted,
                   (unsigned long long)s.passed, (unsigned long long)s.dropped);
     out += line;
@@ -130,4 +135,4 @@ std::string engine_text(const Engine &e)
     return out;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -19,11 +19,11 @@ nlohmann::json engine_json(const Engine &e);
 // no formatting), to be turned into JSON on any other: a report of many SAs then costs the
 // data path only the copy.
 struct SaSample {
-    std::shared_ptr<const Sa> sa;   // its configuration, and alive while the sample is
+    std::shared_ptr<const Sa> sa;  // its configuration, and alive while the sample is
     Counters counters;
     uint64_t oseq = 0, reserved = 0, replay_top = 0;
     bool bound = false, soft_expired = false, hard_expired = false;
-    uint64_t soft_left = UINT64_MAX, hard_left = UINT64_MAX;    // seconds (Sa::seconds_left)
+    uint64_t soft_left = UINT64_MAX, hard_left = UINT64_MAX;  // seconds (Sa::seconds_left)
     uint32_t path_mtu = 0, tunnel_mtu = 0;
 };
 struct EngineSample {
@@ -36,6 +36,6 @@ struct EngineSample {
 EngineSample sample_engine(const Engine &e, const EngineStats &totals, uint32_t link_mtu);
 nlohmann::json engine_json(const EngineSample &s);
 std::string engine_text(const Engine &e);
-std::string sa_label(const SaConfig &c);     // "esp spi 0x1000 192.0.2.1 -> 192.0.2.2 tunnel"
+std::string sa_label(const SaConfig &c);  // "esp spi 0x1000 192.0.2.1 -> 192.0.2.2 tunnel"
 
-} // namespace xesp
+}  // namespace xesp

@@ -115,7 +115,7 @@ std::string describe(const Transform &xf)
     return s;
 }
 
-} // namespace
+}  // namespace
 
 std::string_view backend_name(Backend b)
 {
@@ -171,4 +171,4 @@ Result<std::unique_ptr<SaCipher>> make_cipher(Backend backend, const Transform &
     return b == Backend::IpsecMb ? make_ipsecmb_cipher(xf, esn) : make_openssl_cipher(xf, esn);
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -29,13 +29,13 @@ namespace xesp {
 enum class Backend : uint8_t { Auto, OpenSsl, IpsecMb };
 
 std::string_view backend_name(Backend b);
-std::optional<Backend> parse_backend(std::string_view name);   // "auto", "openssl", "ipsecmb"
+std::optional<Backend> parse_backend(std::string_view name);  // "auto", "openssl", "ipsecmb"
 
 struct CryptoOp {
-    uint8_t *esp;            // start of the ESP header
-    uint32_t payload_len;    // bytes between the IV and the ICV
-    uint32_t seq_hi;         // ESN high half (host order); used only when the cipher has ESN on
-    bool ok;                 // out: encrypt done / decrypt authenticated and decrypted
+    uint8_t *esp;          // start of the ESP header
+    uint32_t payload_len;  // bytes between the IV and the ICV
+    uint32_t seq_hi;       // ESN high half (host order); used only when the cipher has ESN on
+    bool ok;               // out: encrypt done / decrypt authenticated and decrypted
 };
 
 class SaCipher {
@@ -59,4 +59,4 @@ Backend resolve_backend(Backend requested, const Transform &xf);
 // Prepares a cipher for one SA. esn selects whether seq_hi is authenticated.
 Result<std::unique_ptr<SaCipher>> make_cipher(Backend backend, const Transform &xf, bool esn);
 
-} // namespace xesp
+}  // namespace xesp

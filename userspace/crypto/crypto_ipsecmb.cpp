@@ -23,8 +23,8 @@ namespace xesp {
 
 namespace {
 
-constexpr size_t kEspHeaderLen = 8;   // SPI + sequence number low half
-constexpr size_t kAeadIvLen = 8;      // RFC 4106 3.1
+constexpr size_t kEspHeaderLen = 8;  // SPI + sequence number low half
+constexpr size_t kAeadIvLen = 8;     // RFC 4106 3.1
 
 struct MgrFree {
     void operator()(IMB_MGR *m) const { free_mb_mgr(m); }
@@ -68,7 +68,7 @@ void put_be32(uint8_t *p, uint32_t v)
 class MbGcm final : public SaCipher {
 public:
     MbGcm(IMB_MGR *mgr, const Transform &xf, bool esn)
-        : salt_(xf.salt), icv_len_(xf.icv_len), esn_(esn)
+            : salt_(xf.salt), icv_len_(xf.icv_len), esn_(esn)
     {
         switch (xf.enc_key.size()) {
         case 16:
@@ -160,7 +160,7 @@ void MbGcm::run(CryptoOp *ops, size_t n, bool encrypt)
 
 struct HashInfo {
     IMB_HASH_ALG alg;
-    size_t block;       // HMAC block size B (RFC 2104)
+    size_t block;  // HMAC block size B (RFC 2104)
     size_t digest;
 };
 
@@ -203,7 +203,7 @@ public:
     Backend backend() const override { return Backend::IpsecMb; }
 
 private:
-    static constexpr size_t kSlots = 64;    // jobs in flight per round
+    static constexpr size_t kSlots = 64;  // jobs in flight per round
     struct Slot {
         alignas(16) uint8_t digest[64];
         uint8_t received_icv[64];
@@ -218,10 +218,10 @@ private:
         return op.esp + kEspHeaderLen + iv_len_ + op.payload_len;
     }
 
-    alignas(16) std::array<uint32_t, 60> enc_keys_{};    // up to 15 round keys (AES-256)
+    alignas(16) std::array<uint32_t, 60> enc_keys_{};  // up to 15 round keys (AES-256)
     alignas(16) std::array<uint32_t, 60> dec_keys_{};
-    alignas(16) std::array<uint8_t, 64> ipad_{};         // hash state after key ^ ipad
-    alignas(16) std::array<uint8_t, 64> opad_{};         // hash state after key ^ opad
+    alignas(16) std::array<uint8_t, 64> ipad_{};  // hash state after key ^ ipad
+    alignas(16) std::array<uint8_t, 64> opad_{};  // hash state after key ^ opad
     std::array<Slot, kSlots> slots_;
     IMB_CIPHER_MODE cipher_mode_;
     IMB_KEY_SIZE_BYTES key_size_ = IMB_KEY_128_BYTES;
@@ -232,8 +232,8 @@ private:
 };
 
 MbEncAuth::MbEncAuth(IMB_MGR *mgr, const Transform &xf, bool esn)
-    : cipher_mode_(xf.enc == EncAlg::AesCbc ? IMB_CIPHER_CBC : IMB_CIPHER_NULL),
-      hash_(hash_info(xf.auth)), iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
+        : cipher_mode_(xf.enc == EncAlg::AesCbc ? IMB_CIPHER_CBC : IMB_CIPHER_NULL),
+          hash_(hash_info(xf.auth)), iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
 {
     if (cipher_mode_ == IMB_CIPHER_CBC) {
         switch (xf.enc_key.size()) {
@@ -375,7 +375,7 @@ void MbEncAuth::complete(const IMB_JOB *job)
         std::memcpy(icv, slot.received_icv, icv_len_);
 }
 
-} // namespace
+}  // namespace
 
 bool ipsecmb_implements(const Transform &xf)
 {
@@ -396,4 +396,4 @@ Result<std::unique_ptr<SaCipher>> make_ipsecmb_cipher(const Transform &xf, bool 
     return std::unique_ptr<SaCipher>(std::make_unique<MbEncAuth>(mgr, xf, esn));
 }
 
-} // namespace xesp
+}  // namespace xesp

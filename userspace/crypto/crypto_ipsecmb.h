@@ -14,4 +14,4 @@ bool ipsecmb_implements(const Transform &xf);
 // Expects a transform that backend_supports(Backend::IpsecMb, xf) accepts.
 Result<std::unique_ptr<SaCipher>> make_ipsecmb_cipher(const Transform &xf, bool esn);
 
-} // namespace xesp
+}  // namespace xesp

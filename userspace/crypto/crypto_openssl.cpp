@@ -26,9 +26,9 @@ namespace xesp {
 
 namespace {
 
-constexpr size_t kEspHeaderLen = 8;   // SPI + sequence number low half
-constexpr size_t kAeadIvLen = 8;      // RFC 4106 3.1, RFC 4543 3.1, RFC 7634 2
-constexpr size_t kNonceLen = 12;      // salt || IV
+constexpr size_t kEspHeaderLen = 8;  // SPI + sequence number low half
+constexpr size_t kAeadIvLen = 8;     // RFC 4106 3.1, RFC 4543 3.1, RFC 7634 2
+constexpr size_t kNonceLen = 12;     // salt || IV
 
 struct CipherFree {
     void operator()(EVP_CIPHER *p) const { EVP_CIPHER_free(p); }
@@ -83,8 +83,8 @@ Result<CipherPtr> fetch_cipher(const char *name)
 Result<CipherCtxPtr> keyed_context(const EVP_CIPHER *cipher, const KeyBytes &key, bool encrypt)
 {
     CipherCtxPtr ctx(EVP_CIPHER_CTX_new());
-    if (!ctx || EVP_CipherInit_ex(ctx.get(), cipher, nullptr, key.data(), nullptr,
-                                  encrypt ? 1 : 0) != 1)
+    if (!ctx ||
+        EVP_CipherInit_ex(ctx.get(), cipher, nullptr, key.data(), nullptr, encrypt ? 1 : 0) != 1)
         return openssl_error(std::string("keying ") + EVP_CIPHER_get0_name(cipher));
     if (EVP_CIPHER_CTX_get_key_length(ctx.get()) != int(key.size()))
         return make_error("crypto (openssl): key length does not fit " +
@@ -103,10 +103,9 @@ bool fits_int(uint32_t n)
 class EvpAead final : public SaCipher {
 public:
     EvpAead(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, const Transform &xf, bool esn)
-        : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)), salt_(xf.salt),
-          icv_len_(xf.icv_len), gmac_(xf.aead == AeadAlg::AesGmac), esn_(esn)
-    {
-    }
+            : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)),
+              salt_(xf.salt), icv_len_(xf.icv_len), gmac_(xf.aead == AeadAlg::AesGmac), esn_(esn)
+    {}
     ~EvpAead() override { OPENSSL_cleanse(salt_.data(), salt_.size()); }
 
     void encrypt(CryptoOp *ops, size_t n) override
@@ -234,8 +233,7 @@ struct Sha512 {
 // block of each half depend on the key alone: set_key() computes them once, and mac() starts
 // from copies of them. Those two states are as good as the key and are wiped with the object;
 // a per-packet copy ends finished, holding only the digest it produced.
-template <class H>
-class HmacStates {
+template <class H> class HmacStates {
 public:
     HmacStates() = default;
     HmacStates(const HmacStates &) = delete;
@@ -248,7 +246,7 @@ public:
 
     bool set_key(const KeyBytes &key)
     {
-        uint8_t k[H::kBlock] = {};   // K padded with zeros to the block, hashed first if longer
+        uint8_t k[H::kBlock] = {};  // K padded with zeros to the block, hashed first if longer
         bool ok = true;
         if (key.size() > H::kBlock) {
             typename H::Ctx c;
@@ -296,15 +294,12 @@ private:
 // AES-CBC (RFC 3602) or NULL encryption (RFC 2410) with a truncated HMAC over
 // SPI || seq low || IV || ciphertext [|| seq high] (RFC 4303 3.3.2.1): encrypt, then MAC; on the
 // way in, verify the MAC before decrypting anything.
-template <class H>
-class EvpEncAuth final : public SaCipher {
+template <class H> class EvpEncAuth final : public SaCipher {
 public:
-    EvpEncAuth(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, const Transform &xf,
-               bool esn)
-        : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)),
-          iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
-    {
-    }
+    EvpEncAuth(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, const Transform &xf, bool esn)
+            : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)),
+              iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
+    {}
     bool key_hmac(const KeyBytes &key) { return hmac_.set_key(key); }
 
     void encrypt(CryptoOp *ops, size_t n) override
@@ -325,7 +320,7 @@ private:
     bool cbc(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt);
     bool hmac(const CryptoOp &op, uint8_t (&digest)[H::kDigest]) const;
 
-    CipherPtr cipher_;      // all three null for NULL encryption
+    CipherPtr cipher_;  // all three null for NULL encryption
     CipherCtxPtr enc_;
     CipherCtxPtr dec_;
     HmacStates<H> hmac_;
@@ -334,8 +329,7 @@ private:
     bool esn_;
 };
 
-template <class H>
-bool EvpEncAuth<H>::cbc(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt)
+template <class H> bool EvpEncAuth<H>::cbc(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt)
 {
     if (!ctx)
         return true;
@@ -354,8 +348,7 @@ bool EvpEncAuth<H>::cbc(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt)
            n == int(op.payload_len);
 }
 
-template <class H>
-bool EvpEncAuth<H>::hmac(const CryptoOp &op, uint8_t (&digest)[H::kDigest]) const
+template <class H> bool EvpEncAuth<H>::hmac(const CryptoOp &op, uint8_t (&digest)[H::kDigest]) const
 {
     uint8_t seq_hi[4];
     if (esn_)
@@ -364,8 +357,7 @@ bool EvpEncAuth<H>::hmac(const CryptoOp &op, uint8_t (&digest)[H::kDigest]) cons
                      esn_ ? sizeof seq_hi : 0, digest);
 }
 
-template <class H>
-bool EvpEncAuth<H>::seal(const CryptoOp &op)
+template <class H> bool EvpEncAuth<H>::seal(const CryptoOp &op)
 {
     uint8_t digest[H::kDigest];
     if (!cbc(enc_.get(), op, true) || !hmac(op, digest))
@@ -374,8 +366,7 @@ bool EvpEncAuth<H>::seal(const CryptoOp &op)
     return true;
 }
 
-template <class H>
-bool EvpEncAuth<H>::open(const CryptoOp &op)
+template <class H> bool EvpEncAuth<H>::open(const CryptoOp &op)
 {
     uint8_t digest[H::kDigest];
     if (!hmac(op, digest))
@@ -397,8 +388,8 @@ Result<std::unique_ptr<SaCipher>> make_aead(const Transform &xf, bool esn)
     auto dec = keyed_context(cipher->get(), xf.enc_key, false);
     if (!dec)
         return dec.error();
-    return std::unique_ptr<SaCipher>(std::make_unique<EvpAead>(
-        std::move(*cipher), std::move(*enc), std::move(*dec), xf, esn));
+    return std::unique_ptr<SaCipher>(
+        std::make_unique<EvpAead>(std::move(*cipher), std::move(*enc), std::move(*dec), xf, esn));
 }
 
 template <class H>
@@ -408,8 +399,8 @@ Result<std::unique_ptr<SaCipher>> make_enc_auth_with(CipherPtr cipher, CipherCtx
 {
     if (xf.icv_len > H::kDigest)
         return make_error("crypto (openssl): ICV longer than the HMAC digest");
-    auto c = std::make_unique<EvpEncAuth<H>>(std::move(cipher), std::move(enc), std::move(dec),
-                                             xf, esn);
+    auto c =
+        std::make_unique<EvpEncAuth<H>>(std::move(cipher), std::move(enc), std::move(dec), xf, esn);
     if (!c->key_hmac(xf.auth_key))
         return openssl_error("keying HMAC");
     return std::unique_ptr<SaCipher>(std::move(c));
@@ -455,7 +446,7 @@ Result<std::unique_ptr<SaCipher>> make_enc_auth(const Transform &xf, bool esn)
     return make_error("crypto (openssl): encryption without HMAC");
 }
 
-} // namespace
+}  // namespace
 
 Result<std::unique_ptr<SaCipher>> make_openssl_cipher(const Transform &xf, bool esn)
 {
@@ -464,4 +455,4 @@ Result<std::unique_ptr<SaCipher>> make_openssl_cipher(const Transform &xf, bool 
     return xf.is_aead() ? make_aead(xf, esn) : make_enc_auth(xf, esn);
 }
 
-} // namespace xesp
+}  // namespace xesp

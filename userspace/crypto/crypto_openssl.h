@@ -10,4 +10,4 @@ namespace xesp {
 // Every transform that backend_supports() accepts. Expects a transform it has accepted.
 Result<std::unique_ptr<SaCipher>> make_openssl_cipher(const Transform &xf, bool esn);
 
-} // namespace xesp
+}  // namespace xesp

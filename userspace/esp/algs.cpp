@@ -10,11 +10,16 @@ namespace xfrm {
 unsigned digest_bits(AuthAlg a)
 {
     switch (a) {
-    case AuthAlg::HmacSha1: return 160;
-    case AuthAlg::HmacSha256: return 256;
-    case AuthAlg::HmacSha384: return 384;
-    case AuthAlg::HmacSha512: return 512;
-    case AuthAlg::None: break;
+    case AuthAlg::HmacSha1:
+        return 160;
+    case AuthAlg::HmacSha256:
+        return 256;
+    case AuthAlg::HmacSha384:
+        return 384;
+    case AuthAlg::HmacSha512:
+        return 512;
+    case AuthAlg::None:
+        break;
     }
     return 0;
 }
@@ -35,7 +40,7 @@ const AlgInfo *alg_of(Kind k, uint8_t id)
     return nullptr;
 }
 
-} // namespace xfrm
+}  // namespace xfrm
 
 std::string Transform::name() const
 {
@@ -56,4 +61,4 @@ std::string Transform::name() const
     return out + " " + std::to_string(icv_len * 8) + "-bit ICV";
 }
 
-} // namespace xesp
+}  // namespace xesp

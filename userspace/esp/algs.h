@@ -14,11 +14,11 @@ enum class Kind : uint8_t { Aead, Enc, Auth };
 
 struct AlgInfo {
     Kind kind;
-    uint8_t id;                          // AeadAlg / EncAlg / AuthAlg
-    std::string_view name;               // as ip xfrm and the kernel spell it
-    std::string_view alias;              // the short name ip xfrm also accepts, if any
-    std::array<uint16_t, 3> key_bytes;   // valid key sizes (0 = end of list, except for NULL)
-    std::array<uint16_t, 3> icv_bits;    // aead: allowed ICV bits; auth: {ICV bits of `auth`}
+    uint8_t id;                         // AeadAlg / EncAlg / AuthAlg
+    std::string_view name;              // as ip xfrm and the kernel spell it
+    std::string_view alias;             // the short name ip xfrm also accepts, if any
+    std::array<uint16_t, 3> key_bytes;  // valid key sizes (0 = end of list, except for NULL)
+    std::array<uint16_t, 3> icv_bits;   // aead: allowed ICV bits; auth: {ICV bits of `auth`}
 };
 
 // `auth NAME KEY` gives the ICV length the kernel gives it, so that one line means the same SA
@@ -28,8 +28,12 @@ struct AlgInfo {
 inline constexpr std::array<AlgInfo, 9> kAlgs{{
     {Kind::Aead, uint8_t(AeadAlg::AesGcm), "rfc4106(gcm(aes))", "", {16, 24, 32}, {64, 96, 128}},
     {Kind::Aead, uint8_t(AeadAlg::AesGmac), "rfc4543(gcm(aes))", "", {16, 24, 32}, {128, 0, 0}},
-    {Kind::Aead, uint8_t(AeadAlg::ChaCha20Poly1305), "rfc7539esp(chacha20,poly1305)", "",
-     {32, 0, 0}, {128, 0, 0}},
+    {Kind::Aead,
+     uint8_t(AeadAlg::ChaCha20Poly1305),
+     "rfc7539esp(chacha20,poly1305)",
+     "",
+     {32, 0, 0},
+     {128, 0, 0}},
     {Kind::Enc, uint8_t(EncAlg::AesCbc), "cbc(aes)", "aes", {16, 24, 32}, {}},
     {Kind::Enc, uint8_t(EncAlg::Null), "ecb(cipher_null)", "cipher_null", {0, 0, 0}, {}},
     {Kind::Auth, uint8_t(AuthAlg::HmacSha1), "hmac(sha1)", "sha1", {}, {96, 0, 0}},
@@ -46,4 +50,4 @@ const AlgInfo *find_alg(std::string_view name);
 // The algorithm of kind `k` with enum value `id`, or nullptr.
 const AlgInfo *alg_of(Kind k, uint8_t id);
 
-} // namespace xesp::xfrm
+}  // namespace xesp::xfrm

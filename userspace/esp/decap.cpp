@@ -73,11 +73,11 @@ static void nat_oa_fixup(uint8_t *ip, uint32_t l4_off, uint32_t len, uint8_t pro
         return;
     uint8_t *csum = ip + csum_off;
     if (proto == kProtoUdp && v4 && get16(csum) == 0)
-        return;                         // no checksum to fix
+        return;  // no checksum to fix
     const uint8_t *now = ip + (v4 ? 12 : 8);
     size_t n = v4 ? 4 : 16;
     static const uint8_t unspecified[16] = {};
-    if (std::memcmp(oa.b.data(), unspecified, n) == 0)   // 0.0.0.0 / ::: no NAT-OA known
+    if (std::memcmp(oa.b.data(), unspecified, n) == 0)  // 0.0.0.0 / ::: no NAT-OA known
         return;
     if (std::memcmp(now, oa.b.data(), n) == 0)
         return;
@@ -197,4 +197,4 @@ void esp_decap_burst(Sa &sa, Pkt *const *pkts, size_t n)
     run_bursts(sa, pkts, n, esp_decap_prepare, &SaCipher::decrypt, esp_decap_finish);
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -67,7 +67,7 @@ uint32_t write_trailer(uint8_t *end, uint32_t plain_len, uint8_t block, uint8_t 
     return padded;
 }
 
-} // namespace
+}  // namespace
 
 using esp_detail::run_bursts;
 using esp_detail::set_ip_total;
@@ -96,7 +96,7 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
         p.set_drop(Drop::OutTransportFragment);
         return false;
     }
-    uint32_t keep = transport ? in.chain_len : 0;        // IP header bytes kept in front
+    uint32_t keep = transport ? in.chain_len : 0;  // IP header bytes kept in front
     uint32_t plain_len = in.total - keep;
     uint32_t udp_len = sa.natt() ? kUdpLen : 0;
     uint32_t front = (transport ? udp_len : sa.outer_len()) + kEspHdrLen + sa.iv_len();
@@ -137,7 +137,7 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
         // from an IPv4 inner header (RFC 4301 8.1).
         uint8_t tos = ip_tos(ip);
         if (ip_version(outer) == 4) {
-            uint16_t id = uint16_t(seq);        // unique enough per SA and SA lifetime
+            uint16_t id = uint16_t(seq);  // unique enough per SA and SA lifetime
             uint16_t frag = in.dont_fragment ? kIpv4Df : 0;
             outer[1] = tos;
             put16(outer + 2, uint16_t(total));
@@ -197,7 +197,7 @@ void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
         if (!encap_one(sa, p, ivs + i * sa.iv_len(), &b.ops[b.n]))
             continue;
         b.pkts[b.n] = &p;
-        b.seq[b.n] = inner_len;    // finish() charges the inner length to the lifetime
+        b.seq[b.n] = inner_len;  // finish() charges the inner length to the lifetime
         b.n++;
     }
 }
@@ -220,9 +220,8 @@ void esp_encap_finish(Sa &sa, EspBurst &b)
     }
 }
 
-
 void esp_encap_burst(Sa &sa, Pkt *const *pkts, size_t n)
 {
     run_bursts(sa, pkts, n, esp_encap_prepare, &SaCipher::encrypt, esp_encap_finish);
 }
-} // namespace xesp
+}  // namespace xesp

@@ -75,17 +75,16 @@ Sa *SaTable::find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const
         auto it = by_flow_.find(FlowSaKey{src, dst, tmpl.reqid});
         sa = it == by_flow_.end() ? nullptr : it->second;
     }
-    if (sa && (sa->config().src != src || sa->config().mode != tmpl.mode ||
-               sa->config().dir == Dir::In))
+    if (sa &&
+        (sa->config().src != src || sa->config().mode != tmpl.mode || sa->config().dir == Dir::In))
         return nullptr;
     return sa;
 }
 
 bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
 {
-    return (!t.spi || t.spi == sa.spi) && (!t.reqid || t.reqid == sa.reqid) &&
-           t.mode == sa.mode && (!t.src.family || t.src == sa.src) &&
-           (!t.dst.family || t.dst == sa.dst);
+    return (!t.spi || t.spi == sa.spi) && (!t.reqid || t.reqid == sa.reqid) && t.mode == sa.mode &&
+           (!t.src.family || t.src == sa.src) && (!t.dst.family || t.dst == sa.dst);
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend backend,
@@ -99,8 +98,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
         if (!sa) {
             auto made = Sa::create(c, backend);
             if (!made)
-                return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) +
-                                  ": " + made.error().message);
+                return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) + ": " +
+                                  made.error().message);
             sa = std::move(*made);
             if (options.on_expire)
                 sa->on_expire(options.on_expire);
@@ -154,7 +153,7 @@ Engine::Dirn Engine::classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, b
     }
     *sa = sas_.find_in(dst, get32(ip + esp_off));
     if (!*sa) {
-        stats_.esp_unknown_spi++;       // somebody else's SA: the kernel's business
+        stats_.esp_unknown_spi++;  // somebody else's SA: the kernel's business
         return Dirn::None;
     }
     if (!inbound(**sa)) {
@@ -174,9 +173,8 @@ bool Engine::inbound(const Sa &sa) const
     const SaConfig &c = sa.config();
     if (c.dir != Dir::Unspec)
         return c.dir == Dir::In;
-    return !options_.local ||
-           std::find(options_.local->begin(), options_.local->end(), c.dst) !=
-               options_.local->end();
+    return !options_.local || std::find(options_.local->begin(), options_.local->end(), c.dst) !=
+                                  options_.local->end();
 }
 
 // An IP header whose lengths lie. If it claims to carry ESP it is dropped and counted here;
@@ -198,9 +196,9 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
         return Dirn::None;
     if (!lengths_ok(st))
         return bad_length(p, h.proto);
-    p.len = h.total;                    // drop link-layer padding
+    p.len = h.total;  // drop link-layer padding
     if (st != IpParse::Ok)
-        return Dirn::None;              // IPv6 extension headers cut short: the kernel's
+        return Dirn::None;  // IPv6 extension headers cut short: the kernel's
     // ESP fragments are reassembled by the kernel first. All other fragments, UDP ones too
     // (ESP in UDP or not, only the first one has ports), go to the SPD: a protected flow's
     // fragments must not leave in the clear.
@@ -213,11 +211,11 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
         get16(ip + off + 2) == kNatTPort) {
         uint32_t payload = p.len - off - kUdpLen;
         const uint8_t *d = ip + off + kUdpLen;
-        if (payload == 1 && d[0] == 0xff) {            // NAT keepalive (RFC 3948 2.3)
+        if (payload == 1 && d[0] == 0xff) {  // NAT keepalive (RFC 3948 2.3)
             stats_.keepalive++;
             return Dirn::None;
         }
-        if (payload >= 4 && get32(d) == 0) {            // non-ESP marker: IKE (RFC 3948 2.2)
+        if (payload >= 4 && get32(d) == 0) {  // non-ESP marker: IKE (RFC 3948 2.2)
             stats_.ike++;
             return Dirn::None;
         }
@@ -307,7 +305,7 @@ bool Engine::too_big(Sa &sa, Pkt &p)
     if (!from.family)
         from = sa.config().src;
     if (!icmp_too_big(p, from, fits))
-        p.set_drop(Drop::OutTooBig);       // no address to answer from, or an ICMP error
+        p.set_drop(Drop::OutTooBig);  // no address to answer from, or an ICMP error
     return true;
 }
 
@@ -317,7 +315,7 @@ void Engine::account(Pkt &p, Sa *sa)
     case Verdict::TooBig:
         stats_.too_big++;
         break;
-    case Verdict::TimeExceeded:         // the gateway's, never the engine's
+    case Verdict::TimeExceeded:  // the gateway's, never the engine's
         break;
     case Verdict::Pass:
         stats_.passed++;
@@ -416,7 +414,7 @@ Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
         p.set_drop(Drop::InBadLength);
         return Dirn::None;
     }
-    p.len = h.total;                    // drop link-layer padding
+    p.len = h.total;  // drop link-layer padding
     if (c.l4 + kEspHdrLen > p.len) {
         p.set_drop(Drop::InTruncated);
         return Dirn::None;
@@ -465,7 +463,7 @@ Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
         return Dirn::None;
     }
     if (!pol->tmpl)
-        return Dirn::None;              // bypass
+        return Dirn::None;  // bypass
     IpHeader h;
     if (!lengths_ok(parse_ip(p.ip(), p.len, &h))) {
         p.set_drop(Drop::OutBadInner);
@@ -512,7 +510,7 @@ void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t 
             owner[i] = nullptr;
             dirn[i] = cls[i].kind == Classified::Decap   ? resolve_decap(p, cls[i], &owner[i])
                       : cls[i].kind == Classified::Encap ? resolve_encap(p, cls[i], &owner[i])
-                                                         : Dirn::None;     // Pass
+                                                         : Dirn::None;  // Pass
         }
         dispatch(pkts, dirn, owner, k);
         pkts += k;
@@ -546,4 +544,4 @@ bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c)
     return true;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -44,11 +44,11 @@ class SaTable {
 public:
     static constexpr uint32_t kNoId = UINT32_MAX;
 
-    uint32_t add(std::shared_ptr<Sa> sa);     // returns the SA's id
+    uint32_t add(std::shared_ptr<Sa> sa);  // returns the SA's id
     Sa *find_in(const IpAddr &dst, uint32_t spi) const;
     Sa *find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const;
     Sa *by_id(uint32_t id) const { return id < sas_.size() ? sas_[id].get() : nullptr; }
-    uint32_t id_of(const Sa &sa) const;       // kNoId if the SA is not in this table
+    uint32_t id_of(const Sa &sa) const;  // kNoId if the SA is not in this table
     // The SA configured exactly as `cfg` (same_sa), to be shared with another table, runtime
     // state and all; nullptr if there is none. Reads only: safe while another thread runs
     // packets through this table.
@@ -66,8 +66,8 @@ bool tmpl_matches(const PolicyTmpl &tmpl, const SaConfig &sa);
 
 // What the engine knows of the links around it.
 struct EngineOptions {
-    uint32_t link_mtu = 0;      // MTU of the side encrypted packets leave on; 0 = no check
-    IpAddr icmp_src4, icmp_src6;   // source of the ICMP errors we send; else the SA's own address
+    uint32_t link_mtu = 0;        // MTU of the side encrypted packets leave on; 0 = no check
+    IpAddr icmp_src4, icmp_src6;  // source of the ICMP errors we send; else the SA's own address
     // The gateway's own addresses. An SA without `dir` decrypts only ESP addressed to one of
     // them, as the kernel decrypts only what is delivered to it; its ESP to anywhere else is
     // our own outbound traffic reflected back (in-reflected). Unset (`xesp pcap` without
@@ -86,11 +86,11 @@ struct Classified {
     // Report: an ICMP too-big about ESP for a host behind the gateway; the gateway reads it
     // (pmtu.h), the engine passes it.
     enum Kind : uint8_t { Decap, Encap, Report } kind = Decap;
-    uint32_t id = 0;        // Decap: SA id (Engine::sa_id); Encap: out-policy id (policy_by_id)
-    uint16_t l4 = 0;        // Decap: ESP header, bytes from the IP header (behind UDP for NAT-T);
-                            // Encap: the transport header (not needed by the engine);
-                            // Report: the ICMP header
-    bool natt = false;      // Decap: the ESP header follows a UDP header (RFC 3948)
+    uint32_t id = 0;    // Decap: SA id (Engine::sa_id); Encap: out-policy id (policy_by_id)
+    uint16_t l4 = 0;    // Decap: ESP header, bytes from the IP header (behind UDP for NAT-T);
+                        // Encap: the transport header (not needed by the engine);
+                        // Report: the ICMP header
+    bool natt = false;  // Decap: the ESP header follows a UDP header (RFC 3948)
 };
 
 // Reads the metadata the XDP program put in front of a frame: `meta` points at the `len`
@@ -105,7 +105,7 @@ bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c);
 struct EngineStats {
     uint64_t encrypted = 0, decrypted = 0, passed = 0, dropped = 0, too_big = 0;
     uint64_t esp_unknown_spi = 0, ike = 0, keepalive = 0;
-    Counters drops;     // every drop, whatever SA it belongs to
+    Counters drops;  // every drop, whatever SA it belongs to
 
     EngineStats &operator+=(const EngineStats &o)
     {
@@ -170,8 +170,8 @@ public:
     //              fwd policies go into the classifier's maps too; only out policies come
     //              back as Encap ids).
     static constexpr uint32_t kNoId = SaTable::kNoId;
-    uint32_t sa_id(const Sa &sa) const { return sas_.id_of(sa); }     // kNoId if not ours
-    Sa *sa_by_id(uint32_t id) const { return sas_.by_id(id); }        // nullptr if none
+    uint32_t sa_id(const Sa &sa) const { return sas_.id_of(sa); }  // kNoId if not ours
+    Sa *sa_by_id(uint32_t id) const { return sas_.by_id(id); }     // nullptr if none
     const PolicyConfig *policy_by_id(uint32_t id) const { return spd_.by_id(id); }
     size_t policy_count() const { return spd_.size(); }
 
@@ -211,11 +211,11 @@ private:
     // create() (the tables do not change afterwards). Transport templates that take the
     // addresses from the packet are looked up per packet.
     std::vector<Sa *> policy_sa_;
-    std::vector<Sa *> timed_;           // the SAs with time limits
+    std::vector<Sa *> timed_;  // the SAs with time limits
     // Replaced under the same keys: the new SA and the one whose replay window it inherits
     // (take_over()).
     std::vector<std::pair<Sa *, std::shared_ptr<Sa>>> inherit_;
     EngineStats stats_;
 };
 
-} // namespace xesp
+}  // namespace xesp

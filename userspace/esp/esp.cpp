@@ -43,4 +43,4 @@ bool parse_flow(const uint8_t *ip, uint32_t len, FlowKey *key)
     return true;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -50,7 +50,7 @@ struct FlowKey {
     IpAddr src, dst;
     uint8_t proto = 0;
     uint16_t sport = 0, dport = 0;
-    bool fragment = false;      // ports unknown: see Spd::lookup
+    bool fragment = false;  // ports unknown: see Spd::lookup
 };
 // From a header parse_ip() found Ok, or from the packet at ip (false if it is not Ok).
 void flow_from_header(const IpHeader &h, FlowKey *key);
@@ -59,4 +59,4 @@ bool parse_flow(const uint8_t *ip, uint32_t len, FlowKey *key);
 // RFC 6040 section 4.2: the ECN field of the inner header after decapsulation, or -1 to drop.
 int ecn_decapsulate(uint8_t outer_ecn, uint8_t inner_ecn);
 
-} // namespace xesp
+}  // namespace xesp

@@ -23,8 +23,7 @@ inline void set_ip_total(uint8_t *ip, uint32_t total)
 
 // The three steps on this thread, kMaxBurst packets at a time.
 template <class Prepare, class Crypt, class Finish>
-void run_bursts(Sa &sa, Pkt *const *pkts, size_t n, Prepare prepare, Crypt crypt,
-                Finish finish)
+void run_bursts(Sa &sa, Pkt *const *pkts, size_t n, Prepare prepare, Crypt crypt, Finish finish)
 {
     EspBurst b;
     while (n) {
@@ -37,4 +36,4 @@ void run_bursts(Sa &sa, Pkt *const *pkts, size_t n, Prepare prepare, Crypt crypt
     }
 }
 
-} // namespace xesp::esp_detail
+}  // namespace xesp::esp_detail

@@ -21,14 +21,14 @@ constexpr uint8_t kIpv4OptCopied = 0x80;
 // the others rest_chunk bytes, the last what is left.
 struct Plan {
     bool v4;
-    uint32_t total;         // the packet's length, from its header
+    uint32_t total;  // the packet's length, from its header
     uint32_t front;
-    uint32_t first_hdr;     // header bytes of fragment 0 (IPv6: with the Fragment header)
-    uint32_t rest_hdr;      // header bytes of the others (IPv4: only the copied options)
+    uint32_t first_hdr;  // header bytes of fragment 0 (IPv6: with the Fragment header)
+    uint32_t rest_hdr;   // header bytes of the others (IPv4: only the copied options)
     uint32_t first_chunk, rest_chunk;
     uint32_t count;
-    uint32_t nh_off;        // IPv6: the next-header byte that comes to name the Fragment header
-    uint16_t frag;          // IPv4: the packet's flags and offset field
+    uint32_t nh_off;  // IPv6: the next-header byte that comes to name the Fragment header
+    uint16_t frag;    // IPv4: the packet's flags and offset field
 };
 
 // RFC 791 3.1: the options of later fragments are those with the copied flag. Packs them
@@ -154,7 +154,7 @@ void ipv6_fragment_header(uint8_t *ip, const Plan &pl, uint8_t nh, uint32_t off,
     put16(ip + 4, uint16_t(pl.first_hdr - kIpv6Len + size));
     fh[0] = nh;
     fh[1] = 0;
-    put16(fh + 2, uint16_t(off | (last ? 0 : 1)));     // offset in 8-byte units, above res + M
+    put16(fh + 2, uint16_t(off | (last ? 0 : 1)));  // offset in 8-byte units, above res + M
     put32(fh + 4, ident);
 }
 
@@ -202,7 +202,7 @@ void write_first(Pkt &p, const Plan &pl, uint32_t ident)
     p.len = pl.first_hdr + pl.first_chunk;
 }
 
-} // namespace
+}  // namespace
 
 uint32_t fragments_needed(const uint8_t *ip, uint32_t len, uint32_t mtu)
 {
@@ -231,4 +231,4 @@ uint32_t fragment(Pkt &p, uint32_t mtu, uint32_t ident, Pkt *extra, uint32_t n_e
     return n;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -19,8 +19,8 @@
 
 namespace xesp {
 
-constexpr uint32_t kIpv4MinMtu = 68;        // RFC 791: every IPv4 link carries 68 bytes
-constexpr uint32_t kIpv6MinMtu = 1280;      // RFC 8200 5
+constexpr uint32_t kIpv4MinMtu = 68;    // RFC 791: every IPv4 link carries 68 bytes
+constexpr uint32_t kIpv6MinMtu = 1280;  // RFC 8200 5
 using wire::kIpv6FragHdrLen;
 
 // How many fragments of at most mtu bytes the IP packet at ip (len bytes available; the
@@ -50,4 +50,4 @@ uint32_t fragments_needed(const uint8_t *ip, uint32_t len, uint32_t mtu);
 // for its fragment, or (IPv6) p.l3 leaves no 8 bytes of headroom.
 uint32_t fragment(Pkt &p, uint32_t mtu, uint32_t ident, Pkt *extra, uint32_t n_extra);
 
-} // namespace xesp
+}  // namespace xesp

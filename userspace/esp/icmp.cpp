@@ -27,7 +27,7 @@ bool is_icmp_error(const uint8_t *ip, uint32_t len)
     return ip[6] == kProtoIcmpv6 && len > kIpv6Len && ip[kIpv6Len] < 128;
 }
 
-} // namespace
+}  // namespace
 
 bool may_fragment(const Pkt &p)
 {
@@ -47,7 +47,7 @@ bool answerable(const uint8_t *ip, uint32_t len)
     if (ip_version(ip) == 4) {
         const uint8_t *src = ip + 12, *dst = ip + 16;
         bool frag_later = get16(ip + 6) & kIpv4OffsetMask;
-        bool dst_group = dst[0] >= 224;         // multicast, reserved, limited broadcast
+        bool dst_group = dst[0] >= 224;  // multicast, reserved, limited broadcast
         bool src_none = src[0] == 0 || src[0] == 127 || src[0] >= 224;
         return !frag_later && !dst_group && !src_none;
     }
@@ -76,19 +76,19 @@ bool icmp_error(Pkt &p, const IpAddr &from, uint8_t type4, uint8_t code4, uint8_
     std::memset(ip, 0, front);
     if (v4) {
         ip[0] = 0x45;
-        ip[1] = 0xc0;                               // CS6: network control
+        ip[1] = 0xc0;  // CS6: network control
         put16(ip + 2, uint16_t(total));
         ip[8] = 64;
         ip[9] = kProtoIcmp;
         std::memcpy(ip + 12, from.b.data(), 4);
-        std::memcpy(ip + 16, orig + 12, 4);         // back to the sender
+        std::memcpy(ip + 16, orig + 12, 4);  // back to the sender
         ipv4_set_checksum(ip);
         icmp[0] = type4;
         icmp[1] = code4;
         put16(icmp + 6, uint16_t(std::min<uint32_t>(param, 0xffff)));
         put16(icmp + 2, uint16_t(~csum_fold(csum_add(0, icmp, kIcmpHdrLen + quoted))));
     } else {
-        ip[0] = 0x6c;                               // traffic class CS6
+        ip[0] = 0x6c;  // traffic class CS6
         put16(ip + 4, uint16_t(total - kIpv6Len));
         ip[6] = kProtoIcmpv6;
         ip[7] = 64;
@@ -105,7 +105,7 @@ bool icmp_error(Pkt &p, const IpAddr &from, uint8_t type4, uint8_t code4, uint8_
     return true;
 }
 
-} // namespace
+}  // namespace
 
 bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu)
 {
@@ -125,4 +125,4 @@ bool icmp_time_exceeded(Pkt &p, const IpAddr &from)
     return true;
 }
 
-} // namespace xesp
+}  // namespace xesp

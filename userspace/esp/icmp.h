@@ -33,14 +33,16 @@ bool icmp_time_exceeded(Pkt &p, const IpAddr &from);
 class IcmpLimiter {
 public:
     explicit IcmpLimiter(uint32_t per_sec = 1000, uint32_t burst = 50)
-        : per_sec_(per_sec), burst_(burst), tokens_(burst) {}
+            : per_sec_(per_sec), burst_(burst), tokens_(burst)
+    {}
 
     // One error may go at now_ns (a monotonic clock): takes a token.
     bool allow(uint64_t now_ns)
     {
         constexpr uint64_t kSecond = 1000000000;
         // Capped so that the product below cannot overflow after a long quiet spell.
-        uint64_t elapsed = std::min<uint64_t>(now_ns > last_ns_ ? now_ns - last_ns_ : 0, 60 * kSecond);
+        uint64_t elapsed =
+            std::min<uint64_t>(now_ns > last_ns_ ? now_ns - last_ns_ : 0, 60 * kSecond);
         if (uint64_t earned = elapsed * per_sec_ / kSecond) {
             tokens_ = uint32_t(std::min<uint64_t>(burst_, tokens_ + earned));
             // A partly earned token is kept, unless the bucket is full anyway.
@@ -62,4 +64,4 @@ private:
 // Whether a plaintext packet may be fragmented on the way (IPv4 without DF).
 bool may_fragment(const Pkt &p);
 
-} // namespace xesp
+}  // namespace xesp

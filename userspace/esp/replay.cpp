@@ -28,13 +28,13 @@ uint64_t ReplayWindow::infer(uint32_t seq_lo) const
     uint32_t th = uint32_t(top_ >> 32), tl = uint32_t(top_);
     // Without a window the sender is still assumed to be within 2^31 of T.
     uint32_t w = window_ ? window_ : 0x80000000u;
-    uint32_t bottom = tl - w + 1;                   // modulo 2^32
+    uint32_t bottom = tl - w + 1;  // modulo 2^32
     uint32_t sh;
-    if (tl >= w - 1)                                // Case A: window inside one subspace
+    if (tl >= w - 1)  // Case A: window inside one subspace
         sh = seq_lo >= bottom ? th : th + 1;
-    else                                            // Case B: window spans two subspaces
+    else  // Case B: window spans two subspaces
         sh = seq_lo >= bottom ? th - 1 : th;
-    if (sh == 0xffffffffu && th == 0)               // would be before the start of the SA
+    if (sh == 0xffffffffu && th == 0)  // would be before the start of the SA
         return 0;
     return uint64_t(sh) << 32 | seq_lo;
 }
@@ -48,7 +48,7 @@ ReplayWindow::Verdict ReplayWindow::check(uint32_t seq_lo, uint64_t *seq) const
 {
     uint64_t s = infer(seq_lo);
     *seq = s;
-    if (s == 0)                         // sequence 0 is never sent (RFC 4303 3.3.3)
+    if (s == 0)  // sequence 0 is never sent (RFC 4303 3.3.3)
         return Verdict::TooOld;
     if (window_ == 0 || s > top_)
         return Verdict::Ok;
@@ -118,4 +118,4 @@ void ReplayWindow::catch_up(const ReplayWindow &old)
     restore(now);
 }
 
-} // namespace xesp
+}  // namespace xesp

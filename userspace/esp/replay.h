@@ -52,8 +52,8 @@ private:
     uint64_t top_ = 0;
     uint32_t window_ = 0;
     bool esn_ = false;
-    uint32_t block_mask_ = 0;               // number of 64-bit blocks - 1 (power of two)
+    uint32_t block_mask_ = 0;  // number of 64-bit blocks - 1 (power of two)
     std::unique_ptr<uint64_t[]> bitmap_;
 };
 
-} // namespace xesp
+}  // namespace xesp

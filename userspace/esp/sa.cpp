@@ -44,8 +44,8 @@ void Sa::build_outer()
     uint8_t next = natt() ? kProtoUdp : kProtoEsp;
     if (cfg_.src.family == 4) {
         p[0] = 0x45;
-        p[6] = 0x40;                    // DF: the outer packet is not fragmented on the way
-        p[8] = 64;                      // TTL
+        p[6] = 0x40;  // DF: the outer packet is not fragmented on the way
+        p[8] = 64;    // TTL
         p[9] = next;
         std::memcpy(p + 12, cfg_.src.b.data(), 4);
         std::memcpy(p + 16, cfg_.dst.b.data(), 4);
@@ -55,7 +55,7 @@ void Sa::build_outer()
     } else {
         p[0] = 0x60;
         p[6] = next;
-        p[7] = 64;                      // hop limit
+        p[7] = 64;  // hop limit
         std::memcpy(p + 8, cfg_.src.b.data(), 16);
         std::memcpy(p + 24, cfg_.dst.b.data(), 16);
         outer_len_ = kIpv6Len;
@@ -104,7 +104,8 @@ void Sa::check_time(uint64_t now)
 bool Sa::over_hard(uint64_t bytes) const
 {
     const Lifetime &l = cfg_.lifetime;
-    return hard_expired_ || life_packets_ + 1 > l.hard_packets || life_bytes_ + bytes > l.hard_bytes;
+    return hard_expired_ || life_packets_ + 1 > l.hard_packets ||
+           life_bytes_ + bytes > l.hard_bytes;
 }
 
 bool Sa::charge(uint64_t bytes)
@@ -136,4 +137,4 @@ uint32_t Sa::inner_mtu(uint32_t link_mtu) const
     return room - kEspTrailerLen;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -59,7 +59,7 @@ public:
     {
         uint64_t limit = cfg_.esn ? UINT64_MAX : UINT32_MAX;
         if (oseq_ >= limit) [[unlikely]] {
-            expire(true);           // the SA is spent: hard-expire it, as the kernel does
+            expire(true);  // the SA is spent: hard-expire it, as the kernel does
             return false;
         }
         if (oseq_ >= reserved_.load(std::memory_order_acquire)) [[unlikely]] {
@@ -142,15 +142,12 @@ public:
     void set_path_mtu(uint32_t mtu) { path_mtu_ = mtu; }
     // What this SA's encrypted packets must fit: the egress link's MTU (0: unknown), or the
     // learnt path MTU if that is smaller.
-    uint32_t outer_mtu(uint32_t link_mtu) const
-    {
-        return smaller_mtu(path_mtu_, link_mtu);
-    }
+    uint32_t outer_mtu(uint32_t link_mtu) const { return smaller_mtu(path_mtu_, link_mtu); }
 
 private:
     Sa() = default;
     void build_outer();
-    void expire(bool hard);         // sets the flag and tells on_expire_, once each
+    void expire(bool hard);  // sets the flag and tells on_expire_, once each
 
     SaConfig cfg_;
     uint64_t serial_ = 0;
@@ -168,8 +165,8 @@ private:
     }
 
     uint64_t oseq_ = 0;
-    std::atomic<uint64_t> reserved_{UINT64_MAX};    // the last number the SA may send
-    uint64_t low_water_ = UINT64_MAX;               // ask for more from here
+    std::atomic<uint64_t> reserved_{UINT64_MAX};  // the last number the SA may send
+    uint64_t low_water_ = UINT64_MAX;             // ask for more from here
     std::atomic<bool> *wake_ = nullptr;
     bool bound_ = false;
     ReplayWindow replay_;
@@ -181,4 +178,4 @@ private:
     ExpireFn on_expire_;
 };
 
-} // namespace xesp
+}  // namespace xesp

@@ -17,7 +17,7 @@ auto find_index(const std::vector<T> &v, Match match) -> std::ptrdiff_t
     return -1;
 }
 
-} // namespace
+}  // namespace
 
 const SaConfig *Config::find_sa(const IpAddr &dst, uint32_t spi) const
 {
@@ -27,8 +27,8 @@ const SaConfig *Config::find_sa(const IpAddr &dst, uint32_t spi) const
 
 const PolicyConfig *Config::find_policy(const Selector &sel, Dir dir) const
 {
-    auto i = find_index(policies,
-                        [&](const PolicyConfig &p) { return p.sel == sel && p.dir == dir; });
+    auto i =
+        find_index(policies, [&](const PolicyConfig &p) { return p.sel == sel && p.dir == dir; });
     return i < 0 ? nullptr : &policies[size_t(i)];
 }
 
@@ -68,9 +68,10 @@ bool same_keys(const SaConfig &a, const SaConfig &b)
 bool same_sa(const SaConfig &a, const SaConfig &b)
 {
     bool xf = same_keys(a, b) && a.xf.icv_len == b.xf.icv_len;
-    bool encap = a.encap.has_value() == b.encap.has_value() &&
-                 (!a.encap || (a.encap->sport == b.encap->sport && a.encap->dport == b.encap->dport &&
-                               a.encap->oaddr == b.encap->oaddr));
+    bool encap =
+        a.encap.has_value() == b.encap.has_value() &&
+        (!a.encap || (a.encap->sport == b.encap->sport && a.encap->dport == b.encap->dport &&
+                      a.encap->oaddr == b.encap->oaddr));
     return xf && encap && a.lifetime == b.lifetime && a.src == b.src && a.dst == b.dst &&
            a.spi == b.spi && a.reqid == b.reqid && a.mode == b.mode && a.esn == b.esn &&
            a.replay_window == b.replay_window && a.seq == b.seq && a.seq_hi == b.seq_hi &&
@@ -87,4 +88,4 @@ bool same_policy(const PolicyConfig &a, const PolicyConfig &b)
            a.action == b.action;
 }
 
-} // namespace xesp
+}  // namespace xesp

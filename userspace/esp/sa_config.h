@@ -75,10 +75,10 @@ struct Transform {
     AeadAlg aead = AeadAlg::None;
     EncAlg enc = EncAlg::None;
     AuthAlg auth = AuthAlg::None;
-    KeyBytes enc_key;                   // cipher key; for an AEAD without the 4-byte salt
-    Salt salt{};                        // AEAD only
-    KeyBytes auth_key;                  // HMAC key
-    uint8_t icv_len = 0;                // ICV bytes on the wire (AEAD ICV bits / 8, auth-trunc)
+    KeyBytes enc_key;     // cipher key; for an AEAD without the 4-byte salt
+    Salt salt{};          // AEAD only
+    KeyBytes auth_key;    // HMAC key
+    uint8_t icv_len = 0;  // ICV bytes on the wire (AEAD ICV bits / 8, auth-trunc)
 
     bool is_aead() const { return aead != AeadAlg::None; }
     // IV bytes on the wire: 8 for the AEADs, 16 for AES-CBC, 0 for NULL.
@@ -90,13 +90,13 @@ struct Transform {
     }
     // The payload (plaintext + padding + 2 trailer bytes) is a multiple of this (RFC 4303 2.4).
     uint8_t block_size() const { return enc == EncAlg::AesCbc && !is_aead() ? 16 : 4; }
-    std::string name() const;            // e.g. "rfc4106(gcm(aes)) 128 ICV 128"
+    std::string name() const;  // e.g. "rfc4106(gcm(aes)) 128 ICV 128"
 };
 
 enum class Mode : uint8_t { Transport, Tunnel };
 enum class Dir : uint8_t { Unspec, In, Out, Fwd };
 
-struct NatTEncap {                       // `encap espinudp SPORT DPORT OADDR` (RFC 3948)
+struct NatTEncap {  // `encap espinudp SPORT DPORT OADDR` (RFC 3948)
     uint16_t sport = 0;
     uint16_t dport = 0;
     IpAddr oaddr;
@@ -117,8 +117,8 @@ struct Lifetime {
 
     bool has_time() const
     {
-        return soft_add_s != UINT64_MAX || hard_add_s != UINT64_MAX ||
-               soft_use_s != UINT64_MAX || hard_use_s != UINT64_MAX;
+        return soft_add_s != UINT64_MAX || hard_add_s != UINT64_MAX || soft_use_s != UINT64_MAX ||
+               hard_use_s != UINT64_MAX;
     }
     bool operator==(const Lifetime &) const = default;
 };
@@ -126,34 +126,34 @@ struct Lifetime {
 struct SaConfig {
     IpAddr src;
     IpAddr dst;
-    uint32_t spi = 0;                    // host order
+    uint32_t spi = 0;  // host order
     uint32_t reqid = 0;
-    Mode mode = Mode::Transport;         // ip xfrm's default
+    Mode mode = Mode::Transport;  // ip xfrm's default
     Transform xf;
-    bool esn = false;                    // `flag esn`
-    uint32_t replay_window = 0;          // packets; 0 disables anti-replay (as ip xfrm)
-    uint32_t seq = 0, seq_hi = 0;        // highest received (replay-seq, replay-seq-hi)
-    uint32_t oseq = 0, oseq_hi = 0;      // last sent (replay-oseq, replay-oseq-hi)
+    bool esn = false;                // `flag esn`
+    uint32_t replay_window = 0;      // packets; 0 disables anti-replay (as ip xfrm)
+    uint32_t seq = 0, seq_hi = 0;    // highest received (replay-seq, replay-seq-hi)
+    uint32_t oseq = 0, oseq_hi = 0;  // last sent (replay-oseq, replay-oseq-hi)
     std::optional<NatTEncap> encap;
     std::optional<Selector> sel;
     Lifetime lifetime;
-    Dir dir = Dir::Unspec;               // optional `dir in|out`
+    Dir dir = Dir::Unspec;  // optional `dir in|out`
 };
 
 enum class Action : uint8_t { Allow, Block };
 
-struct PolicyTmpl {                      // `tmpl src A dst B proto esp [spi S] [reqid R] mode M`
-    IpAddr src;                          // unset family = any (transport templates omit them)
+struct PolicyTmpl {  // `tmpl src A dst B proto esp [spi S] [reqid R] mode M`
+    IpAddr src;      // unset family = any (transport templates omit them)
     IpAddr dst;
-    uint32_t spi = 0;                    // 0 = any
-    uint32_t reqid = 0;                  // 0 = any
+    uint32_t spi = 0;    // 0 = any
+    uint32_t reqid = 0;  // 0 = any
     Mode mode = Mode::Transport;
 };
 
 struct PolicyConfig {
     Selector sel;
     Dir dir = Dir::Out;
-    uint32_t priority = 0;               // lower value wins, as in the kernel
+    uint32_t priority = 0;  // lower value wins, as in the kernel
     Action action = Action::Allow;
     std::optional<PolicyTmpl> tmpl;
 };
@@ -174,7 +174,7 @@ public:
 // "SA dst 10.0.0.2 spi 0x00001000": how messages name one SA (a policy: describe_policy in
 // config/xfrm_grammar.h).
 std::string describe_sa(const IpAddr &dst, uint32_t spi);
-std::string hex32(uint32_t v);    // "0x%08x"
+std::string hex32(uint32_t v);  // "0x%08x"
 
 // Field-by-field equality of configurations (keys compared in constant time).
 bool same_sa(const SaConfig &a, const SaConfig &b);
@@ -183,4 +183,4 @@ bool same_policy(const PolicyConfig &a, const PolicyConfig &b);
 // replayed to b, and what shares b's nonces.
 bool same_keys(const SaConfig &a, const SaConfig &b);
 
-} // namespace xesp
+}  // namespace xesp

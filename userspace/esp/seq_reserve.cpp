@@ -25,8 +25,7 @@ std::string to_hex(const uint8_t *p, size_t n)
     return s;
 }
 
-template <size_t N>
-bool from_hex(const std::string &hex, std::array<uint8_t, N> &out)
+template <size_t N> bool from_hex(const std::string &hex, std::array<uint8_t, N> &out)
 {
     if (hex.size() != 2 * N)
         return false;
@@ -51,15 +50,18 @@ bool from_hex(const std::string &hex, std::array<uint8_t, N> &out)
     return true;
 }
 
-} // namespace
+}  // namespace
 
 SeqLedger::SeqLedger()
 {
     if (RAND_bytes(secret_.data(), int(secret_.size())) != 1)
-        std::abort();       // no randomness: nothing about keys can be done safely
+        std::abort();  // no randomness: nothing about keys can be done safely
 }
 
-SeqLedger::~SeqLedger() { OPENSSL_cleanse(secret_.data(), secret_.size()); }
+SeqLedger::~SeqLedger()
+{
+    OPENSSL_cleanse(secret_.data(), secret_.size());
+}
 
 KeyFingerprint SeqLedger::fingerprint(const Transform &xf) const
 {
@@ -107,9 +109,15 @@ void SeqLedger::forget_oldest(size_t keep)
         records_.erase(old[i].second);
 }
 
-std::string SeqLedger::secret_hex() const { return to_hex(secret_.data(), secret_.size()); }
+std::string SeqLedger::secret_hex() const
+{
+    return to_hex(secret_.data(), secret_.size());
+}
 
-bool SeqLedger::set_secret_hex(const std::string &hex) { return from_hex(hex, secret_); }
+bool SeqLedger::set_secret_hex(const std::string &hex)
+{
+    return from_hex(hex, secret_);
+}
 
 bool SeqLedger::add_record_hex(const std::string &fp_hex, uint64_t last, uint64_t round)
 {
@@ -154,7 +162,7 @@ std::vector<size_t> nonce_key_twins(const Config &cfg)
         const Transform &xf = cfg.sas[i].xf;
         if (!xf.is_aead() || !xf.enc_key.size())
             continue;
-        uint64_t h = 0xcbf29ce484222325ull;         // FNV-1a of key and salt, kept in memory only
+        uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of key and salt, kept in memory only
         for (size_t k = 0; k < xf.enc_key.size(); k++)
             h = (h ^ xf.enc_key.data()[k]) * 0x100000001b3ull;
         for (uint8_t b : xf.salt)
@@ -165,7 +173,7 @@ std::vector<size_t> nonce_key_twins(const Config &cfg)
     std::vector<size_t> twin(cfg.sas.size(), SIZE_MAX);
     for (size_t a = 0; a < by_key.size(); a++)
         for (size_t b = a + 1; b < by_key.size() && by_key[b].first == by_key[a].first; b++) {
-            size_t i = by_key[a].second, j = by_key[b].second;     // i < j: sorted by index too
+            size_t i = by_key[a].second, j = by_key[b].second;  // i < j: sorted by index too
             if (twin[j] == SIZE_MAX && shares_nonce_key(cfg.sas[i], cfg.sas[j]))
                 twin[j] = i;
         }
@@ -191,4 +199,4 @@ std::string shared_key_warnings(const Config &cfg, const SaConfig *only)
     return out;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -36,8 +36,8 @@ inline constexpr size_t kLedgerRetiredKeys = 65536;
 class SeqLedger {
 public:
     struct Record {
-        uint64_t last = 0;          // the highest number reserved under the key
-        uint64_t round = 0;         // the last round (new_round()) that recorded it
+        uint64_t last = 0;   // the highest number reserved under the key
+        uint64_t round = 0;  // the last round (new_round()) that recorded it
     };
 
     // A ledger with a fresh random secret and no records.
@@ -76,9 +76,9 @@ private:
 
 // How far ahead of its counter an SA's reservation goes.
 struct ReservePolicy {
-    uint64_t min_ahead = uint64_t(1) << 20;     // numbers, whatever the rate
-    uint64_t ahead_ns = 4'000'000'000;          // the SA's rate for this long
-    uint64_t refill_ns = 2'000'000'000;         // rewritten when less than this is left
+    uint64_t min_ahead = uint64_t(1) << 20;  // numbers, whatever the rate
+    uint64_t ahead_ns = 4'000'000'000;       // the SA's rate for this long
+    uint64_t refill_ns = 2'000'000'000;      // rewritten when less than this is left
 };
 
 // The new bound for an SA at counter `oseq` sending `rate` numbers a second: oseq plus
@@ -100,4 +100,4 @@ std::vector<size_t> nonce_key_twins(const Config &cfg);
 // just the lines about the SA with only's destination and SPI.
 std::string shared_key_warnings(const Config &cfg, const SaConfig *only = nullptr);
 
-} // namespace xesp
+}  // namespace xesp

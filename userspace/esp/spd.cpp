@@ -18,9 +18,12 @@ std::array<uint8_t, 16> masked(const IpAddr &a, uint8_t len)
     return out;
 }
 
-bool has_ports(const Selector &s) { return s.sport_set || s.dport_set; }
+bool has_ports(const Selector &s)
+{
+    return s.sport_set || s.dport_set;
+}
 
-} // namespace
+}  // namespace
 
 size_t Spd::KeyHash::operator()(const Key &k) const
 {
@@ -63,7 +66,7 @@ uint32_t Spd::add(const PolicyConfig &p)
 
     const Selector &s = p.sel;
     if (s.src.addr.family != s.dst.addr.family)
-        return id;                      // matches no packet: nothing to index
+        return id;  // matches no packet: nothing to index
     Shape shape{s.src.addr.family, s.src.len, s.dst.len, s.proto != 0, s.sport_set, s.dport_set};
     auto &bins = bins_[size_t(p.dir)];
     auto same = [&](const Bin &b) { return b.shape == shape; };
@@ -75,7 +78,7 @@ uint32_t Spd::add(const PolicyConfig &p)
     auto [at, fresh] = bin->exact.try_emplace(key, rank);
     if (!fresh)
         at->second = std::min(at->second, rank);
-    bool reorder = rank < bin->best;    // a new bin, or a better best
+    bool reorder = rank < bin->best;  // a new bin, or a better best
     bin->best = std::min(bin->best, rank);
     if (has_ports(s) && (p.tmpl || p.action == Action::Block)) {
         Key key_portless = portless_key(shape, s.src.addr, s.dst.addr, s.proto);
@@ -98,7 +101,7 @@ const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
             continue;
         if (!f.fragment) {
             if (b.best >= found)
-                break;                  // bins are in order of their best rank
+                break;  // bins are in order of their best rank
             auto it = b.exact.find(key_of(s, f.src, f.dst, f.proto, f.sport, f.dport));
             if (it != b.exact.end())
                 found = std::min(found, it->second);
@@ -140,4 +143,4 @@ const PolicyConfig *Spd::lookup_linear(Dir dir, const FlowKey &f, bool *unsure) 
     return nullptr;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -27,7 +27,7 @@ namespace xesp {
 // policies stay valid until the next add().
 class Spd {
 public:
-    uint32_t add(const PolicyConfig &p);      // returns the policy's id
+    uint32_t add(const PolicyConfig &p);  // returns the policy's id
 
     // The first policy that matches. A fragment carries no ports, so policies with port
     // selectors cannot match it; if one of those that protects or blocks would have come
@@ -37,10 +37,7 @@ public:
     // tests.
     const PolicyConfig *lookup_linear(Dir dir, const FlowKey &flow, bool *unsure = nullptr) const;
 
-    const PolicyConfig *by_id(uint32_t id) const
-    {
-        return id < all_.size() ? &all_[id] : nullptr;
-    }
+    const PolicyConfig *by_id(uint32_t id) const { return id < all_.size() ? &all_[id] : nullptr; }
     size_t size() const { return all_.size(); }
     size_t shapes(Dir dir) const { return bins_[size_t(dir)].size(); }
 
@@ -66,7 +63,7 @@ private:
     static constexpr Rank kNone = UINT64_MAX;
     struct Bin {
         Shape shape;
-        Rank best = kNone;                      // of every policy in `exact`
+        Rank best = kNone;  // of every policy in `exact`
         std::unordered_map<Key, Rank, KeyHash> exact;
         // Shapes with ports: the policies that protect or block, by their selector without
         // ports, for fragments (the `unsure` of lookup()).
@@ -78,9 +75,9 @@ private:
     // The key of a shape with ports, the ports left out: where `portless` is searched.
     static Key portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_t proto);
 
-    std::vector<PolicyConfig> all_;           // by id
-    std::vector<uint32_t> by_dir_[4];         // ids, in lookup order
-    std::vector<Bin> bins_[4];                // per direction, by best rank
+    std::vector<PolicyConfig> all_;    // by id
+    std::vector<uint32_t> by_dir_[4];  // ids, in lookup order
+    std::vector<Bin> bins_[4];         // per direction, by best rank
 };
 
-} // namespace xesp
+}  // namespace xesp

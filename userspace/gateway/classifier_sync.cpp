@@ -82,7 +82,7 @@ Result<void> ClassifierSync::stage(const Config &next)
 {
     std::vector<Undo> undo;
     for (const SaConfig &c : next.sas)
-        if (c.dir != Dir::Out)      // only inbound ESP is classified by SA
+        if (c.dir != Dir::Out)  // only inbound ESP is classified by SA
             if (auto r = stage_sa(c, undo); !r) {
                 rollback(undo);
                 return r;
@@ -126,7 +126,7 @@ ClassifierSync::Ids ClassifierSync::ids(const Config &next) const
     std::vector<std::pair<uint32_t, uint32_t>> ids;
     for (uint32_t i = 0; i < next.sas.size(); i++) {
         if (next.sas[i].dir == Dir::Out)
-            continue;                   // only inbound ESP is classified by SA
+            continue;  // only inbound ESP is classified by SA
         auto it = sas_.find(describe_sa(next.sas[i].dst, next.sas[i].spi));
         if (it != sas_.end())
             ids.emplace_back(it->second.slot, i);
@@ -142,4 +142,4 @@ ClassifierSync::Ids ClassifierSync::ids(const Config &next) const
     return out;
 }
 
-} // namespace xesp
+}  // namespace xesp

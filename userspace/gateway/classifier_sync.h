@@ -51,7 +51,7 @@ public:
 private:
     struct SaEntry {
         uint32_t slot;
-        uint32_t flags;             // XESP_SA_F_*
+        uint32_t flags;  // XESP_SA_F_*
         IpAddr dst;
         uint32_t spi;
     };
@@ -72,9 +72,9 @@ private:
     void rollback(std::vector<Undo> &undo);
 
     XdpProgram &prog_;
-    std::map<std::string, SaEntry> sas_;            // by describe_sa
-    std::map<std::string, PolicyEntry> policies_;   // by describe_policy
-    uint32_t next_slot_ = 0;                        // shared by SAs and policies
+    std::map<std::string, SaEntry> sas_;           // by describe_sa
+    std::map<std::string, PolicyEntry> policies_;  // by describe_policy
+    uint32_t next_slot_ = 0;                       // shared by SAs and policies
 };
 
-} // namespace xesp
+}  // namespace xesp

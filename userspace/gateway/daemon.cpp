@@ -31,7 +31,10 @@ namespace {
 std::atomic<bool> g_stop{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 
-void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+void on_signal(int)
+{
+    g_stop.store(true, std::memory_order_relaxed);
+}
 
 // The control requests, on the control thread. A change is built there and handed to the
 // data thread (Gateway::prepare, install, finish); every change is written to the state file
@@ -40,9 +43,8 @@ void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
 class GatewayHandler : public ConfigHandler {
 public:
     GatewayHandler(Gateway &gw, Config initial, StateKeeper *keeper, Handoff &data)
-        : ConfigHandler(std::move(initial)), gw_(gw), keeper_(keeper), data_(data)
-    {
-    }
+            : ConfigHandler(std::move(initial)), gw_(gw), keeper_(keeper), data_(data)
+    {}
 
     Result<std::string> iface(const std::vector<std::string> &w) override
     {
@@ -98,7 +100,7 @@ public:
         for (size_t pos = 0, nl; (nl = now.find('\n', pos)) != std::string::npos; pos = nl + 1) {
             std::string line = now.substr(pos, nl - pos);
             if (warned_.find(line) == std::string::npos)
-                log(LogLevel::Warning, "%s", line.c_str() + 9);     // after "warning: "
+                log(LogLevel::Warning, "%s", line.c_str() + 9);  // after "warning: "
         }
         warned_ = std::move(now);
     }
@@ -161,7 +163,8 @@ private:
         for (const auto &i : gw_.ifaces())
             if (!i.local) {
                 out += i.name + " role " + (i.role == IfaceRole::Public ? "public" : "protected") +
-                   " queues " + std::to_string(i.queues) + " mtu " + std::to_string(i.mtu) + "\n";
+                       " queues " + std::to_string(i.queues) + " mtu " + std::to_string(i.mtu) +
+                       "\n";
                 if (!i.warning.empty())
                     out += "  warning: " + i.warning + "\n";
             }
@@ -171,7 +174,7 @@ private:
     Gateway &gw_;
     StateKeeper *keeper_;
     Handoff &data_;
-    std::string warned_;            // shared_key_warnings() as last logged
+    std::string warned_;  // shared_key_warnings() as last logged
 };
 
 // What to start with: the state file (a restart) and/or the config file.
@@ -182,9 +185,10 @@ Result<GatewayState> initial_state(const DaemonOptions &o, const StateKeeper *ke
         const GatewayState &saved = *keeper->loaded();
         if (saved.netns && *saved.netns != netns_name())
             return make_error("state file " + keeper->path() + " was written in " +
-                          describe_netns(*saved.netns) + ", and this daemon runs in " +
-                          describe_netns(netns_name()) + ": give it a state file of its own "
-                          "(--state FILE)");
+                              describe_netns(*saved.netns) + ", and this daemon runs in " +
+                              describe_netns(netns_name()) +
+                              ": give it a state file of its own "
+                              "(--state FILE)");
         st.config = saved.config;
         st.ifaces = saved.ifaces;
         log(LogLevel::Info, "resuming from %s: %zu SAs, %zu policies, %zu interfaces",
@@ -221,7 +225,8 @@ sigset_t block_stop_signals()
 Result<std::unique_ptr<StateKeeper>> open_state(const DaemonOptions &o, const std::string &path)
 {
     if (o.no_state) {
-        log(LogLevel::Warning, "--no-state: sequence numbers start from the configuration at "
+        log(LogLevel::Warning,
+            "--no-state: sequence numbers start from the configuration at "
             "every start; with keys that were used before, nonces repeat (AES-GCM is then "
             "broken): give every SA fresh keys");
         return std::unique_ptr<StateKeeper>();
@@ -271,7 +276,7 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
             continue;
         }
         idle = 0;
-        g.housekeeping();           // completions before sleeping: frames back to the pool
+        g.housekeeping();  // completions before sleeping: frames back to the pool
         pfds.clear();
         for (int fd : g.wait_fds())
             pfds.push_back({fd, POLLIN, 0});
@@ -280,7 +285,7 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
     }
 }
 
-} // namespace
+}  // namespace
 
 std::string default_state_file(const std::string &socket)
 {
@@ -297,8 +302,8 @@ Result<void> run_daemon(const DaemonOptions &o)
     auto backend = parse_backend(o.crypto);
     if (!backend)
         return make_error("--crypto " + o.crypto + ": expected auto, openssl or ipsecmb");
-    std::string state_path = o.no_state ? "" : (o.state.empty() ? default_state_file(o.socket)
-                                                                 : o.state);
+    std::string state_path =
+        o.no_state ? "" : (o.state.empty() ? default_state_file(o.socket) : o.state);
     sigset_t stop = block_stop_signals();
     auto keeper = open_state(o, state_path);
     if (!keeper)
@@ -323,7 +328,7 @@ Result<void> run_daemon(const DaemonOptions &o)
         return data.error();
     GatewayHandler handler(**gw, std::move(st->config), keeper->get(), **data);
     handler.log_shared_keys();
-    st->config = {};        // the handler's copy lives on: a deleted SA's key must not stay here
+    st->config = {};  // the handler's copy lives on: a deleted SA's key must not stay here
     auto server = ControlServer::listen(handler, o.socket);
     if (!server)
         return server.error();
@@ -335,8 +340,7 @@ Result<void> run_daemon(const DaemonOptions &o)
         state_path.empty() ? "(none)" : state_path.c_str(), o.crypto.c_str());
 
     std::atomic<bool> control_done{false};
-    std::thread control(control_thread, std::ref(*server), std::cref(stop),
-                        std::ref(control_done));
+    std::thread control(control_thread, std::ref(*server), std::cref(stop), std::ref(control_done));
     data_loop(**gw, handler, **data, o.spin, control_done);
     control.join();
     log(LogLevel::Info, "stopping: saving the state");
@@ -345,4 +349,4 @@ Result<void> run_daemon(const DaemonOptions &o)
     return {};
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -21,14 +21,14 @@
 namespace xesp {
 
 struct DaemonOptions {
-    std::string config_file;        // applied at start, over what the state file holds
-    std::string socket;             // the control socket
-    std::string state;              // "": default_state_file(socket)
+    std::string config_file;  // applied at start, over what the state file holds
+    std::string socket;       // the control socket
+    std::string state;        // "": default_state_file(socket)
     bool no_state = false;
     std::string crypto = "auto";
     uint32_t ring_size = kDefaultRingSize;
     bool busy_poll = false;
-    uint32_t spin = 0;              // empty polling rounds before sleeping
+    uint32_t spin = 0;  // empty polling rounds before sleeping
     uint32_t pmtu_expires = kPmtuExpiresSeconds;
     bool detach_on_exit = false;
     uint64_t seq_reserve = ReservePolicy{}.min_ahead;
@@ -42,4 +42,4 @@ std::string default_state_file(const std::string &socket);
 // state file is another's, a socket or interface cannot be had), saying what.
 Result<void> run_daemon(const DaemonOptions &options);
 
-} // namespace xesp
+}  // namespace xesp

@@ -20,7 +20,7 @@ namespace xesp {
 
 namespace {
 
-constexpr uint64_t kRefreshNs = 2'000'000'000;     // local addresses
+constexpr uint64_t kRefreshNs = 2'000'000'000;  // local addresses
 // The most a packet can grow by encryption: outer IPv6, UDP, ESP, IV, padding, ICV. A
 // plaintext packet shorter than the MTU it must fit by more than this fits whatever its SA.
 constexpr uint32_t kMaxEncapOverhead = 128;
@@ -56,10 +56,12 @@ std::vector<std::pair<std::string, IpAddr>> interface_addresses()
     return out;
 }
 
-bool link_local(const IpAddr &a) { return a.family == 6 && a.b[0] == 0xfe && (a.b[1] & 0xc0) == 0x80; }
+bool link_local(const IpAddr &a)
+{
+    return a.family == 6 && a.b[0] == 0xfe && (a.b[1] & 0xc0) == 0x80;
+}
 
-
-} // namespace
+}  // namespace
 
 Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
                                                  const GatewayOptions &options)
@@ -78,7 +80,8 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
     if (auto r = g->kernel_esp_.open(); r)
         g->kernel_esp_ok_ = true;
     else
-        log(LogLevel::Warning, "%s: fragmented ESP will not be decrypted", r.error().message.c_str());
+        log(LogLevel::Warning, "%s: fragmented ESP will not be decrypted",
+            r.error().message.c_str());
     if (auto r = g->pmtu_.open(); r)
         g->pmtu_ok_ = true;
     else
@@ -281,7 +284,7 @@ void Gateway::rx_one(Port &port)
     }
     Pkt *answers[kBurst], *again[kBurst];
     size_t k = 0, na = 0, nagain = 0;
-    bool big = false;                   // a packet prefragment() may have to split
+    bool big = false;  // a packet prefragment() may have to split
     const uint32_t split = split_mtu();
     for (size_t i = 0; i < n; i++) {
         auto *m = static_cast<xesp_meta *>(meta(pkts[i], sizeof(xesp_meta)));
@@ -290,7 +293,7 @@ void Gateway::rx_one(Port &port)
             port.x.recycle(pkts[i]);
             continue;
         }
-        m->magic = 0;                   // frames are reused
+        m->magic = 0;  // frames are reused
         Classified &c = cls[k];
         if (c.kind == Classified::Report) {
             take_report(port, pkts[i], c);
@@ -299,7 +302,7 @@ void Gateway::rx_one(Port &port)
         if (c.kind == Classified::Encap && !port.local && !forward_hop(pkts[i])) {
             count(GwCounter::TtlExceeded);
             if (time_exceeded(pkts[i]))
-                answers[na++] = &pkts[i];       // back to the protected side, in the clear
+                answers[na++] = &pkts[i];  // back to the protected side, in the clear
             else
                 port.x.recycle(pkts[i]);
             continue;
@@ -353,7 +356,7 @@ size_t Gateway::prefragment(Port &port, uint32_t split, Pkt *const *in, const Cl
             mtu = engine_->natt_inner_mtu(in_cls[i], p);
         uint32_t need = mtu && p.len > mtu ? fragments_needed(p.ip(), p.len, mtu) : 1;
         if (!need)
-            need = 1;                   // cannot be split: the engine answers or drops it
+            need = 1;  // cannot be split: the engine answers or drops it
         if (need > 1) {
             uint64_t addrs[kBurst];
             uint32_t got = used + need - 1 <= kBurst ? pool_->alloc(addrs, need - 1) : 0;
@@ -392,7 +395,7 @@ void Gateway::housekeeping()
     PmtuReport report;
     for (int i = 0; i < 64 && pmtu_ok_ && pmtu_.receive(&report); i++)
         learn_pmtu(report, now);
-    if (now - last_second_ns_ >= kSecondNs) {   // learnt path MTUs and SA time limits age
+    if (now - last_second_ns_ >= kSecondNs) {  // learnt path MTUs and SA time limits age
         last_second_ns_ = now;
         age_pmtu(now);
         engine_->check_time(now);
@@ -420,4 +423,4 @@ std::vector<int> Gateway::wait_fds() const
     return fds;
 }
 
-} // namespace xesp
+}  // namespace xesp

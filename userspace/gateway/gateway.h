@@ -49,32 +49,32 @@ namespace xesp {
 
 // What the transmit side counts. Drops are named; the rest say where packets went.
 //   X(enumerator, name shown to the operator, is a drop)
-#define XESP_GW_FOREACH_COUNTER(X)                                                          \
-    X(Rx, "rx", false)                                                                      \
-    X(Tx, "tx", false)                                                                      \
-    X(TxKernel, "tx-via-kernel", false)         /* next hop unresolved, or the gateway */  \
-    X(Fragmented, "fragmented", false)          /* outer packets split, RFC 4303 3.3.4 */  \
-    X(RxKernel, "rx-reassembled", false)        /* ESP the kernel reassembled */            \
-    X(RxKernelTooBig, "drop-rx-reassembled-too-big", true) /* over a frame: not cut */     \
-    X(RxNoMeta, "drop-rx-no-metadata", true)    /* redirected without classification */     \
-    X(Reclassified, "reclassified", false)      /* its slot not live yet, or no longer */   \
-    X(TxRingFull, "drop-tx-ring-full", true)                                                \
-    X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */  \
-    X(TxTooBig, "drop-tx-too-big", true)        /* over the egress MTU, not fragmentable */ \
-    X(NoFrames, "drop-no-frames", true)         /* no free frame for a fragment */         \
-    X(TtlExceeded, "drop-ttl-exceeded", true)   /* TTL / hop limit would reach 0 */        \
-    X(TimeExceeded, "icmp-time-exceeded", false) /* ... and answered (RFC 792, 4443) */  \
-    X(IcmpLimited, "drop-icmp-rate-limit", true) /* ICMP errors over the rate limit */ \
-    X(Prefragmented, "fragmented-before-encryption", false) /* NAT-T: inner IPv4 split */ \
-    X(PmtuLearnt, "pmtu-learnt", false)         /* ICMP lowered an SA's path MTU */         \
-    X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */ \
+#define XESP_GW_FOREACH_COUNTER(X)                                                                 \
+    X(Rx, "rx", false)                                                                             \
+    X(Tx, "tx", false)                                                                             \
+    X(TxKernel, "tx-via-kernel", false)  /* next hop unresolved, or the gateway */                 \
+    X(Fragmented, "fragmented", false)   /* outer packets split, RFC 4303 3.3.4 */                 \
+    X(RxKernel, "rx-reassembled", false) /* ESP the kernel reassembled */                          \
+    X(RxKernelTooBig, "drop-rx-reassembled-too-big", true) /* over a frame: not cut */             \
+    X(RxNoMeta, "drop-rx-no-metadata", true)               /* redirected without classification */ \
+    X(Reclassified, "reclassified", false) /* its slot not live yet, or no longer */               \
+    X(TxRingFull, "drop-tx-ring-full", true)                                                       \
+    X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */          \
+    X(TxTooBig, "drop-tx-too-big", true)           /* over the egress MTU, not fragmentable */     \
+    X(NoFrames, "drop-no-frames", true)            /* no free frame for a fragment */              \
+    X(TtlExceeded, "drop-ttl-exceeded", true)      /* TTL / hop limit would reach 0 */             \
+    X(TimeExceeded, "icmp-time-exceeded", false)   /* ... and answered (RFC 792, 4443) */          \
+    X(IcmpLimited, "drop-icmp-rate-limit", true)   /* ICMP errors over the rate limit */           \
+    X(Prefragmented, "fragmented-before-encryption", false) /* NAT-T: inner IPv4 split */          \
+    X(PmtuLearnt, "pmtu-learnt", false)                     /* ICMP lowered an SA's path MTU */    \
+    X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */          \
     X(ReportsTaken, "pmtu-reports-kept", false) /* for a host, about our SA: not passed on */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
     XESP_GW_FOREACH_COUNTER(XESP_GW_ENUM)
 #undef XESP_GW_ENUM
-    Count
+        Count
 };
 
 constexpr std::array<std::string_view, size_t(GwCounter::Count)> kGwCounterNames = {
@@ -95,18 +95,18 @@ struct GatewayOptions {
     uint32_t ring_size = kDefaultRingSize;  // each RX, TX, fill and completion ring
     bool busy_poll = false;
     uint32_t pmtu_expires_s = kPmtuExpiresSeconds;  // how long a learnt path MTU lasts
-    bool hold_new_sas = false;      // EngineOptions::hold_new: a state file binds them
+    bool hold_new_sas = false;  // EngineOptions::hold_new: a state file binds them
 };
 
 struct GatewayIface {
     std::string name;
     uint32_t ifindex = 0;
     IfaceRole role = IfaceRole::Protected;
-    uint32_t slot = 0;              // its range in the XSKMAP
+    uint32_t slot = 0;  // its range in the XSKMAP
     uint32_t queues = 0;
     uint32_t mtu = 0;
-    bool local = false;             // the gateway's end of its local link (local_link.h)
-    std::string warning;            // protected: unfinished checksums, with the fix (or "")
+    bool local = false;   // the gateway's end of its local link (local_link.h)
+    std::string warning;  // protected: unfinished checksums, with the fix (or "")
 };
 
 class Gateway {
@@ -162,7 +162,7 @@ public:
         EngineSample engine;
         std::array<uint64_t, size_t(GwCounter::Count)> counters{};
         std::vector<GatewayIface> ifaces;
-        uint32_t link_mtu = 0;          // 0: no public interface yet
+        uint32_t link_mtu = 0;  // 0: no public interface yet
         XskStats xsk;
     };
     Stats stats_sample() const;
@@ -184,8 +184,8 @@ private:
         XskPort x;
         uint32_t ifindex;
         uint32_t slot;
-        std::vector<Pkt> txq;       // packets for this port, sent at the end of each burst
-        bool local;                 // the local link: the gateway's own traffic, not a hop
+        std::vector<Pkt> txq;  // packets for this port, sent at the end of each burst
+        bool local;            // the local link: the gateway's own traffic, not a hop
     };
     Gateway() = default;
     Result<void> attach_iface(const std::string &name, IfaceRole role, bool local);
@@ -206,17 +206,17 @@ private:
     uint32_t split_mtu() const;
     void rx_kernel();
     // The transmit side (gateway_tx.cpp). A burst sorted by where each packet goes next.
-    static constexpr size_t kTxSort = kBurst * 2;   // a burst after prefragment()
+    static constexpr size_t kTxSort = kBurst * 2;  // a burst after prefragment()
     struct TxLists {
         struct Out {
             Pkt *p;
             const L2Hop *hop;
             Port *port;
         };
-        Pkt *recycle[kTxSort];      // dropped, or not sent: frames back to the pool
-        Pkt *kernel[kTxSort];       // bypass, or no next hop of ours: the kernel routes it
-        Pkt *answers[kTxSort];      // ICMP time exceeded, for the engine again
-        Out out[kTxSort];           // out of a port
+        Pkt *recycle[kTxSort];  // dropped, or not sent: frames back to the pool
+        Pkt *kernel[kTxSort];   // bypass, or no next hop of ours: the kernel routes it
+        Pkt *answers[kTxSort];  // ICMP time exceeded, for the engine again
+        Out out[kTxSort];       // out of a port
         size_t nrecycle = 0, nkernel = 0, nanswers = 0, nout = 0;
     };
     void transmit(Port &rx, Pkt *const *pkts, size_t n);
@@ -234,10 +234,10 @@ private:
     GatewayOptions options_;
     std::shared_ptr<const Config> config_ = std::make_shared<const Config>();
     std::unique_ptr<XdpProgram> prog_;
-    std::unique_ptr<ClassifierSync> sync_;          // the changing thread's
-    std::unique_ptr<ClassifierSync::Ids> ids_;      // the data thread's: live with engine_
+    std::unique_ptr<ClassifierSync> sync_;      // the changing thread's
+    std::unique_ptr<ClassifierSync::Ids> ids_;  // the data thread's: live with engine_
     std::unique_ptr<Engine> engine_;
-    EngineStats retired_;           // what the engines replaced by install() had counted
+    EngineStats retired_;  // what the engines replaced by install() had counted
     std::unique_ptr<NextHops> hops_;
     KernelEspInput kernel_esp_;
     bool kernel_esp_ok_ = false;
@@ -250,8 +250,8 @@ private:
         uint64_t until_ns;
     };
     std::unordered_map<SaKey, LearntPmtu, SaKeyHash> pmtus_;
-    uint32_t min_pmtu_ = 0;         // the smallest of them, 0: none
-    uint64_t last_second_ns_ = 0;   // housekeeping's once-a-second step
+    uint32_t min_pmtu_ = 0;        // the smallest of them, 0: none
+    uint64_t last_second_ns_ = 0;  // housekeeping's once-a-second step
     std::vector<GatewayIface> ifaces_;
     std::vector<IpAddr> local_;
     LocalLink local_link_;
@@ -266,4 +266,4 @@ private:
     uint64_t last_refresh_ns_ = 0;
 };
 
-} // namespace xesp
+}  // namespace xesp

@@ -28,12 +28,13 @@ uint32_t rx_queues(const std::string &name)
 {
     std::error_code ec;
     uint32_t n = 0;
-    for (const auto &e : std::filesystem::directory_iterator("/sys/class/net/" + name + "/queues", ec))
+    for (const auto &e :
+         std::filesystem::directory_iterator("/sys/class/net/" + name + "/queues", ec))
         n += e.path().filename().string().rfind("rx-", 0) == 0;
     return n ? n : 1;
 }
 
-} // namespace
+}  // namespace
 
 // ---- Interfaces and their sockets -----------------------------------------------------------
 
@@ -78,8 +79,7 @@ Result<void> Gateway::rebuild_ports()
                 close_ports();
                 return x.error();
             }
-            auto port =
-                std::make_unique<Port>(Port{std::move(*x), i.ifindex, i.slot, {}, i.local});
+            auto port = std::make_unique<Port>(Port{std::move(*x), i.ifindex, i.slot, {}, i.local});
             port->txq.reserve(kTxQueue);
             if (auto r = prog_->set_xsk(q, port->x.fd(), i.slot); !r) {
                 ports_.push_back(std::move(port));
@@ -96,12 +96,12 @@ Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
 {
     for (const auto &i : ifaces_)
         if (i.name == name)
-            return make_error("iface add " + name + ": " +
-                              (i.local ? std::string("the gateway's own local link")
-                                       : std::string("already added as ") +
-                                             (i.role == IfaceRole::Public ? "public" : "protected") +
-                                             "; `xesp iface del " + name +
-                                             "` first to change its role"));
+            return make_error(
+                "iface add " + name + ": " +
+                (i.local ? std::string("the gateway's own local link")
+                         : std::string("already added as ") +
+                               (i.role == IfaceRole::Public ? "public" : "protected") +
+                               "; `xesp iface del " + name + "` first to change its role"));
     if (auto r = attach_iface(name, role, false); !r)
         return r;
     if (role == IfaceRole::Public && !local_link_)
@@ -123,8 +123,10 @@ void Gateway::open_local_link()
     if (r)
         r = prog_->set_local_link(local_link_.kernel_ifindex());
     if (!r) {
-        log(LogLevel::Warning, "local link: %s; the gateway's own traffic to protected sites "
-            "will be dropped", r.error().message.c_str());
+        log(LogLevel::Warning,
+            "local link: %s; the gateway's own traffic to protected sites "
+            "will be dropped",
+            r.error().message.c_str());
         auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
                                [](const GatewayIface &i) { return i.local; });
         if (it != ifaces_.end()) {
@@ -134,8 +136,10 @@ void Gateway::open_local_link()
         local_link_ = LocalLink();
         return;
     }
-    log(LogLevel::Info, "local link %s: the gateway's own traffic for protected flows is "
-        "encrypted too", LocalLink::kKernelEnd);
+    log(LogLevel::Info,
+        "local link %s: the gateway's own traffic for protected flows is "
+        "encrypted too",
+        LocalLink::kKernelEnd);
 }
 
 Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool local)
@@ -154,8 +158,8 @@ Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool
         taken[o.slot] = true;
     auto free = std::find(taken.begin(), taken.end(), false);
     if (free == taken.end())
-        return make_error("iface add " + name + ": " +
-                          std::to_string(XdpProgram::kMaxIfaceSlots) + " interfaces at most");
+        return make_error("iface add " + name + ": " + std::to_string(XdpProgram::kMaxIfaceSlots) +
+                          " interfaces at most");
     i.slot = uint32_t(free - taken.begin());
 
     refresh_local_addresses();
@@ -174,7 +178,7 @@ Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool
     ifaces_.push_back(i);
     auto r = rebuild_ports();
     if (r)
-        r = rebuild_engine();    // the tunnel MTU follows the public side
+        r = rebuild_engine();  // the tunnel MTU follows the public side
     if (!r) {
         forget_iface(ifaces_.end() - 1);
         (void)rebuild_ports();
@@ -203,7 +207,8 @@ Result<void> Gateway::del_iface(const std::string &name)
     if (it == ifaces_.end())
         return release_leftover(name);
     if (it->local)
-        return make_error("iface del " + name + ": the gateway's own local link, not an "
+        return make_error("iface del " + name +
+                          ": the gateway's own local link, not an "
                           "interface to detach");
     forget_iface(it);
     auto r = rebuild_ports();
@@ -239,15 +244,17 @@ Result<void> Gateway::release_leftover(const std::string &name)
         return make_error("iface del " + name + ": " + r.error().message);
     if (auto r = XdpProgram::detach_egress(ifindex); !r)
         return make_error("iface del " + name + ": " + r.error().message);
-    log(LogLevel::Info, "%s: detached the classifier an earlier daemon left; the kernel "
-        "forwards its traffic now", name.c_str());
+    log(LogLevel::Info,
+        "%s: detached the classifier an earlier daemon left; the kernel "
+        "forwards its traffic now",
+        name.c_str());
     return {};
 }
 
 void Gateway::shutdown(bool detach)
 {
     close_ports();
-    (void)prog_->set_local_link(0);     // the gateway's own protected traffic: dropped
+    (void)prog_->set_local_link(0);  // the gateway's own protected traffic: dropped
     std::string names;
     for (const auto &i : ifaces_) {
         if (i.local)
@@ -265,12 +272,16 @@ void Gateway::shutdown(bool detach)
     if (names.empty())
         return;
     if (detach)
-        log(LogLevel::Notice, "detached from %s (--detach-on-exit): the kernel forwards their "
-            "traffic now, protected flows included, in the clear", names.c_str());
+        log(LogLevel::Notice,
+            "detached from %s (--detach-on-exit): the kernel forwards their "
+            "traffic now, protected flows included, in the clear",
+            names.c_str());
     else
-        log(LogLevel::Notice, "left the classifier on %s: protected traffic is dropped until "
+        log(LogLevel::Notice,
+            "left the classifier on %s: protected traffic is dropped until "
             "the next daemon takes over (`xesp iface del` hands an interface back to the "
-            "kernel)", names.c_str());
+            "kernel)",
+            names.c_str());
 }
 
-} // namespace xesp
+}  // namespace xesp

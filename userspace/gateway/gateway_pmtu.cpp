@@ -92,4 +92,4 @@ uint32_t Gateway::split_mtu() const
     return smaller_mtu(min_pmtu_, engine_->options().link_mtu);
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -72,4 +72,4 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
     return j;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -27,7 +27,7 @@ bool Gateway::forward_hop(Pkt &p)
         return false;
     ip[8]--;
     uint32_t sum = uint32_t(ip[10]) << 8 | ip[11];
-    sum += 0x0100;                  // ~(TTL << 8) went up by 0x0100
+    sum += 0x0100;  // ~(TTL << 8) went up by 0x0100
     sum = (sum & 0xffff) + (sum >> 16);
     ip[10] = uint8_t(sum >> 8);
     ip[11] = uint8_t(sum);
@@ -98,11 +98,11 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
         }
         const L2Hop *hop = nullptr;
         Port *out = nullptr;
-        if (p.verdict != Verdict::Pass) {   // Pass: a bypass policy, the kernel forwards it
+        if (p.verdict != Verdict::Pass) {  // Pass: a bypass policy, the kernel forwards it
             hop = hops_->lookup(ip_dst(p.ip()));
             out = hop ? tx_port(hop->ifindex, rx.x.queue()) : nullptr;
         }
-        if (!out) {                         // bypass, unresolved, local, or not one of ours
+        if (!out) {  // bypass, unresolved, local, or not one of ours
             l.kernel[l.nkernel++] = &p;
             continue;
         }
@@ -201,4 +201,4 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
     }
 }
 
-} // namespace xesp
+}  // namespace xesp

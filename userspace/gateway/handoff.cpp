@@ -38,7 +38,7 @@ void Handoff::call(const std::function<void()> &fn)
     cv_.wait(lk, [this] { return done_; });
     fn_ = nullptr;
     if (auto e = std::exchange(error_, nullptr))
-        std::rethrow_exception(e);      // the caller's, not the data thread's
+        std::rethrow_exception(e);  // the caller's, not the data thread's
 }
 
 void Handoff::run()
@@ -59,4 +59,4 @@ void Handoff::run()
     cv_.notify_all();
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -49,7 +49,7 @@ private:
     void run();
 
     int efd_ = -1;
-    std::mutex callers_;                    // one call at a time
+    std::mutex callers_;  // one call at a time
     std::mutex mu_;
     std::condition_variable cv_;
     const std::function<void()> *fn_ = nullptr;
@@ -58,4 +58,4 @@ private:
     std::atomic<bool> pending_{false};
 };
 
-} // namespace xesp
+}  // namespace xesp

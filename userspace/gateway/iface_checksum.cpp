@@ -26,10 +26,10 @@ namespace xesp {
 namespace {
 
 struct LinkKind {
-    std::string kind;               // IFLA_INFO_KIND: "veth", "tun", ...
-    uint32_t link = 0;              // IFLA_LINK: a veth's peer
-    bool link_elsewhere = false;    // IFLA_LINK_NETNSID: the peer is in another namespace,
-    int32_t link_nsid = -1;         // known here by this id
+    std::string kind;             // IFLA_INFO_KIND: "veth", "tun", ...
+    uint32_t link = 0;            // IFLA_LINK: a veth's peer
+    bool link_elsewhere = false;  // IFLA_LINK_NETNSID: the peer is in another namespace,
+    int32_t link_nsid = -1;       // known here by this id
 };
 
 int kind_attr(const nlattr *a, void *data)
@@ -91,11 +91,14 @@ int32_t nsid_of(int fd)
     int err = rq.round_trip(nlh, [&](const nlmsghdr *h) {
         if (h->nlmsg_type != RTM_NEWNSID)
             return;
-        mnl_attr_parse(h, sizeof(rtgenmsg), [](const nlattr *a, void *data) {
-            if (mnl_attr_get_type(a) == NETNSA_NSID && mnl_attr_validate(a, MNL_TYPE_U32) >= 0)
-                *static_cast<int32_t *>(data) = int32_t(mnl_attr_get_u32(a));
-            return MNL_CB_OK;
-        }, &id);
+        mnl_attr_parse(
+            h, sizeof(rtgenmsg),
+            [](const nlattr *a, void *data) {
+                if (mnl_attr_get_type(a) == NETNSA_NSID && mnl_attr_validate(a, MNL_TYPE_U32) >= 0)
+                    *static_cast<int32_t *>(data) = int32_t(mnl_attr_get_u32(a));
+                return MNL_CB_OK;
+            },
+            &id);
     });
     return err ? -1 : id;
 }
@@ -145,7 +148,7 @@ int tx_checksum(int fd, uint32_t ifindex, std::string *name)
 std::string veth_warning(const LinkKind &k)
 {
     std::string ns;
-    int fd = !k.link ? -1
+    int fd = !k.link            ? -1
              : k.link_elsewhere ? socket_in_ns(k.link_nsid, &ns)
                                 : socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     std::string peer;
@@ -158,11 +161,12 @@ std::string veth_warning(const LinkKind &k)
         return "veth peer in another network namespace: make sure its TX checksum offload is "
                "off (`ethtool -K PEER tx off` in that namespace), or TCP and UDP from it are "
                "forwarded with unfinished checksums";
-    std::string fix = (ns.empty() ? "" : "ip netns exec " + ns + " ") + "ethtool -K " + peer +
-                      " tx off";
+    std::string fix =
+        (ns.empty() ? "" : "ip netns exec " + ns + " ") + "ethtool -K " + peer + " tx off";
     return "veth peer " + peer + (ns.empty() ? "" : " (namespace " + ns + ")") +
            " has TX checksum offload on: TCP and UDP from it are forwarded with unfinished "
-           "checksums; run `" + fix + "`";
+           "checksums; run `" +
+           fix + "`";
 }
 
 std::string tap_warning(const std::string &name)
@@ -176,7 +180,7 @@ std::string tap_warning(const std::string &name)
            "csum=off on the virtio-net device)";
 }
 
-} // namespace
+}  // namespace
 
 std::string checksum_warning(const std::string &name, uint32_t ifindex)
 {
@@ -190,4 +194,4 @@ std::string checksum_warning(const std::string &name, uint32_t ifindex)
     return "";
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -21,4 +21,4 @@ namespace xesp {
 // checksums (or is of a kind this does not know).
 std::string checksum_warning(const std::string &name, uint32_t ifindex);
 
-} // namespace xesp
+}  // namespace xesp

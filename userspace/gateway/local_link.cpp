@@ -118,12 +118,12 @@ Error link_error(const std::string &what, int rc)
                       -rc);
 }
 
-} // namespace
+}  // namespace
 
 Result<LocalLink> LocalLink::create()
 {
     if (uint32_t old = if_nametoindex(kKernelEnd))
-        (void)delete_link(old);             // left by a gateway that died
+        (void)delete_link(old);  // left by a gateway that died
     if (int rc = create_pair())
         return link_error("create the veth pair", rc);
     LocalLink l;
@@ -157,4 +157,4 @@ LocalLink::~LocalLink()
         (void)delete_link(kernel_ifindex_);
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -32,7 +32,7 @@ public:
     LocalLink &operator=(LocalLink &&o) noexcept;
     LocalLink(const LocalLink &) = delete;
     LocalLink &operator=(const LocalLink &) = delete;
-    ~LocalLink();               // deletes the pair
+    ~LocalLink();  // deletes the pair
 
     explicit operator bool() const { return kernel_ifindex_ != 0; }
     uint32_t kernel_ifindex() const { return kernel_ifindex_; }
@@ -41,4 +41,4 @@ private:
     uint32_t kernel_ifindex_ = 0;
 };
 
-} // namespace xesp
+}  // namespace xesp

@@ -15,7 +15,7 @@ namespace xesp {
 
 class SlotTable {
 public:
-    static constexpr uint32_t kMissing = UINT32_MAX;    // no such slot; also the empty key
+    static constexpr uint32_t kMissing = UINT32_MAX;  // no such slot; also the empty key
 
     // The table holds exactly `entries` (slot, id) from now on. Slots must be distinct and
     // not kMissing.
@@ -65,4 +65,4 @@ private:
     size_t size_ = 0;
 };
 
-} // namespace xesp
+}  // namespace xesp

@@ -17,7 +17,10 @@ namespace xesp {
 
 namespace {
 
-void wipe(std::string &s) { OPENSSL_cleanse(s.data(), s.size()); }
+void wipe(std::string &s)
+{
+    OPENSSL_cleanse(s.data(), s.size());
+}
 
 void copy_sequence(SaConfig &to, const SaConfig &from)
 {
@@ -80,7 +83,7 @@ Result<void> load_sequences(const nlohmann::json &j, GatewayState &st)
     return {};
 }
 
-} // namespace
+}  // namespace
 
 Result<std::optional<GatewayState>> load_state(const std::string &path)
 {
@@ -135,8 +138,8 @@ std::string format_state(const GatewayState &st)
     j["config"] = to_batch(st.config, true);
     j["ifaces"] = nlohmann::json::array();
     for (const auto &[name, role] : st.ifaces)
-        j["ifaces"].push_back({{"name", name},
-                               {"role", role == IfaceRole::Public ? "public" : "protected"}});
+        j["ifaces"].push_back(
+            {{"name", name}, {"role", role == IfaceRole::Public ? "public" : "protected"}});
     if (st.netns)
         j["netns"] = *st.netns;
     nlohmann::json used = nlohmann::json::object();
@@ -188,4 +191,4 @@ Config with_saved_sequence(Config configured, const Config &saved)
     return configured;
 }
 
-} // namespace xesp
+}  // namespace xesp

@@ -35,7 +35,7 @@ struct SavedReplay {
 };
 
 struct GatewayState {
-    Config config;      // replay-oseq: each SA's reservation; replay-seq: its highest received
+    Config config;  // replay-oseq: each SA's reservation; replay-seq: its highest received
     std::vector<std::pair<std::string, IfaceRole>> ifaces;
     SeqLedger ledger;
     std::vector<SavedReplay> replay;
@@ -44,7 +44,7 @@ struct GatewayState {
     std::optional<std::string> netns;
 };
 
-Result<std::optional<GatewayState>> load_state(const std::string &path);   // nullopt: no file
+Result<std::optional<GatewayState>> load_state(const std::string &path);  // nullopt: no file
 // The file's text (keys included: wipe it after use) and its durable write. The caller holds
 // the file's PrivateFileLock.
 std::string format_state(const GatewayState &state);
@@ -54,4 +54,4 @@ Result<void> save_state(const std::string &path, const GatewayState &state);
 // has configured the same way otherwise.
 Config with_saved_sequence(Config configured, const Config &saved);
 
-} // namespace xesp
+}  // namespace xesp

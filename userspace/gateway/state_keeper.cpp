@@ -11,12 +11,15 @@ namespace xesp {
 
 namespace {
 
-constexpr uint64_t kLookNs = kSecondNs;     // counters and replay windows moved?
-constexpr uint64_t kRetryNs = kSecondNs;    // after a failed write
+constexpr uint64_t kLookNs = kSecondNs;   // counters and replay windows moved?
+constexpr uint64_t kRetryNs = kSecondNs;  // after a failed write
 
-uint64_t seq_limit(const SaConfig &c) { return c.esn ? UINT64_MAX : UINT32_MAX; }
+uint64_t seq_limit(const SaConfig &c)
+{
+    return c.esn ? UINT64_MAX : UINT32_MAX;
+}
 
-} // namespace
+}  // namespace
 
 Result<std::unique_ptr<StateKeeper>> StateKeeper::open(const std::string &path,
                                                        const ReservePolicy &policy)
@@ -39,9 +42,8 @@ Result<std::unique_ptr<StateKeeper>> StateKeeper::open(const std::string &path,
 }
 
 StateKeeper::StateKeeper(std::string path, PrivateFileLock lock, const ReservePolicy &policy)
-    : path_(std::move(path)), lock_(std::move(lock)), policy_(policy)
-{
-}
+        : path_(std::move(path)), lock_(std::move(lock)), policy_(policy)
+{}
 
 StateKeeper::~StateKeeper()
 {
@@ -70,7 +72,7 @@ void StateKeeper::writer()
         try {
             GatewayState st = plan(job, grants);
             r = save_state(path_, st);
-        } catch (const std::exception &e) {     // a write that fails must not end the daemon
+        } catch (const std::exception &e) {  // a write that fails must not end the daemon
             r = make_error("state file " + path_ + ": " + e.what());
         }
         lk.lock();
@@ -148,9 +150,11 @@ void StateKeeper::restore_replay(Gateway &gw)
         ReplayWindow was;
         was.init(now.window(), now.esn(), 0);
         if (!was.restore(r.window)) {
-            was.init(0, now.esn(), r.window.top);       // another window size: all below seen
-            log(LogLevel::Warning, "%s: the saved replay window does not fit; everything up "
-                "to its top counts as seen", describe_sa(r.dst, r.spi).c_str());
+            was.init(0, now.esn(), r.window.top);  // another window size: all below seen
+            log(LogLevel::Warning,
+                "%s: the saved replay window does not fit; everything up "
+                "to its top counts as seen",
+                describe_sa(r.dst, r.spi).c_str());
         }
         now.catch_up(was);
     }
@@ -174,7 +178,7 @@ StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now)
         s.serial = sa.serial();
         s.fresh = !sa.reservation_bound();
         if (s.fresh)
-            sa.hold();              // held since it was made, when the gateway holds new SAs
+            sa.hold();  // held since it was made, when the gateway holds new SAs
         s.oseq = sa.oseq();
         s.reserved = sa.reserved();
         s.has_window = sa.replay().window() != 0;
@@ -184,7 +188,7 @@ StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now)
             s.window.top = sa.replay().highest();
     }
     for (const auto &i : gw.ifaces())
-        if (!i.local)                   // made afresh at each start
+        if (!i.local)  // made afresh at each start
             job.ifaces.emplace_back(i.name, i.role);
     return job;
 }
@@ -213,10 +217,12 @@ void StateKeeper::finish(const Result<void> &r, std::vector<Grant> &grants)
     done_cv_.notify_all();
     if (!r) {
         if (!failing_)
-            log(LogLevel::Error, "%s; SAs stop sending when their sequence reservation runs "
-                "out (out-seq-unreserved)", r.error().message.c_str());
+            log(LogLevel::Error,
+                "%s; SAs stop sending when their sequence reservation runs "
+                "out (out-seq-unreserved)",
+                r.error().message.c_str());
         failing_ = true;
-        saved_activity_ = UINT64_MAX;   // the windows are not on disk: write them again
+        saved_activity_ = UINT64_MAX;  // the windows are not on disk: write them again
         return;
     }
     if (failing_)
@@ -251,7 +257,7 @@ Result<void> StateKeeper::wait_idle()
 uint64_t StateKeeper::request_save(Gateway &gw)
 {
     config_ = gw.config_ptr();
-    want_ = true;                   // tick() starts the write, after the one in flight
+    want_ = true;  // tick() starts the write, after the one in flight
     return ++requested_;
 }
 
@@ -301,7 +307,7 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
         if (!*r)
             retry_at_ = now + kRetryNs;
     }
-    if (want_) {                    // a change waits for its write: no retry delay
+    if (want_) {  // a change waits for its write: no retry delay
         want_ = false;
         start(sample(gw, now));
         return;
@@ -319,4 +325,4 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
         start(sample(gw, now));
 }
 
-} // namespace xesp
+}  // namespace xesp

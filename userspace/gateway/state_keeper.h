@@ -53,7 +53,7 @@ public:
     // Checks the file's directory (private_file.h), takes the file's lock and reads the file.
     static Result<std::unique_ptr<StateKeeper>> open(const std::string &path,
                                                      const ReservePolicy &policy);
-    ~StateKeeper();     // after the Gateway whose SAs it binds
+    ~StateKeeper();  // after the Gateway whose SAs it binds
 
     const std::string &path() const { return path_; }
     // What the file held when opened (nullopt: there was none).
@@ -81,7 +81,7 @@ private:
         std::weak_ptr<Sa> sa;
         uint64_t serial = 0;
         uint64_t oseq = 0, reserved = 0;
-        bool fresh = false;         // not bound yet: held, its start comes from the ledger
+        bool fresh = false;  // not bound yet: held, its start comes from the ledger
         ReplayWindow::Snapshot window;
         bool has_window = false;
     };
@@ -91,13 +91,13 @@ private:
         std::vector<Sample> sas;
         std::vector<std::pair<std::string, IfaceRole>> ifaces;
         uint64_t now = 0;
-        uint64_t ticket = 0;        // covers the requests up to this one
+        uint64_t ticket = 0;  // covers the requests up to this one
     };
     struct Grant {
         std::weak_ptr<Sa> sa;
-        uint64_t start, last, low_water;    // start: for a fresh SA, else 0
+        uint64_t start, last, low_water;  // start: for a fresh SA, else 0
     };
-    struct Track {                  // the writer's, by SA serial
+    struct Track {  // the writer's, by SA serial
         KeyFingerprint fp{};
         uint64_t oseq = 0, at = 0;  // the counter at the last write, and when
         uint64_t rate = 0;          // numbers a second, a slowly decaying peak
@@ -111,24 +111,24 @@ private:
     Result<void> wait_idle();
     uint64_t activity(const Gateway &gw) const;
     void writer();
-    GatewayState plan(Job &job, std::vector<Grant> &grants);    // on the writer thread
+    GatewayState plan(Job &job, std::vector<Grant> &grants);  // on the writer thread
 
     std::string path_;
     PrivateFileLock lock_;
     ReservePolicy policy_;
     std::optional<GatewayState> loaded_;
-    std::string netns_ = netns_name();      // recorded in the file: another namespace's is refused
+    std::string netns_ = netns_name();  // recorded in the file: another namespace's is refused
 
     // The data thread's.
     std::shared_ptr<const Config> config_;  // as of the last request_save()
     std::atomic<bool> wake_{false};         // set by an SA at its low-water mark
     uint64_t last_look_ = 0, retry_at_ = 0;
     uint64_t saved_activity_ = UINT64_MAX;
-    bool busy_ = false;                     // a job handed over and not yet taken back
+    bool busy_ = false;  // a job handed over and not yet taken back
     bool failing_ = false;
-    uint64_t requested_ = 0;                // tickets given by request_save()
-    uint64_t in_flight_ = 0;                // the ticket of the job handed over
-    bool want_ = false;                     // a request came while busy_
+    uint64_t requested_ = 0;  // tickets given by request_save()
+    uint64_t in_flight_ = 0;  // the ticket of the job handed over
+    bool want_ = false;       // a request came while busy_
 
     // The writer thread's.
     SeqLedger ledger_;
@@ -138,14 +138,14 @@ private:
     // Shared with the writer thread, under mu_.
     std::mutex mu_;
     std::condition_variable cv_;
-    std::optional<Job> job_;                // to write
-    std::optional<Result<void>> result_;    // of the last write, not yet taken
-    std::vector<Grant> grants_;             // with result_
+    std::optional<Job> job_;              // to write
+    std::optional<Result<void>> result_;  // of the last write, not yet taken
+    std::vector<Grant> grants_;           // with result_
     bool stop_ = false;
-    std::condition_variable done_cv_;       // for wait_saved()
-    uint64_t done_ = 0;                     // the ticket of the last write finished
-    Result<void> done_result_;              // and how it went
+    std::condition_variable done_cv_;  // for wait_saved()
+    uint64_t done_ = 0;                // the ticket of the last write finished
+    Result<void> done_result_;         // and how it went
     std::thread thread_;
 };
 
-} // namespace xesp
+}  // namespace xesp

@@ -29,20 +29,20 @@ Result<void> keep_esp_in_udp(int fd, bool v6)
     if (v6)
         code.push_back(BPF_STMT(BPF_LDX | BPF_IMM, 0));
     else
-        code.push_back(BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 0));    // X = 4 * IHL
-    code.push_back(BPF_STMT(BPF_LD | BPF_H | BPF_IND, 2));         // destination port
+        code.push_back(BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 0));  // X = 4 * IHL
+    code.push_back(BPF_STMT(BPF_LD | BPF_H | BPF_IND, 2));       // destination port
     code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, wire::kNatTPort, 0, 3));
-    code.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_IND, 8));         // first word of the payload
+    code.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_IND, 8));  // first word of the payload
     code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0));
-    code.push_back(BPF_STMT(BPF_RET | BPF_K, 0x40000));            // ESP: keep it all
-    code.push_back(BPF_STMT(BPF_RET | BPF_K, 0));                  // anything else
+    code.push_back(BPF_STMT(BPF_RET | BPF_K, 0x40000));  // ESP: keep it all
+    code.push_back(BPF_STMT(BPF_RET | BPF_K, 0));        // anything else
     sock_fprog prog{uint16_t(code.size()), code.data()};
     if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0)
         return make_error(std::string("raw UDP socket filter: ") + std::strerror(errno), errno);
     return {};
 }
 
-} // namespace
+}  // namespace
 
 KernelEspInput::~KernelEspInput()
 {
@@ -73,8 +73,7 @@ Result<void> KernelEspInput::open()
     for (int i : {Esp6, Udp6})
         for (int opt : {IPV6_RECVPKTINFO, IPV6_RECVHOPLIMIT, IPV6_RECVTCLASS})
             if (setsockopt(fds_[i], IPPROTO_IPV6, opt, &on, sizeof(on)) != 0)
-                return make_error(std::string(want[i].what) + " options: " +
-                                      std::strerror(errno),
+                return make_error(std::string(want[i].what) + " options: " + std::strerror(errno),
                                   errno);
     return {};
 }
@@ -98,7 +97,7 @@ bool KernelEspInput::receive(Pkt &p)
                 return true;
             if (r == Read::Empty)
                 break;
-            too_big_++;             // dropped whole; the next datagram may fit
+            too_big_++;  // dropped whole; the next datagram may fit
         }
     }
     return false;
@@ -156,7 +155,7 @@ KernelEspInput::Read KernelEspInput::receive6(int fd, uint8_t next_header, Pkt &
             std::memcpy(&tclass, CMSG_DATA(c), sizeof(tclass));
     }
     if (!info)
-        return Read::Empty;         // cannot happen with IPV6_RECVPKTINFO: skip the packet
+        return Read::Empty;  // cannot happen with IPV6_RECVPKTINFO: skip the packet
     // The IPv6 header the packet came with, as far as it matters to ESP.
     wire::put32(at, 0x60000000u | uint32_t(tclass & 0xff) << 20);
     wire::put16(at + 4, uint16_t(n));
@@ -170,4 +169,4 @@ KernelEspInput::Read KernelEspInput::receive6(int fd, uint8_t next_header, Pkt &
     return Read::Got;
 }
 
-} // namespace xesp
+}  // namespace xesp

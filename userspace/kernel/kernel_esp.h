@@ -24,7 +24,7 @@ namespace xesp {
 
 class KernelEspInput {
 public:
-    enum { Esp4, Esp6, Udp4, Udp6, kSockets };     // the sockets, in fds() order
+    enum { Esp4, Esp6, Udp4, Udp6, kSockets };  // the sockets, in fds() order
 
     KernelEspInput() = default;
     // Takes over sockets that are already open (tests); -1 for none.
@@ -42,15 +42,15 @@ public:
     bool receive(Pkt &p);
     uint64_t take_too_big() { return std::exchange(too_big_, 0); }
 
-    const int *fds() const { return fds_; }     // kSockets of them, for poll()
+    const int *fds() const { return fds_; }  // kSockets of them, for poll()
 
 private:
     enum class Read { Got, Empty, TooBig };
     Read receive4(int fd, Pkt &p);
     Read receive6(int fd, uint8_t next_header, Pkt &p);
     int fds_[kSockets] = {-1, -1, -1, -1};
-    int next_ = 0;                  // take the sockets in turn so that none starves
+    int next_ = 0;  // take the sockets in turn so that none starves
     uint64_t too_big_ = 0;
 };
 
-} // namespace xesp
+}  // namespace xesp

@@ -33,17 +33,23 @@ uint32_t hash_hop(uint32_t ifindex, const IpAddr &a)
     return hash_addr(a) ^ (ifindex * 0x9E3779B9u);
 }
 
-} // namespace
+}  // namespace
 
 const char *hop_state_name(HopState s)
 {
     switch (s) {
-    case HopState::Unknown: return "unknown";
-    case HopState::Resolving: return "resolving";
-    case HopState::Ok: return "ok";
-    case HopState::Local: return "local";
-    case HopState::Unreachable: return "unreachable";
-    case HopState::ViaKernel: return "via-kernel";
+    case HopState::Unknown:
+        return "unknown";
+    case HopState::Resolving:
+        return "resolving";
+    case HopState::Ok:
+        return "ok";
+    case HopState::Local:
+        return "local";
+    case HopState::Unreachable:
+        return "unreachable";
+    case HopState::ViaKernel:
+        return "via-kernel";
     }
     return "?";
 }
@@ -93,7 +99,8 @@ void NextHops::State::flush()
     ++stats.flushes;
 }
 
-NextHops::NextHops(std::unique_ptr<State> s) : s_(std::move(s)) {}
+NextHops::NextHops(std::unique_ptr<State> s) : s_(std::move(s))
+{}
 NextHops::~NextHops() = default;
 
 Result<std::unique_ptr<NextHops>> NextHops::open(const Options &options)
@@ -149,10 +156,19 @@ void NextHops::poll()
     s.refresh();
 }
 
-int NextHops::event_fd() const { return mnl_socket_get_fd(s_->events); }
+int NextHops::event_fd() const
+{
+    return mnl_socket_get_fd(s_->events);
+}
 
-size_t NextHops::pending() const { return s_->q_len; }
+size_t NextHops::pending() const
+{
+    return s_->q_len;
+}
 
-const NextHops::Stats &NextHops::stats() const { return s_->stats; }
+const NextHops::Stats &NextHops::stats() const
+{
+    return s_->stats;
+}
 
-} // namespace xesp
+}  // namespace xesp

@@ -44,19 +44,19 @@ namespace xesp {
 
 struct L2Hop {
     uint32_t ifindex = 0;
-    uint32_t mtu = 0;                   // the route's MTU if set (at most the device's), else
-                                        // the device's
-    std::array<uint8_t, 6> src{};       // the egress device's MAC
-    std::array<uint8_t, 6> dst{};       // the next hop's MAC
+    uint32_t mtu = 0;              // the route's MTU if set (at most the device's), else
+                                   // the device's
+    std::array<uint8_t, 6> src{};  // the egress device's MAC
+    std::array<uint8_t, 6> dst{};  // the next hop's MAC
 };
 
 enum class HopState : uint8_t {
-    Unknown,        // never looked up (or forgotten since)
-    Resolving,      // the route or the neighbour is being resolved
-    Ok,             // lookup() returns the hop
-    Local,          // a local address: the kernel's to deliver
-    Unreachable,    // no route, or an unreachable/blackhole/prohibit route
-    ViaKernel,      // broadcast, multicast, or an egress device without an Ethernet address
+    Unknown,      // never looked up (or forgotten since)
+    Resolving,    // the route or the neighbour is being resolved
+    Ok,           // lookup() returns the hop
+    Local,        // a local address: the kernel's to deliver
+    Unreachable,  // no route, or an unreachable/blackhole/prohibit route
+    ViaKernel,    // broadcast, multicast, or an egress device without an Ethernet address
 };
 
 const char *hop_state_name(HopState s);
@@ -65,18 +65,18 @@ class NextHops {
 public:
     struct Options {
         uint32_t max_destinations = 4096;
-        uint32_t budget = 32;               // resolutions (and refreshes) per poll()
-        uint32_t refresh_ms = 5000;         // NTF_USE round for the neighbours in use
+        uint32_t budget = 32;        // resolutions (and refreshes) per poll()
+        uint32_t refresh_ms = 5000;  // NTF_USE round for the neighbours in use
     };
     struct Stats {
-        uint64_t lookups_missed = 0;        // lookups that returned nullptr
-        uint64_t resolved = 0;              // destinations that became Ok
-        uint64_t events = 0;                // netlink events read
+        uint64_t lookups_missed = 0;  // lookups that returned nullptr
+        uint64_t resolved = 0;        // destinations that became Ok
+        uint64_t events = 0;          // netlink events read
         uint64_t kernel_sent = 0;
         uint64_t kernel_send_errors = 0;
-        uint64_t neigh_probes = 0;          // NTF_USE requests sent
-        uint64_t flushes = 0;               // table forgotten: route change, full, lost events
-        uint64_t event_overruns = 0;        // the event socket lost events (ENOBUFS)
+        uint64_t neigh_probes = 0;    // NTF_USE requests sent
+        uint64_t flushes = 0;         // table forgotten: route change, full, lost events
+        uint64_t event_overruns = 0;  // the event socket lost events (ENOBUFS)
     };
 
     // Netlink sockets (a query socket; an event socket on the neighbour, IPv4 route, IPv6
@@ -121,4 +121,4 @@ private:
     std::unique_ptr<State> s_;
 };
 
-} // namespace xesp
+}  // namespace xesp

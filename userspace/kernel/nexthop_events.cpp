@@ -20,7 +20,7 @@ namespace {
 // Datagrams read from the event socket per poll().
 constexpr int kEventReads = 256;
 
-} // namespace
+}  // namespace
 
 // ---- Events -------------------------------------------------------------------------------
 
@@ -31,7 +31,7 @@ void NextHops::State::on_neigh(const nlmsghdr *nlh)
         return;
     uint32_t slot = hop_slot(n.ifindex, n.addr);
     if (!hops[slot].ifindex)
-        return;                     // not a next hop of ours
+        return;  // not a next hop of ours
     bool deleted = nlh->nlmsg_type == RTM_DELNEIGH;
     if (deleted) {
         n.nud = NUD_NONE;
@@ -80,7 +80,7 @@ void NextHops::State::read_events()
         ssize_t n = mnl_socket_recvfrom(events, ebuf.data(), ebuf.size());
         if (n < 0) {
             if (errno != ENOBUFS)
-                break;              // EAGAIN: nothing more
+                break;  // EAGAIN: nothing more
             // Events were dropped: nothing we hold can be trusted.
             ++stats.event_overruns;
             devs.clear();
@@ -141,4 +141,4 @@ void NextHops::State::refresh()
         cursor = kNone;
 }
 
-} // namespace xesp
+}  // namespace xesp

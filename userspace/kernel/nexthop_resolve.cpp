@@ -20,7 +20,10 @@ using nexthop::usable;
 
 namespace {
 
-int af_of(const IpAddr &a) { return a.family == 6 ? AF_INET6 : AF_INET; }
+int af_of(const IpAddr &a)
+{
+    return a.family == 6 ? AF_INET6 : AF_INET;
+}
 
 HopState route_state(uint8_t type)
 {
@@ -33,12 +36,12 @@ HopState route_state(uint8_t type)
     case RTN_BROADCAST:
     case RTN_MULTICAST:
         return HopState::ViaKernel;
-    default:                            // unreachable, blackhole, prohibit, throw
+    default:  // unreachable, blackhole, prohibit, throw
         return HopState::Unreachable;
     }
 }
 
-} // namespace
+}  // namespace
 
 int NextHops::State::get_route(const IpAddr &dst, Route &r)
 {
@@ -171,7 +174,7 @@ bool NextHops::State::attach(uint32_t slot, uint32_t ifindex, const IpAddr &via)
     Hop &h = hops[hs];
     if (!h.ifindex) {
         Neigh n;
-        int err = get_neigh(ifindex, via, n);   // -ENOENT: no entry yet
+        int err = get_neigh(ifindex, via, n);  // -ENOENT: no entry yet
         if (err == rtnl::Requests::kSocketError)
             return false;
         h.ifindex = ifindex;
@@ -206,4 +209,4 @@ void NextHops::State::resolve_queued()
     }
 }
 
-} // namespace xesp
+}  // namespace xesp

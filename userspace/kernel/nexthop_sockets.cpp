@@ -29,7 +29,7 @@ Error sys_fail(const std::string &what)
     return make_error(what + ": " + std::strerror(err), err);
 }
 
-} // namespace
+}  // namespace
 
 NextHops::State::~State()
 {
@@ -63,7 +63,7 @@ Result<void> NextHops::State::open_sockets()
     if (raw4 < 0)
         return sys_fail("nexthop: cannot open a raw IPv4 socket (needs CAP_NET_RAW)");
     setsockopt(raw4, SOL_SOCKET, SO_BROADCAST, &one, sizeof(one));
-    raw6 = socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);   // -1 without IPv6
+    raw6 = socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);  // -1 without IPv6
     return {};
 }
 
@@ -80,7 +80,7 @@ Result<void> NextHops::send_via_kernel(const uint8_t *ip, size_t len)
 {
     State &s = *s_;
     IpHeader h;
-    parse_ip(ip, uint32_t(len), &h);        // only the address is needed: the kernel checks
+    parse_ip(ip, uint32_t(len), &h);  // only the address is needed: the kernel checks
     ssize_t sent = -1;
     IpAddr dst;
     errno = EINVAL;
@@ -107,9 +107,8 @@ Result<void> NextHops::send_via_kernel(const uint8_t *ip, size_t len)
     int err = sent < 0 ? errno : EMSGSIZE;
     ++s.stats.kernel_send_errors;
     return make_error("nexthop: kernel send of " + std::to_string(len) + " bytes to " +
-                          (dst.family ? dst.str() : std::string("?")) + ": " +
-                          std::strerror(err),
+                          (dst.family ? dst.str() : std::string("?")) + ": " + std::strerror(err),
                       err);
 }
 
-} // namespace xesp
+}  // namespace xesp

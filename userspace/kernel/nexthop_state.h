@@ -40,33 +40,36 @@ constexpr uint16_t kNudUsable =
 constexpr uint16_t kNudStatic = NUD_PERMANENT | NUD_NOARP;
 
 struct Dst {
-    IpAddr addr;                        // family 0: a free slot
+    IpAddr addr;  // family 0: a free slot
     HopState state = HopState::Unknown;
-    bool used = false;                  // looked up since the last refresh round
-    uint32_t hop = kNone;               // slot in hops
-    uint32_t next = kNone;              // next destination through the same hop
+    bool used = false;      // looked up since the last refresh round
+    uint32_t hop = kNone;   // slot in hops
+    uint32_t next = kNone;  // next destination through the same hop
     uint32_t route_mtu = 0;
     L2Hop l2;
 };
 
 struct Hop {
-    uint32_t ifindex = 0;               // 0: a free slot
-    IpAddr addr;                        // the gateway, or the destination itself when on-link
+    uint32_t ifindex = 0;  // 0: a free slot
+    IpAddr addr;           // the gateway, or the destination itself when on-link
     uint16_t nud = 0;
     bool has_mac = false;
     Mac mac{};
-    uint32_t first = kNone;             // destinations through this hop
-    uint64_t round = 0;                 // the refresh round that last sent NTF_USE
+    uint32_t first = kNone;  // destinations through this hop
+    uint64_t round = 0;      // the refresh round that last sent NTF_USE
 };
 
-inline bool usable(const Hop &h) { return (h.nud & kNudUsable) && h.has_mac; }
+inline bool usable(const Hop &h)
+{
+    return (h.nud & kNudUsable) && h.has_mac;
+}
 
 inline uint32_t mtu_of(uint32_t route_mtu, const rtnl::Link &dev)
 {
     return route_mtu && route_mtu < dev.mtu ? route_mtu : dev.mtu;
 }
 
-} // namespace xesp::nexthop
+}  // namespace xesp::nexthop
 
 namespace xesp {
 
@@ -87,8 +90,8 @@ struct NextHops::State {
     std::vector<Hop> hops;
     uint32_t mask = 0;
     uint32_t count = 0;
-    bool full = false;          // a miss found no room: flush at the next poll()
-    bool flush_due = false;     // a route changed, or events were lost
+    bool full = false;       // a miss found no room: flush at the next poll()
+    bool flush_due = false;  // a route changed, or events were lost
 
     // Destinations waiting for poll(), by slot: each is queued once, when it is first missed.
     std::vector<uint32_t> queue;
@@ -98,7 +101,7 @@ struct NextHops::State {
     std::vector<Dev> devs;
 
     uint64_t round = 0;
-    uint32_t cursor = nexthop::kNone;   // the refresh round in progress, or none
+    uint32_t cursor = nexthop::kNone;  // the refresh round in progress, or none
     bool round_soon = false;
     nexthop::Clock::time_point next_round;
 
@@ -106,7 +109,7 @@ struct NextHops::State {
 
     Stats stats;
 
-    ~State();                                           // nexthop_sockets.cpp
+    ~State();  // nexthop_sockets.cpp
 
     // The tables (nexthop.cpp).
     uint32_t dst_slot(const IpAddr &a) const;
@@ -135,4 +138,4 @@ struct NextHops::State {
     Result<void> open_sockets();
 };
 
-} // namespace xesp
+}  // namespace xesp

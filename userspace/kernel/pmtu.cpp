@@ -20,8 +20,8 @@ using wire::get32;
 
 namespace {
 
-constexpr uint8_t kIcmpUnreachable = 3, kIcmpFragNeeded = 4;   // RFC 792
-constexpr uint8_t kIcmp6TooBig = 2;                             // RFC 4443 3.2
+constexpr uint8_t kIcmpUnreachable = 3, kIcmpFragNeeded = 4;  // RFC 792
+constexpr uint8_t kIcmp6TooBig = 2;                           // RFC 4443 3.2
 constexpr size_t kIcmpHdrLen = 8;
 constexpr int kMaxSkipped = 64;
 
@@ -55,10 +55,10 @@ bool quoted_esp(const uint8_t *q, size_t qlen, size_t hl, uint8_t proto, PmtuRep
     }
     r->spi = get32(l4);
     r->seq = get32(l4 + 4);
-    return r->spi != 0;             // 0: IKE's non-ESP marker (RFC 3948 2.2), not ESP
+    return r->spi != 0;  // 0: IKE's non-ESP marker (RFC 3948 2.2), not ESP
 }
 
-} // namespace
+}  // namespace
 
 bool parse_pmtu_report4(const uint8_t *ip, size_t len, PmtuReport *r)
 {
@@ -77,7 +77,7 @@ bool parse_pmtu_report4(const uint8_t *ip, size_t len, PmtuReport *r)
     if (!header_ok(parse_ip(q, uint32_t(qlen), &qh)) || qh.version != 4)
         return false;
     if (qh.frag_offset)
-        return false;               // a later fragment carries no ESP header
+        return false;  // a later fragment carries no ESP header
     if (!quoted_esp(q, qlen, qh.hdr_len, qh.proto, r))
         return false;
     uint32_t quoted_len = qh.total;
@@ -85,7 +85,7 @@ bool parse_pmtu_report4(const uint8_t *ip, size_t len, PmtuReport *r)
     if (!mtu)
         mtu = plateau_below(quoted_len);
     if (mtu >= quoted_len)
-        return false;               // the packet fitted: not a report to believe
+        return false;  // the packet fitted: not a report to believe
     r->mtu = mtu < kPmtuFloor4 ? kPmtuFloor4 : mtu;
     r->router = h.src();
     r->src = qh.src();
@@ -120,7 +120,7 @@ bool parse_pmtu_report6(const uint8_t *icmp, size_t len, const IpAddr &router, P
 
 bool pmtu_seq_recent(uint32_t quoted, uint64_t oseq)
 {
-    uint32_t age = uint32_t(oseq) - quoted;     // modulo 2^32: a number not yet sent is huge
+    uint32_t age = uint32_t(oseq) - quoted;  // modulo 2^32: a number not yet sent is huge
     return age < kPmtuSeqWindow && age < oseq;
 }
 
@@ -177,4 +177,4 @@ bool PmtuListener::receive(PmtuReport *r)
     return false;
 }
 
-} // namespace xesp
+}  // namespace xesp

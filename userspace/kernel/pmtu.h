@@ -22,7 +22,7 @@
 
 namespace xesp {
 
-constexpr uint32_t kPmtuExpiresSeconds = 600;     // the default
+constexpr uint32_t kPmtuExpiresSeconds = 600;  // the default
 // The smallest path MTU believed: what every IPv4 host must accept (RFC 791) and the IPv6
 // minimum link MTU (RFC 8200 5). A report of less is read as this (RFC 8201 4: never below
 // 1280; Linux's min_pmtu does the same for IPv4).
@@ -34,12 +34,12 @@ constexpr uint32_t kPmtuSeqWindow = 1u << 20;
 
 // What one ICMP report says about one of our ESP packets.
 struct PmtuReport {
-    IpAddr router;          // who sent the report
-    IpAddr src, dst;        // the quoted packet's addresses (our outer header)
-    uint32_t spi = 0;       // host order
-    uint32_t seq = 0;       // the quoted sequence number (its low 32 bits with ESN)
-    uint32_t mtu = 0;       // the MTU the router offers, floors applied
-    bool natt = false;      // the quoted packet was ESP in UDP (RFC 3948)
+    IpAddr router;      // who sent the report
+    IpAddr src, dst;    // the quoted packet's addresses (our outer header)
+    uint32_t spi = 0;   // host order
+    uint32_t seq = 0;   // the quoted sequence number (its low 32 bits with ESN)
+    uint32_t mtu = 0;   // the MTU the router offers, floors applied
+    bool natt = false;  // the quoted packet was ESP in UDP (RFC 3948)
 };
 
 // An ICMP message as an IPv4 raw socket delivers it (starting at the IP header), or an ICMPv6
@@ -69,11 +69,11 @@ public:
     // The next report waiting on either socket; false when there is none (or after a bounded
     // number of messages that were not reports about ESP: call again later).
     bool receive(PmtuReport *r);
-    const int *fds() const { return fds_; }     // kSockets of them (-1 when not open)
+    const int *fds() const { return fds_; }  // kSockets of them (-1 when not open)
     static constexpr int kSockets = 2;
 
 private:
     int fds_[kSockets] = {-1, -1};
 };
 
-} // namespace xesp
+}  // namespace xesp

@@ -45,7 +45,7 @@ bool get_u32(const nlattr *a, uint32_t &out)
     return true;
 }
 
-} // namespace
+}  // namespace
 
 void parse_route(const nlmsghdr *nlh, Route &r)
 {
@@ -85,8 +85,7 @@ bool parse_neigh(const nlmsghdr *nlh, Neigh &n)
     if (mnl_nlmsg_get_payload_len(nlh) < sizeof(ndmsg))
         return false;
     const auto *ndm = static_cast<const ndmsg *>(mnl_nlmsg_get_payload(nlh));
-    if ((ndm->ndm_family != AF_INET && ndm->ndm_family != AF_INET6) ||
-        (ndm->ndm_flags & NTF_PROXY))
+    if ((ndm->ndm_family != AF_INET && ndm->ndm_family != AF_INET6) || (ndm->ndm_flags & NTF_PROXY))
         return false;
     const nlattr *tb[NDA_MAX + 1] = {};
     Attrs attrs{tb, NDA_MAX};
@@ -108,7 +107,7 @@ bool parse_link(const nlmsghdr *nlh, Link &d)
     if (mnl_nlmsg_get_payload_len(nlh) < sizeof(ifinfomsg))
         return false;
     const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(nlh));
-    if (ifi->ifi_family != AF_UNSPEC)   // e.g. AF_BRIDGE port notifications
+    if (ifi->ifi_family != AF_UNSPEC)  // e.g. AF_BRIDGE port notifications
         return false;
     const nlattr *tb[IFLA_MAX + 1] = {};
     Attrs attrs{tb, IFLA_MAX};
@@ -138,7 +137,7 @@ Result<void> Requests::open(time_t timeout_s)
                           errno);
     timeval tv{timeout_s, 0};
     setsockopt(mnl_socket_get_fd(nl_), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    int one = 1;    // acknowledgements without a copy of the request
+    int one = 1;  // acknowledgements without a copy of the request
     mnl_socket_setsockopt(nl_, NETLINK_CAP_ACK, &one, sizeof(one));
     return {};
 }
@@ -152,4 +151,4 @@ nlmsghdr *Requests::request(uint16_t type, uint16_t flags)
     return nlh;
 }
 
-} // namespace xesp::rtnl
+}  // namespace xesp::rtnl

@@ -24,10 +24,10 @@ namespace xesp::rtnl {
 
 // What RTM_GETROUTE answers for a destination.
 struct Route {
-    uint8_t type = 0;                   // RTN_*
+    uint8_t type = 0;  // RTN_*
     uint32_t oif = 0;
-    uint32_t mtu = 0;                   // configured (not learnt) route MTU; 0: none
-    IpAddr via;                         // family 0: on-link
+    uint32_t mtu = 0;  // configured (not learnt) route MTU; 0: none
+    IpAddr via;        // family 0: on-link
 };
 
 // A neighbour entry (RTM_NEWNEIGH).
@@ -44,7 +44,7 @@ struct Link {
     uint32_t ifindex = 0;
     uint32_t mtu = 0;
     uint32_t flags = 0;
-    bool ether = false;                 // an Ethernet device: mac is its address
+    bool ether = false;  // an Ethernet device: mac is its address
     std::array<uint8_t, 6> mac{};
 };
 
@@ -74,8 +74,7 @@ public:
 
     // Sends req and hands each answer before the acknowledgement to on_answer. Returns 0, the
     // kernel's -errno, or kSocketError.
-    template <class F>
-    int round_trip(const nlmsghdr *req, F &&on_answer)
+    template <class F> int round_trip(const nlmsghdr *req, F &&on_answer)
     {
         if (mnl_socket_sendto(nl_, req, req->nlmsg_len) < 0)
             return kSocketError;
@@ -84,10 +83,10 @@ public:
             if (n < 0)
                 return kSocketError;
             int left = int(n);
-            for (auto *h = reinterpret_cast<const nlmsghdr *>(rbuf_.data());
-                 mnl_nlmsg_ok(h, left); h = mnl_nlmsg_next(h, &left)) {
+            for (auto *h = reinterpret_cast<const nlmsghdr *>(rbuf_.data()); mnl_nlmsg_ok(h, left);
+                 h = mnl_nlmsg_next(h, &left)) {
                 if (h->nlmsg_seq != req->nlmsg_seq)
-                    continue;       // the late answer to a request that timed out
+                    continue;  // the late answer to a request that timed out
                 if (h->nlmsg_type == NLMSG_ERROR) {
                     if (mnl_nlmsg_get_payload_len(h) < sizeof(nlmsgerr))
                         return -EPROTO;
@@ -114,4 +113,4 @@ private:
     alignas(nlmsghdr) char qbuf_[512];
 };
 
-} // namespace xesp::rtnl
+}  // namespace xesp::rtnl

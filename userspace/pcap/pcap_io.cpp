@@ -63,7 +63,7 @@ PcapWriter::~PcapWriter()
 
 void PcapWriter::write(const uint8_t *data, uint32_t len, const struct timeval &ts)
 {
-    struct pcap_pkthdr h{};
+    struct pcap_pkthdr h {};
     h.ts = ts;
     h.caplen = h.len = len;
     pcap_dump(reinterpret_cast<u_char *>(d_), &h, data);
@@ -96,4 +96,4 @@ void set_ethertype(uint8_t *l2, uint32_t l2_len, uint8_t ip_version)
         put16(l2 + l2_len - 2, ip_version == 6 ? kEthIpv6 : kEthIpv4);
 }
 
-} // namespace xesp
+}  // namespace xesp

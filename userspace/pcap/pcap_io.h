@@ -29,7 +29,11 @@ private:
 class PcapWriter {
 public:
     static Result<PcapWriter> open(const std::string &path, int linktype);
-    PcapWriter(PcapWriter &&o) noexcept : p_(o.p_), d_(o.d_) { o.p_ = nullptr; o.d_ = nullptr; }
+    PcapWriter(PcapWriter &&o) noexcept : p_(o.p_), d_(o.d_)
+    {
+        o.p_ = nullptr;
+        o.d_ = nullptr;
+    }
     ~PcapWriter();
     void write(const uint8_t *data, uint32_t len, const struct timeval &ts);
 
@@ -47,4 +51,4 @@ bool locate_ip(int linktype, const uint8_t *frame, uint32_t len, uint32_t *l3_of
 // (the family changes when a tunnel carries IPv6 in IPv4 or the other way round).
 void set_ethertype(uint8_t *l2, uint32_t l2_len, uint8_t ip_version);
 
-} // namespace xesp
+}  // namespace xesp
