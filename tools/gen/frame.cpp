@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "tools/gen/gen_abi.h"
+#include "userspace/base/clock.h"
 
 namespace xesp::gen {
 
@@ -141,8 +142,8 @@ Result<void> hop_mac(const std::string &dev, uint32_t dst, uint8_t mac[6])
         return hop.error();
     if (neighbour_mac(dev, *hop, mac))
         return {};
-    auto deadline = std::chrono::steady_clock::now() + kResolveTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
+    auto deadline = Clock::now() + kResolveTimeout;
+    while (Clock::now() < deadline) {
         poke(dev, *hop);
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         if (neighbour_mac(dev, *hop, mac))

@@ -12,6 +12,7 @@
 
 #include "gen_rx.skel.h"
 #include "tools/gen/gen_abi.h"
+#include "userspace/base/clock.h"
 
 static_assert(sizeof(gen_count) == 16, "gen_count: two __u64, as gen_rx.bpf.c counts them");
 
@@ -19,7 +20,6 @@ namespace xesp::gen {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr int kPollMs = 20;
 
 // The skeleton and its link, released together.

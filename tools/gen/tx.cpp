@@ -15,12 +15,12 @@
 
 #include "af_xdp/umem.h"
 #include "af_xdp/xsk_port.h"
+#include "userspace/base/clock.h"
 
 namespace xesp::gen {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kBurst = 64;
 
