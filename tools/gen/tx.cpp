@@ -21,7 +21,6 @@ namespace xesp::gen {
 
 namespace {
 
-
 constexpr uint32_t kBurst = 64;
 
 double since(Clock::time_point t0)
