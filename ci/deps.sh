@@ -4,7 +4,7 @@ xesp_install_deps() {
     local pkgs=(build-essential cmake pkg-config clang llvm libssl-dev libipsec-mb-dev
                 libcli11-dev catch2 libpcap-dev libmnl-dev nlohmann-json3-dev python3-scapy python3-cryptography tshark
                 libbpf-dev libxdp-dev bpftool iproute2 iperf3 ethtool
-                qemu-system-x86 busybox-static tcpdump xz-utils)
+                qemu-system-x86 busybox-static tcpdump xz-utils clang-format)
     local missing=() p
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
