@@ -29,15 +29,6 @@ const char *verb_word(Command::Verb v)
     return "?";
 }
 
-template <class T, class Match>
-auto find_index(const std::vector<T> &v, Match match) -> std::ptrdiff_t
-{
-    for (size_t i = 0; i < v.size(); i++)
-        if (match(v[i]))
-            return std::ptrdiff_t(i);
-    return -1;
-}
-
 Result<void> apply_sa(Config &cfg, const Command &cmd)
 {
     using V = Command::Verb;
@@ -50,7 +41,8 @@ Result<void> apply_sa(Config &cfg, const Command &cmd)
     }
     if (cmd.verb == V::List)
         return {};
-    auto i = find_index(sas, [&](const SaConfig &s) { return s.dst == sa.dst && s.spi == sa.spi; });
+    const SaConfig *found = cfg.find_sa(sa.dst, sa.spi);
+    std::ptrdiff_t i = found ? found - sas.data() : -1;
     // del/get may name the source too, as ip xfrm's ID does; it must then match.
     bool src_differs = cmd.verb != V::Add && cmd.verb != V::Update && sa.src.family && i >= 0 &&
                        !(sas[size_t(i)].src == sa.src);
@@ -84,8 +76,8 @@ Result<void> apply_policy(Config &cfg, const Command &cmd)
     }
     if (cmd.verb == V::List)
         return {};
-    auto i = find_index(policies,
-                        [&](const PolicyConfig &q) { return q.sel == p.sel && q.dir == p.dir; });
+    const PolicyConfig *found = cfg.find_policy(p.sel, p.dir);
+    std::ptrdiff_t i = found ? found - policies.data() : -1;
     if (cmd.verb == V::Add) {
         if (i >= 0)
             return make_error(ctx + describe_policy(p.sel, p.dir) +

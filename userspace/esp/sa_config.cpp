@@ -2,34 +2,23 @@
 // grammar share.
 #include "userspace/esp/sa_config.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace xesp {
 
-namespace {
-
-template <class T, class Match>
-auto find_index(const std::vector<T> &v, Match match) -> std::ptrdiff_t
-{
-    for (size_t i = 0; i < v.size(); i++)
-        if (match(v[i]))
-            return std::ptrdiff_t(i);
-    return -1;
-}
-
-}  // namespace
-
 const SaConfig *Config::find_sa(const IpAddr &dst, uint32_t spi) const
 {
-    auto i = find_index(sas, [&](const SaConfig &s) { return s.dst == dst && s.spi == spi; });
-    return i < 0 ? nullptr : &sas[size_t(i)];
+    auto it = std::find_if(sas.begin(), sas.end(),
+                           [&](const SaConfig &s) { return s.dst == dst && s.spi == spi; });
+    return it == sas.end() ? nullptr : &*it;
 }
 
 const PolicyConfig *Config::find_policy(const Selector &sel, Dir dir) const
 {
-    auto i =
-        find_index(policies, [&](const PolicyConfig &p) { return p.sel == sel && p.dir == dir; });
-    return i < 0 ? nullptr : &policies[size_t(i)];
+    auto it = std::find_if(policies.begin(), policies.end(),
+                           [&](const PolicyConfig &p) { return p.sel == sel && p.dir == dir; });
+    return it == policies.end() ? nullptr : &*it;
 }
 
 bool Config::operator==(const Config &o) const
