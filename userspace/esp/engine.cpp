@@ -28,39 +28,153 @@ size_t SaKeyHash::operator()(const FlowSaKey &k) const
     return size_t(h ^ (h >> 29));
 }
 
+size_t PolicyKeyHash::operator()(const PolicyKey &k) const
+{
+    uint64_t h = uint64_t(k.dir) * 0x9e3779b97f4a7c15ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
+    for (const Prefix *p : {&k.sel.src, &k.sel.dst}) {
+        for (size_t i = 0; i < p->addr.size(); i += 4)
+            mix(get32(p->addr.b.data() + i));
+        mix(uint64_t(p->len) << 8 | p->addr.family);
+    }
+    mix(uint64_t(k.sel.proto) << 40 | uint64_t(k.sel.sport_set) << 33 |
+        uint64_t(k.sel.dport_set) << 32 | uint64_t(k.sel.sport) << 16 | k.sel.dport);
+    return size_t(h ^ (h >> 29));
+}
+
+uint32_t IdPool::take()
+{
+    if (free_.size() > kReuseAfter) {
+        uint32_t id = free_.front();
+        free_.pop_front();
+        return id;
+    }
+    return next_++;
+}
+
+void IdPool::give_back(uint32_t id)
+{
+    uint32_t index = id & SaTable::kIndexMask;
+    uint32_t gen = (id >> 24) + 1;
+    uint32_t next = (gen & 0xff) << 24 | index;
+    if (next == SaTable::kNoId)  // kNoId is never an id
+        next = index;
+    free_.push_back(next);
+}
+
+void SaTable::flow_add(const FlowSaKey &k, uint64_t order, Sa *sa)
+{
+    Flow &f = by_flow_[k];
+    auto at = std::upper_bound(f.all.begin(), f.all.end(), order,
+                               [](uint64_t o, const auto &e) { return o < e.first; });
+    f.all.insert(at, {order, sa});
+    f.newest = f.all.back().second;
+}
+
+void SaTable::flow_remove(const FlowSaKey &k, Sa *sa)
+{
+    auto it = by_flow_.find(k);
+    if (it == by_flow_.end())
+        return;
+    std::erase_if(it->second.all, [&](const auto &e) { return e.second == sa; });
+    if (it->second.all.empty())
+        by_flow_.erase(it);
+    else
+        it->second.newest = it->second.all.back().second;
+}
+
+void SaTable::index(const Slot &s)
+{
+    const SaConfig &c = s.sa->config();
+    by_spi_[SaKey{c.dst, c.spi}] = Found{s.sa.get(), s.id & kIndexMask};
+    if (c.dir != Dir::In) {
+        flow_add(FlowSaKey{c.src, c.dst, c.reqid}, s.order, s.sa.get());
+        if (c.reqid)
+            flow_add(FlowSaKey{c.src, c.dst, 0}, s.order, s.sa.get());
+    }
+    if (c.lifetime.has_time())
+        timed_.push_back(s.sa.get());
+}
+
+void SaTable::unindex(const Slot &s)
+{
+    const SaConfig &c = s.sa->config();
+    auto it = by_spi_.find(SaKey{c.dst, c.spi});
+    if (it != by_spi_.end() && it->second.sa == s.sa.get())
+        by_spi_.erase(it);
+    if (c.dir != Dir::In) {
+        flow_remove(FlowSaKey{c.src, c.dst, c.reqid}, s.sa.get());
+        if (c.reqid)
+            flow_remove(FlowSaKey{c.src, c.dst, 0}, s.sa.get());
+    }
+    if (c.lifetime.has_time())
+        std::erase(timed_, s.sa.get());
+}
+
+void SaTable::put(uint32_t id, uint64_t order, std::shared_ptr<Sa> sa)
+{
+    size_t i = id & kIndexMask;
+    if (i >= slots_.size()) {
+        slots_.resize(i + 1);
+        all_.resize(i + 1);
+    }
+    Slot &s = slots_[i];
+    if (s.sa) {
+        unindex(s);
+        if (s.id == id)
+            order = s.order;  // in place: its place among the SAs of its flow stays
+    } else {
+        count_++;
+    }
+    s = Slot{id, order, std::move(sa)};
+    all_[i] = s.sa;
+    index(s);
+}
+
+void SaTable::remove(uint32_t id)
+{
+    size_t i = id & kIndexMask;
+    if (i >= slots_.size() || slots_[i].id != id || !slots_[i].sa)
+        return;
+    unindex(slots_[i]);
+    slots_[i] = Slot{};
+    all_[i].reset();
+    count_--;
+}
+
 uint32_t SaTable::add(std::shared_ptr<Sa> sa)
 {
-    const SaConfig &c = sa->config();
-    uint32_t id = uint32_t(sas_.size());
-    ids_[sa.get()] = id;
-    by_spi_[SaKey{c.dst, c.spi}] = sa.get();
-    if (c.dir != Dir::In) {
-        // The newest SA for a flow wins, as after a rekey.
-        by_flow_[FlowSaKey{c.src, c.dst, c.reqid}] = sa.get();
-        by_flow_[FlowSaKey{c.src, c.dst, 0}] = sa.get();
-    }
-    sas_.push_back(std::move(sa));
+    uint32_t id = added_++;
+    put(id, id, std::move(sa));
     return id;
 }
 
 uint32_t SaTable::id_of(const Sa &sa) const
 {
-    auto it = ids_.find(&sa);
-    return it == ids_.end() ? kNoId : it->second;
+    const SaConfig &c = sa.config();
+    auto it = by_spi_.find(SaKey{c.dst, c.spi});
+    return it != by_spi_.end() && it->second.sa == &sa ? slots_[it->second.index].id : kNoId;
+}
+
+const std::shared_ptr<Sa> &SaTable::ref(uint32_t id) const
+{
+    static const std::shared_ptr<Sa> none;
+    size_t i = id & kIndexMask;
+    return i < slots_.size() && slots_[i].id == id ? slots_[i].sa : none;
 }
 
 std::shared_ptr<Sa> SaTable::share(const SaConfig &cfg) const
 {
-    Sa *sa = find_in(cfg.dst, cfg.spi);
-    if (!sa || !same_sa(sa->config(), cfg))
+    auto it = by_spi_.find(SaKey{cfg.dst, cfg.spi});
+    if (it == by_spi_.end() || !same_sa(it->second.sa->config(), cfg))
         return nullptr;
-    return sas_[ids_.find(sa)->second];
+    return slots_[it->second.index].sa;
 }
 
 Sa *SaTable::find_in(const IpAddr &dst, uint32_t spi) const
 {
     auto it = by_spi_.find(SaKey{dst, spi});
-    return it == by_spi_.end() ? nullptr : it->second;
+    return it == by_spi_.end() ? nullptr : it->second.sa;
 }
 
 Sa *SaTable::find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const
@@ -73,7 +187,7 @@ Sa *SaTable::find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const
         sa = find_in(dst, tmpl.spi);
     } else {
         auto it = by_flow_.find(FlowSaKey{src, dst, tmpl.reqid});
-        sa = it == by_flow_.end() ? nullptr : it->second;
+        sa = it == by_flow_.end() ? nullptr : it->second.newest;
     }
     if (sa &&
         (sa->config().src != src || sa->config().mode != tmpl.mode || sa->config().dir == Dir::In))
@@ -87,71 +201,208 @@ bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
            (!t.src.family || t.src == sa.src) && (!t.dst.family || t.dst == sa.dst);
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend backend,
-                                               const EngineOptions &options, const Engine *prev)
+Result<std::shared_ptr<Sa>> Engine::make_sa(const SaConfig &c, Backend backend) const
 {
-    std::unique_ptr<Engine> e(new Engine());
+    auto made = Sa::create(c, backend);
+    if (!made)
+        return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) + ": " +
+                          made.error().message);
+    std::shared_ptr<Sa> sa = std::move(*made);
+    if (options_.on_expire)
+        sa->on_expire(options_.on_expire);
+    if (options_.hold_new)
+        sa->hold();
+    return sa;
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend backend,
+                                               const EngineOptions &options, const Engine *prev,
+                                               Qsbr *readers)
+{
+    std::unique_ptr<Engine> e(new Engine(readers));
     e->options_ = options;
     // SAs that stay as they were keep running; the others start afresh.
+    std::vector<std::shared_ptr<Sa>> sas;
+    sas.reserve(config.sas.size());
     for (const SaConfig &c : config.sas) {
-        std::shared_ptr<Sa> sa = prev ? prev->sas_.share(c) : nullptr;
+        std::shared_ptr<Sa> sa = prev ? prev->sas().share(c) : nullptr;
         if (!sa) {
-            auto made = Sa::create(c, backend);
+            auto made = e->make_sa(c, backend);
             if (!made)
-                return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) + ": " +
-                                  made.error().message);
+                return made.error();
             sa = std::move(*made);
-            if (options.on_expire)
-                sa->on_expire(options.on_expire);
-            if (options.hold_new)
-                sa->hold();
-            Sa *kept = prev ? prev->sas_.find_in(c.dst, c.spi) : nullptr;
+            const Sa *kept = prev ? prev->sas().find_in(c.dst, c.spi) : nullptr;
             if (kept && same_keys(kept->config(), c))
-                e->inherit_.emplace_back(sa.get(), prev->sas_.all()[prev->sas_.id_of(*kept)]);
+                sa->follow(prev->sas().ref(prev->sas().id_of(*kept)));
         }
-        if (sa->config().lifetime.has_time())
-            e->timed_.push_back(sa.get());
-        e->sas_.add(std::move(sa));
+        sas.push_back(std::move(sa));
     }
+    std::vector<Spd::Policy> policies;
+    policies.reserve(config.policies.size());
     for (const PolicyConfig &p : config.policies)
-        e->spd_.add(p);
-    e->policy_sa_.assign(e->spd_.size(), nullptr);
-    for (uint32_t id = 0; id < e->spd_.size(); id++) {
-        const PolicyConfig &p = *e->spd_.by_id(id);
-        if (p.dir == Dir::Out && p.tmpl && p.tmpl->src.family && p.tmpl->dst.family)
-            e->policy_sa_[id] = e->sas_.find_out(*p.tmpl, FlowKey{});  // flow not consulted
+        policies.push_back(std::make_shared<const PolicyConfig>(p));
+    for (size_t i = 0; i < sas.size(); i++)
+        e->sa_ids_.take();  // ids 0..n-1: the indexes in config.sas
+    for (size_t i = 0; i < policies.size(); i++) {
+        e->policy_ids_.take();
+        e->policy_ids_by_key_[PolicyKey{policies[i]->sel, policies[i]->dir}] = uint32_t(i);
     }
+    e->sa_order_ = sas.size();
+    e->policy_order_ = uint32_t(policies.size());
+    e->tables_.change([&](Tables &t) {
+        for (size_t i = 0; i < sas.size(); i++)
+            t.sas.put(uint32_t(i), i, sas[i]);
+        for (size_t i = 0; i < policies.size(); i++)
+            t.spd.put(uint32_t(i), uint32_t(i), policies[i]);
+    });
     return e;
 }
 
 void Engine::take_over()
 {
-    for (auto &[sa, old] : inherit_)
-        sa->replay().catch_up(old->replay());
-    inherit_.clear();
-    inherit_.shrink_to_fit();
+    for (const auto &sa : sas().all())
+        if (sa && sa->following())
+            sa->take_over();
+}
+
+Result<Engine::Prepared> Engine::prepare(const EngineChange &ch, Backend backend)
+{
+    const Tables &t = tables_.standby();
+    Prepared p;
+    auto fail = [&](std::string msg) -> Result<Prepared> {
+        abandon(std::move(p));
+        return make_error(std::move(msg));
+    };
+    std::unordered_map<SaKey, bool, SaKeyHash> seen_sas;
+    for (const SaKey &k : ch.del_sas) {
+        Sa *sa = t.sas.find_in(k.dst, k.spi);
+        if (!sa || !seen_sas.emplace(k, true).second)
+            return fail("no " + describe_sa(k.dst, k.spi) + " to delete");
+        p.sa_dels.push_back({t.sas.id_of(*sa), k});
+    }
+    for (const SaConfig &c : ch.put_sas) {
+        SaKey k{c.dst, c.spi};
+        if (!seen_sas.emplace(k, true).second)
+            return fail(describe_sa(c.dst, c.spi) + " twice in one change");
+        Sa *old = t.sas.find_in(c.dst, c.spi);
+        if (old && same_sa(old->config(), c))
+            continue;  // as it is: keeps running
+        auto made = make_sa(c, backend);
+        if (!made)
+            return fail(made.error().message);
+        uint32_t id;
+        bool fresh = !old;
+        if (old) {
+            id = t.sas.id_of(*old);
+            if (same_keys(old->config(), c))
+                (*made)->follow(t.sas.ref(id));
+        } else {
+            id = sa_ids_.take();
+        }
+        p.sa_puts.push_back(
+            {id, fresh ? sa_order_ + p.sa_puts.size() : 0, std::move(*made), fresh});
+    }
+    std::unordered_map<PolicyKey, bool, PolicyKeyHash> seen_policies;
+    for (const auto &[sel, dir] : ch.del_policies) {
+        PolicyKey k{sel, dir};
+        auto it = policy_ids_by_key_.find(k);
+        if (it == policy_ids_by_key_.end() || !seen_policies.emplace(k, true).second)
+            return fail("no such policy to delete");
+        p.policy_dels.push_back({it->second, t.spd.ref(it->second)});
+    }
+    for (const PolicyConfig &pc : ch.put_policies) {
+        PolicyKey k{pc.sel, pc.dir};
+        if (!seen_policies.emplace(k, true).second)
+            return fail("one policy twice in one change");
+        auto it = policy_ids_by_key_.find(k);
+        const PolicyConfig *old =
+            it == policy_ids_by_key_.end() ? nullptr : t.spd.by_id(it->second);
+        if (old && same_policy(*old, pc))
+            continue;
+        Prepared::PolicyPut put;
+        put.policy = std::make_shared<const PolicyConfig>(pc);
+        if (old) {
+            put.id = it->second;
+            put.order = t.spd.order_of(put.id);
+            put.old = t.spd.ref(put.id);
+        } else {
+            put.id = policy_ids_.take();
+            put.order = policy_order_ + uint32_t(p.policy_puts.size());
+        }
+        p.policy_puts.push_back(std::move(put));
+    }
+    return p;
+}
+
+void Engine::abandon(Prepared &&p)
+{
+    for (const auto &put : p.sa_puts)
+        if (put.fresh)
+            sa_ids_.give_back(put.id);
+    for (const auto &put : p.policy_puts)
+        if (!put.old)
+            policy_ids_.give_back(put.id);
+    p = Prepared{};
+}
+
+void Engine::commit(Prepared &&p)
+{
+    tables_.change([&](Tables &t) {
+        for (const auto &del : p.sa_dels)
+            t.sas.remove(del.id);
+        for (const auto &put : p.sa_puts)
+            t.sas.put(put.id, put.order, put.sa);
+        for (const auto &del : p.policy_dels)
+            t.spd.remove(del.id);
+        for (const auto &put : p.policy_puts)
+            t.spd.put(put.id, put.order, put.policy);
+    });
+    // Both copies have changed; no reader holds what left them.
+    for (const auto &del : p.sa_dels)
+        sa_ids_.give_back(del.id);
+    for (const auto &del : p.policy_dels) {
+        policy_ids_by_key_.erase(PolicyKey{del.old->sel, del.old->dir});
+        policy_ids_.give_back(del.id);
+    }
+    for (const auto &put : p.policy_puts)
+        policy_ids_by_key_[PolicyKey{put.policy->sel, put.policy->dir}] = put.id;
+    for (const auto &put : p.sa_puts)
+        if (put.fresh)
+            sa_order_ = std::max(sa_order_, put.order + 1);
+    for (const auto &put : p.policy_puts)
+        policy_order_ = std::max(policy_order_, put.order + 1);
+}
+
+Result<void> Engine::change(const EngineChange &ch, Backend backend)
+{
+    auto p = prepare(ch, backend);
+    if (!p)
+        return p.error();
+    commit(std::move(*p));
+    return {};
 }
 
 void Engine::on_expire(Sa::ExpireFn fn)
 {
-    for (auto &sa : sas_.all())
-        sa->on_expire(fn);
+    for (const auto &sa : sas().all())
+        if (sa)
+            sa->on_expire(fn);
 }
 
 void Engine::check_time(uint64_t now)
 {
-    for (Sa *sa : timed_)
+    for (Sa *sa : sas().timed())
         sa->check_time(now);
 }
 
-Engine::Dirn Engine::classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,
-                                  const IpAddr &dst, Sa **sa)
+Engine::Dirn Engine::classify_esp(const Tables &t, Pkt &p, const uint8_t *ip, uint32_t esp_off,
+                                  bool udp, const IpAddr &dst, Sa **sa)
 {
     if (esp_off + kEspHdrLen > p.len) {
         p.set_drop(Drop::InTruncated);
         return Dirn::None;
     }
-    *sa = sas_.find_in(dst, get32(ip + esp_off));
+    *sa = t.sas.find_in(dst, get32(ip + esp_off));
     if (!*sa) {
         stats_.esp_unknown_spi++;  // somebody else's SA: the kernel's business
         return Dirn::None;
@@ -186,7 +437,7 @@ static Engine::Dirn bad_length(Pkt &p, uint8_t proto)
     return Engine::Dirn::None;
 }
 
-Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
+Engine::Dirn Engine::classify(const Tables &t, Pkt &p, Sa **sa)
 {
     *sa = nullptr;
     uint8_t *ip = p.ip();
@@ -206,7 +457,7 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
         return Dirn::None;
     const uint32_t off = h.l4_off;
     if (h.proto == kProtoEsp)
-        return classify_esp(p, ip, off, false, h.dst(), sa);
+        return classify_esp(t, p, ip, off, false, h.dst(), sa);
     if (!h.fragment && h.proto == kProtoUdp && off + kUdpLen <= p.len &&
         get16(ip + off + 2) == kNatTPort) {
         uint32_t payload = p.len - off - kUdpLen;
@@ -221,26 +472,26 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
         }
         if (payload == 0)
             return Dirn::None;
-        return classify_esp(p, ip, off + kUdpLen, true, h.dst(), sa);
+        return classify_esp(t, p, ip, off + kUdpLen, true, h.dst(), sa);
     }
 
     FlowKey flow;
     flow_from_header(h, &flow);
     bool unsure = false;
-    const PolicyConfig *pol = spd_.lookup(Dir::Out, flow, &unsure);
+    const PolicyConfig *pol = t.spd.lookup(Dir::Out, flow, &unsure);
     if (unsure && !(pol && pol->tmpl)) {
         p.set_drop(Drop::FragmentUnclassifiable);
         return Dirn::None;
     }
     if (!pol)
-        return check_unprotected(p, flow);
+        return check_unprotected(t, p, flow);
     if (pol->action == Action::Block) {
         p.set_drop(Drop::OutPolBlock);
         return Dirn::None;
     }
     if (!pol->tmpl)
         return Dirn::None;
-    *sa = sas_.find_out(*pol->tmpl, flow);
+    *sa = t.sas.find_out(*pol->tmpl, flow);
     if (!*sa) {
         // Fail closed: the policy says protect, and there is nothing to protect it with.
         p.set_drop(Drop::OutNoStates);
@@ -251,12 +502,12 @@ Engine::Dirn Engine::classify(Pkt &p, Sa **sa)
 
 // Plaintext no outbound policy claims: if an inbound policy says it must arrive protected, it
 // did not, and is dropped (RFC 4301 5.2; the kernel counts it as XfrmInTmplMismatch).
-Engine::Dirn Engine::check_unprotected(Pkt &p, const FlowKey &flow)
+Engine::Dirn Engine::check_unprotected(const Tables &t, Pkt &p, const FlowKey &flow)
 {
     bool unsure = false;
-    const PolicyConfig *pol = spd_.lookup(Dir::In, flow, &unsure);
+    const PolicyConfig *pol = t.spd.lookup(Dir::In, flow, &unsure);
     if (!pol)
-        pol = spd_.lookup(Dir::Fwd, flow, &unsure);
+        pol = t.spd.lookup(Dir::Fwd, flow, &unsure);
     if (pol && pol->action == Action::Block)
         p.set_drop(Drop::InPolBlock);
     else if (pol && pol->tmpl)
@@ -269,16 +520,16 @@ Engine::Dirn Engine::check_unprotected(Pkt &p, const FlowKey &flow)
 // RFC 4301 5.2: what came out of an SA must be what an inbound policy expects from it. A
 // packet no in or fwd policy covers is dropped (the kernel's XfrmInNoPols): an SA carries
 // only the traffic a policy put in it, whichever peer holds its keys.
-void Engine::inbound_policy_check(Sa &sa, Pkt &p)
+void Engine::inbound_policy_check(const Tables &t, Sa &sa, Pkt &p)
 {
     FlowKey flow;
     if (!parse_flow(p.ip(), p.len, &flow)) {
         p.set_drop(Drop::InBadInner);
         return;
     }
-    const PolicyConfig *pol = spd_.lookup(Dir::In, flow);
+    const PolicyConfig *pol = t.spd.lookup(Dir::In, flow);
     if (!pol)
-        pol = spd_.lookup(Dir::Fwd, flow);
+        pol = t.spd.lookup(Dir::Fwd, flow);
     if (!pol) {
         p.set_drop(Drop::InNoPolicy);
         return;
@@ -339,7 +590,8 @@ void Engine::account(Pkt &p, Sa *sa)
 // SA are grouped by SA and direction (keeping their order within a group), each group goes
 // through ESP in one burst, decrypted packets through the inbound policy check, and every
 // packet is counted. n <= kMaxBurst.
-void Engine::dispatch(Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size_t n)
+void Engine::dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *const *owner,
+                      size_t n)
 {
     struct Group {
         Sa *sa;
@@ -366,13 +618,15 @@ void Engine::dispatch(Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size
     }
     for (size_t g = 0; g < ngroups; g++) {
         Group &gr = groups[g];
+        if (gr.sa->following()) [[unlikely]]
+            gr.sa->take_over();
         if (gr.dirn == Dirn::Encap) {
             esp_encap_burst(*gr.sa, gr.pkts, gr.n);
         } else {
             esp_decap_burst(*gr.sa, gr.pkts, gr.n);
             for (size_t i = 0; i < gr.n; i++)
                 if (gr.pkts[i]->verdict == Verdict::Decrypted)
-                    inbound_policy_check(*gr.sa, *gr.pkts[i]);
+                    inbound_policy_check(t, *gr.sa, *gr.pkts[i]);
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -388,17 +642,16 @@ void Engine::dispatch(Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size
 
 void Engine::process(Pkt *const *pkts, size_t n)
 {
-    if (!inherit_.empty()) [[unlikely]]
-        take_over();
+    const Tables &t = tables_.read();
     Dirn dirn[kMaxBurst];
     Sa *owner[kMaxBurst];
     while (n) {
         size_t k = n < kMaxBurst ? n : kMaxBurst;
         for (size_t i = 0; i < k; i++) {
             pkts[i]->verdict = Verdict::Pass;
-            dirn[i] = classify(*pkts[i], &owner[i]);
+            dirn[i] = classify(t, *pkts[i], &owner[i]);
         }
-        dispatch(pkts, dirn, owner, k);
+        dispatch(t, pkts, dirn, owner, k);
         pkts += k;
         n -= k;
     }
@@ -407,7 +660,7 @@ void Engine::process(Pkt *const *pkts, size_t n)
 // ESP the classifier matched to SA c.id. The id is checked against the packet's own
 // (destination, SPI), the key it was found by: an id from before a reload may name another
 // SA now, or none.
-Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
+Engine::Dirn Engine::resolve_decap(const Tables &t, Pkt &p, const Classified &c, Sa **sa)
 {
     IpHeader h;
     if (!lengths_ok(parse_ip(p.ip(), p.len, &h)) || c.l4 < h.hdr_len) {
@@ -420,7 +673,7 @@ Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
         return Dirn::None;
     }
     const uint8_t *ip = p.ip();
-    Sa *s = sas_.by_id(c.id);
+    Sa *s = t.sas.by_id(c.id);
     if (!s || s->config().spi != get32(ip + c.l4) || s->config().dst != h.dst()) {
         p.set_drop(Drop::InNoStates);
         return Dirn::None;
@@ -438,22 +691,22 @@ Engine::Dirn Engine::resolve_decap(Pkt &p, const Classified &c, Sa **sa)
     return Dirn::Decap;
 }
 
-// The SA that out policy `id` (pol) protects a packet with: the one its template names, found
-// at create(), or for a transport template without addresses the one for the packet's own
-// addresses (from h, its IP header).
-Sa *Engine::out_sa(uint32_t id, const PolicyConfig &pol, const IpHeader &h)
+// The SA that out policy pol protects a packet with: the newest SA its template names, or for a
+// transport template without addresses the one for the packet's own addresses (from h, its IP
+// header).
+Sa *Engine::out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h)
 {
-    if (Sa *sa = policy_sa_[id]; sa || (pol.tmpl->src.family && pol.tmpl->dst.family))
-        return sa;
     FlowKey flow;
-    flow.src = h.src();
-    flow.dst = h.dst();
-    return sas_.find_out(*pol.tmpl, flow);
+    if (!pol.tmpl->src.family || !pol.tmpl->dst.family) {
+        flow.src = h.src();
+        flow.dst = h.dst();
+    }
+    return t.sas.find_out(*pol.tmpl, flow);
 }
 
-Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
+Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, const Classified &c, Sa **sa)
 {
-    const PolicyConfig *pol = spd_.by_id(c.id);
+    const PolicyConfig *pol = t.spd.by_id(c.id);
     if (!pol || pol->dir != Dir::Out) {
         p.set_drop(Drop::OutNoStates);  // not a policy that protects: nothing to encrypt with
         return Dirn::None;
@@ -470,7 +723,7 @@ Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
         return Dirn::None;
     }
     p.len = h.total;
-    *sa = out_sa(c.id, *pol, h);
+    *sa = out_sa(t, *pol, h);
     if (!*sa) {
         // Fail closed: the policy says protect, and there is nothing to protect it with.
         p.set_drop(Drop::OutNoStates);
@@ -481,15 +734,16 @@ Engine::Dirn Engine::resolve_encap(Pkt &p, const Classified &c, Sa **sa)
 
 uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
 {
+    const Tables &t = tables_.read();
     if (c.kind != Classified::Encap)
         return 0;
-    const PolicyConfig *pol = spd_.by_id(c.id);
+    const PolicyConfig *pol = t.spd.by_id(c.id);
     if (!pol || pol->dir != Dir::Out || pol->action == Action::Block || !pol->tmpl)
         return 0;
     IpHeader h;
     if (!lengths_ok(parse_ip(p.ip(), p.len, &h)))
         return 0;
-    Sa *sa = out_sa(c.id, *pol, h);
+    Sa *sa = out_sa(t, *pol, h);
     // Transport mode carries whole datagrams only (RFC 4303 3.3.4): its packets are not split
     // before encryption, the outer packet is fragmented instead.
     uint32_t mtu = sa && sa->natt() && sa->tunnel() ? sa->outer_mtu(options_.link_mtu) : 0;
@@ -498,8 +752,7 @@ uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
 
 void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t n)
 {
-    if (!inherit_.empty()) [[unlikely]]
-        take_over();
+    const Tables &t = tables_.read();
     Dirn dirn[kMaxBurst];
     Sa *owner[kMaxBurst];
     while (n) {
@@ -508,11 +761,11 @@ void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t 
             Pkt &p = *pkts[i];
             p.verdict = Verdict::Pass;
             owner[i] = nullptr;
-            dirn[i] = cls[i].kind == Classified::Decap   ? resolve_decap(p, cls[i], &owner[i])
-                      : cls[i].kind == Classified::Encap ? resolve_encap(p, cls[i], &owner[i])
+            dirn[i] = cls[i].kind == Classified::Decap   ? resolve_decap(t, p, cls[i], &owner[i])
+                      : cls[i].kind == Classified::Encap ? resolve_encap(t, p, cls[i], &owner[i])
                                                          : Dirn::None;  // Pass
         }
-        dispatch(pkts, dirn, owner, k);
+        dispatch(t, pkts, dirn, owner, k);
         pkts += k;
         cls += k;
         n -= k;

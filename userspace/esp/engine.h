@@ -8,11 +8,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "userspace/base/rcu.h"
 #include "userspace/esp/sa_config.h"
 #include "userspace/esp/esp.h"
 #include "userspace/esp/sa.h"
@@ -36,30 +38,92 @@ struct SaKeyHash {
 };
 
 // SAs by (destination, SPI) for inbound ESP and by (source, destination, reqid) for templates:
-// both O(1) whatever the number of tunnels.
+// both O(1) whatever the number of tunnels; and by id.
 //
-// Every SA also has an id: its index in all(), given by add() and never reused. The XDP
-// classifier's SA map carries these ids, so a redirected packet names its SA directly.
+// Every SA has an id, given by its owner: the XDP classifier's SA map carries it, so a
+// redirected packet names its SA directly. The low 24 bits are an index into the table,
+// the high 8 a generation, so that an id from a moment ago does not name the SA that took
+// its index since. Several SAs may serve one flow (a rekey adds the new one before the old
+// one goes): the one with the highest `order` wins, as the newest SA does in the kernel.
 class SaTable {
 public:
     static constexpr uint32_t kNoId = UINT32_MAX;
+    static constexpr uint32_t kIndexMask = 0xffffff;
 
-    uint32_t add(std::shared_ptr<Sa> sa);  // returns the SA's id
+    // Adds sa under `id`, or puts it in place of the SA with that id (same destination and
+    // SPI: `sa update`). An SA put in place keeps its order.
+    void put(uint32_t id, uint64_t order, std::shared_ptr<Sa> sa);
+    void remove(uint32_t id);
+    uint32_t add(std::shared_ptr<Sa> sa);  // put() with the next index; returns the id
+
     Sa *find_in(const IpAddr &dst, uint32_t spi) const;
     Sa *find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const;
-    Sa *by_id(uint32_t id) const { return id < sas_.size() ? sas_[id].get() : nullptr; }
+    Sa *by_id(uint32_t id) const
+    {
+        size_t i = id & kIndexMask;
+        return i < slots_.size() && slots_[i].id == id ? slots_[i].sa.get() : nullptr;
+    }
     uint32_t id_of(const Sa &sa) const;  // kNoId if the SA is not in this table
+    const std::shared_ptr<Sa> &ref(uint32_t id) const;
     // The SA configured exactly as `cfg` (same_sa), to be shared with another table, runtime
     // state and all; nullptr if there is none. Reads only: safe while another thread runs
     // packets through this table.
     std::shared_ptr<Sa> share(const SaConfig &cfg) const;
-    const std::vector<std::shared_ptr<Sa>> &all() const { return sas_; }
+    // Every SA, by index; an index without an SA holds nullptr.
+    const std::vector<std::shared_ptr<Sa>> &all() const { return all_; }
+    size_t size() const { return count_; }
+    // The SAs with time limits (Sa::check_time).
+    const std::vector<Sa *> &timed() const { return timed_; }
 
 private:
-    std::vector<std::shared_ptr<Sa>> sas_;
-    std::unordered_map<const Sa *, uint32_t> ids_;
-    std::unordered_map<SaKey, Sa *, SaKeyHash> by_spi_;
-    std::unordered_map<FlowSaKey, Sa *, SaKeyHash> by_flow_;
+    struct Slot {
+        uint32_t id = kNoId;
+        uint64_t order = 0;
+        std::shared_ptr<Sa> sa;
+    };
+    struct Flow {
+        Sa *newest = nullptr;
+        std::vector<std::pair<uint64_t, Sa *>> all;  // by order
+    };
+    void index(const Slot &s);
+    void unindex(const Slot &s);
+    void flow_add(const FlowSaKey &k, uint64_t order, Sa *sa);
+    void flow_remove(const FlowSaKey &k, Sa *sa);
+
+    std::vector<Slot> slots_;
+    std::vector<std::shared_ptr<Sa>> all_;  // slots_[i].sa, for all()
+    size_t count_ = 0;
+    uint32_t added_ = 0;  // add()'s next index
+    struct Found {
+        Sa *sa;
+        uint32_t index;
+    };
+    std::unordered_map<SaKey, Found, SaKeyHash> by_spi_;
+    std::unordered_map<FlowSaKey, Flow, SaKeyHash> by_flow_;
+    std::vector<Sa *> timed_;
+};
+
+// Ids for a table of SAs or policies: an index below 2^24 and a generation above it. An index
+// comes back only after `kReuseAfter` others were freed, and with the next generation: an id
+// read from a packet's metadata a moment ago never names the entry that reused its index.
+class IdPool {
+public:
+    static constexpr size_t kReuseAfter = 1024;
+    uint32_t take();
+    void give_back(uint32_t id);
+
+private:
+    std::deque<uint32_t> free_;  // ids freed, with their next generation
+    uint32_t next_ = 0;          // the next index never given
+};
+
+// One change to an engine's SAs and policies, net: at most one entry per SA (destination,
+// SPI) and per policy (selector, direction).
+struct EngineChange {
+    std::vector<SaConfig> put_sas;  // added, or replacing the SA of the same key
+    std::vector<SaKey> del_sas;
+    std::vector<PolicyConfig> put_policies;  // added, or replacing the policy of the same key
+    std::vector<std::pair<Selector, Dir>> del_policies;
 };
 
 bool tmpl_matches(const PolicyTmpl &tmpl, const SaConfig &sa);
@@ -125,6 +189,28 @@ struct EngineStats {
     }
 };
 
+// A policy's key: what names it in `ip xfrm` (selector and direction).
+struct PolicyKey {
+    Selector sel;
+    Dir dir;
+    bool operator==(const PolicyKey &o) const = default;
+};
+struct PolicyKeyHash {
+    size_t operator()(const PolicyKey &k) const;
+};
+
+// The tables. Readers (the threads that forward packets) and the one thread that changes
+// them share them without a lock: the engine keeps two copies (LeftRight, rcu.h); a change is
+// made to the copy no reader is on, published in one store, and made again to the other copy
+// once every reader has passed a quiescent point. A packet sees one copy for its whole burst:
+// all of a change or none of it. SAs and policies are shared by both copies (shared_ptr), so
+// the second copy costs the indexes, not the entries; what a change removes is freed when it
+// leaves the second copy, when no reader can hold it.
+//
+// An SA's runtime part (sequence numbers, replay window) is touched by one thread at a time:
+// the one that runs its packets. An SA put in place of one with the same keys (`sa update`
+// with other limits) continues that one's sequence numbers and replay window (Sa::follow);
+// it takes them over before its first packet, on the thread that ran the one it follows.
 class Engine {
 public:
     // With `prev`, every SA of `config` configured exactly as one of prev's is shared with
@@ -132,16 +218,54 @@ public:
     // change to the configuration must not restart the tunnels it leaves alone. create() only
     // reads prev, so it may run on another thread while prev carries packets; from the moment
     // the new engine carries them, prev must carry none (the SAs they share have one owner at
-    // a time). On error prev is as it was.
+    // a time). On error prev is as it was. Ids: SA and policy ids are their indexes in
+    // config.sas and config.policies.
     //
-    // An SA replaced under the same keys (`sa update` with new limits) keeps its replay
-    // window, as the kernel's xfrm_state_update does: take_over() brings the new SA's window
-    // up to the old one's, on the thread that ran prev, before the first packet. process()
-    // and process_classified() call it if nobody did.
+    // `readers`: the threads that run packets through the engine while another changes it
+    // (change(), prepare()/commit()); without it, one thread does both.
     static Result<std::unique_ptr<Engine>> create(const Config &config, Backend backend,
                                                   const EngineOptions &options = {},
-                                                  const Engine *prev = nullptr);
+                                                  const Engine *prev = nullptr,
+                                                  Qsbr *readers = nullptr);
+    // Brings every SA created with a predecessor up to it now (Sa::follow), rather than at
+    // its first packet.
     void take_over();
+
+    // A change in place, at the cost of what it changes, while readers run packets. prepare()
+    // makes the new SAs and gives the ids (for the classifier's maps); nothing is visible
+    // yet, and on error nothing changed. commit() publishes it and returns once no reader
+    // can hold what it removed; abandon() drops it. On the changing thread, one change at a
+    // time. Unknown keys in del_* are errors, as are puts that repeat a key.
+    struct Prepared {
+        struct SaPut {
+            uint32_t id;
+            uint64_t order;
+            std::shared_ptr<Sa> sa;
+            bool fresh;  // a new id (else in place of the SA that had it)
+        };
+        struct SaDel {
+            uint32_t id;
+            SaKey key;
+        };
+        struct PolicyPut {
+            uint32_t id;
+            uint32_t order;
+            Spd::Policy policy;
+            Spd::Policy old;  // the policy it replaces, or null
+        };
+        struct PolicyDel {
+            uint32_t id;
+            Spd::Policy old;
+        };
+        std::vector<SaPut> sa_puts;
+        std::vector<SaDel> sa_dels;
+        std::vector<PolicyPut> policy_puts;
+        std::vector<PolicyDel> policy_dels;
+    };
+    Result<Prepared> prepare(const EngineChange &change, Backend backend);
+    void commit(Prepared &&p);
+    void abandon(Prepared &&p);
+    Result<void> change(const EngineChange &change, Backend backend);
 
     // Classifies and processes a burst of IP packets in place; each gets its verdict.
     void process(Pkt *const *pkts, size_t n);
@@ -158,24 +282,24 @@ public:
 
     // For an Encap packet: the largest plaintext its SA still carries within the link MTU (or
     // its learnt path MTU) once encrypted, if that SA is ESP in UDP (NAT-T) in tunnel mode; 0
-    // otherwise (transport mode encrypts whole datagrams only), or
-    // if it cannot be told (no MTU known, no SA yet). The gateway splits bigger IPv4 packets that may be fragmented
+    // otherwise (transport mode encrypts whole datagrams only), or if it cannot be told (no
+    // MTU known, no SA yet). The gateway splits bigger IPv4 packets that may be fragmented
     // before they are encrypted (fragment.h says why).
     uint32_t natt_inner_mtu(const Classified &c, const Pkt &p);
 
-    // Ids for the XDP classifier's maps (XdpProgram::add_sa, add_policy), fixed at create()
-    // and stable for the Engine's life:
-    //   SA id      the SA's index in Config::sas (= its index in sas().all());
-    //   policy id  the policy's index in Config::policies, whatever its direction (in and
-    //              fwd policies go into the classifier's maps too; only out policies come
-    //              back as Encap ids).
+    // Ids for the XDP classifier's maps (XdpProgram::add_sa, add_policy): from create(), an
+    // SA's index in Config::sas and a policy's index in Config::policies (whatever its
+    // direction: in and fwd policies go into the classifier's maps too; only out policies
+    // come back as Encap ids); from prepare(), what it says. Stable while the entry lives.
     static constexpr uint32_t kNoId = SaTable::kNoId;
-    uint32_t sa_id(const Sa &sa) const { return sas_.id_of(sa); }  // kNoId if not ours
-    Sa *sa_by_id(uint32_t id) const { return sas_.by_id(id); }     // nullptr if none
-    const PolicyConfig *policy_by_id(uint32_t id) const { return spd_.by_id(id); }
-    size_t policy_count() const { return spd_.size(); }
+    uint32_t sa_id(const Sa &sa) const { return sas().id_of(sa); }  // kNoId if not ours
+    Sa *sa_by_id(uint32_t id) const { return sas().by_id(id); }     // nullptr if none
+    const PolicyConfig *policy_by_id(uint32_t id) const { return tables_.read().spd.by_id(id); }
+    size_t policy_count() const { return tables_.read().spd.size(); }
 
-    const SaTable &sas() const { return sas_; }
+    // The tables as readers see them now (valid until the reader's next quiescent point).
+    const SaTable &sas() const { return tables_.read().sas; }
+    const Spd &spd() const { return tables_.read().spd; }
     const EngineStats &stats() const { return stats_; }
     const EngineOptions &options() const { return options_; }
     // The gateway's addresses changed (EngineOptions::local).
@@ -192,29 +316,32 @@ public:
     enum class Dirn : uint8_t { None, Encap, Decap };
 
 private:
-    Dirn classify(Pkt &p, Sa **sa);
-    Dirn resolve_decap(Pkt &p, const Classified &c, Sa **sa);
-    Dirn resolve_encap(Pkt &p, const Classified &c, Sa **sa);
-    Sa *out_sa(uint32_t id, const PolicyConfig &pol, const IpHeader &h);
-    void dispatch(Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size_t n);
-    Dirn classify_esp(Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp, const IpAddr &dst,
-                      Sa **sa);
-    Dirn check_unprotected(Pkt &p, const FlowKey &flow);
-    void inbound_policy_check(Sa &sa, Pkt &p);
+    struct Tables {
+        SaTable sas;
+        Spd spd;
+    };
+    explicit Engine(Qsbr *readers) : tables_(readers) {}
+
+    Dirn classify(const Tables &t, Pkt &p, Sa **sa);
+    Dirn resolve_decap(const Tables &t, Pkt &p, const Classified &c, Sa **sa);
+    Dirn resolve_encap(const Tables &t, Pkt &p, const Classified &c, Sa **sa);
+    Sa *out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h);
+    void dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size_t n);
+    Dirn classify_esp(const Tables &t, Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,
+                      const IpAddr &dst, Sa **sa);
+    Dirn check_unprotected(const Tables &t, Pkt &p, const FlowKey &flow);
+    void inbound_policy_check(const Tables &t, Sa &sa, Pkt &p);
     bool too_big(Sa &sa, Pkt &p);
     void account(Pkt &p, Sa *sa);
+    Result<std::shared_ptr<Sa>> make_sa(const SaConfig &c, Backend backend) const;
 
     EngineOptions options_;
-    SaTable sas_;
-    Spd spd_;
-    // By policy id: the SA of an out policy whose template names both addresses, found at
-    // create() (the tables do not change afterwards). Transport templates that take the
-    // addresses from the packet are looked up per packet.
-    std::vector<Sa *> policy_sa_;
-    std::vector<Sa *> timed_;  // the SAs with time limits
-    // Replaced under the same keys: the new SA and the one whose replay window it inherits
-    // (take_over()).
-    std::vector<std::pair<Sa *, std::shared_ptr<Sa>>> inherit_;
+    LeftRight<Tables> tables_;
+    // The changing thread's: ids, orders, and policies by key.
+    IdPool sa_ids_, policy_ids_;
+    uint64_t sa_order_ = 0;
+    uint32_t policy_order_ = 0;
+    std::unordered_map<PolicyKey, uint32_t, PolicyKeyHash> policy_ids_by_key_;
     EngineStats stats_;
 };
 

@@ -137,4 +137,15 @@ uint32_t Sa::inner_mtu(uint32_t link_mtu) const
     return room - kEspTrailerLen;
 }
 
+void Sa::take_over()
+{
+    if (!pred_)
+        return;
+    replay_.catch_up(pred_->replay_);
+    // Same keys: a number pred sent must never be sent again under them.
+    if (pred_->oseq_ > oseq_)
+        oseq_ = pred_->oseq_;
+    pred_.reset();
+}
+
 }  // namespace xesp

@@ -133,6 +133,13 @@ public:
     // there is none, or only a use limit and no use seen yet.
     uint64_t seconds_left(uint64_t now, bool hard) const;
 
+    // An SA put in place of `pred`, under the same keys (`sa update`): it continues pred's
+    // sequence numbers and replay window, as the kernel's xfrm_state_update keeps them. The
+    // engine calls take_over() before this SA's first packet, on the thread that ran pred's.
+    void follow(std::shared_ptr<Sa> pred) { pred_ = std::move(pred); }
+    bool following() const { return pred_ != nullptr; }
+    void take_over();
+
     // Effective MTU inside the tunnel for a given egress MTU, worst-case padding included.
     uint32_t inner_mtu(uint32_t link_mtu) const;
 
@@ -176,6 +183,7 @@ private:
     bool soft_expired_ = false, hard_expired_ = false;
     uint32_t path_mtu_ = 0;
     ExpireFn on_expire_;
+    std::shared_ptr<Sa> pred_;  // follow()
 };
 
 }  // namespace xesp

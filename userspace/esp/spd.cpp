@@ -54,79 +54,159 @@ Spd::Key Spd::portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_
     return key_of(s, src, dst, proto, 0, 0);
 }
 
-uint32_t Spd::add(const PolicyConfig &p)
+void Spd::cell_add(Cells &cells, const Key &k, Ranked r)
 {
-    uint32_t id = uint32_t(all_.size());
-    all_.push_back(p);
-    // After every policy of the same or a lower priority value: at the end, for a config
-    // written in priority order.
-    auto &v = by_dir_[size_t(p.dir)];
-    auto before = [&](uint32_t prio, uint32_t other) { return prio < all_[other].priority; };
-    v.insert(std::upper_bound(v.begin(), v.end(), p.priority, before), id);
+    auto [at, fresh] = cells.try_emplace(k, Cell{r, {}});
+    if (fresh)
+        return;
+    Cell &c = at->second;
+    if (r.rank < c.best.rank)
+        std::swap(r, c.best);
+    c.more.push_back(r);
+}
 
+void Spd::cell_remove(Cells &cells, const Key &k, Rank r)
+{
+    auto at = cells.find(k);
+    if (at == cells.end())
+        return;
+    Cell &c = at->second;
+    if (c.best.rank != r) {
+        std::erase_if(c.more, [&](const Ranked &m) { return m.rank == r; });
+        return;
+    }
+    if (c.more.empty()) {
+        cells.erase(at);
+        return;
+    }
+    auto next = std::min_element(c.more.begin(), c.more.end(),
+                                 [](const Ranked &x, const Ranked &y) { return x.rank < y.rank; });
+    c.best = *next;
+    c.more.erase(next);
+}
+
+void Spd::sort_bins(Dir dir)
+{
+    auto &bins = bins_[size_t(dir)];
+    std::stable_sort(bins.begin(), bins.end(),
+                     [](const Bin &a, const Bin &b) { return a.best < b.best; });
+}
+
+void Spd::index(const PolicyConfig &p, Rank rank)
+{
+    by_dir_[size_t(p.dir)].emplace(rank, &p);
     const Selector &s = p.sel;
     if (s.src.addr.family != s.dst.addr.family)
-        return id;  // matches no packet: nothing to index
+        return;  // matches no packet: nothing to index
     Shape shape{s.src.addr.family, s.src.len, s.dst.len, s.proto != 0, s.sport_set, s.dport_set};
     auto &bins = bins_[size_t(p.dir)];
-    auto same = [&](const Bin &b) { return b.shape == shape; };
-    auto bin = std::find_if(bins.begin(), bins.end(), same);
+    auto bin =
+        std::find_if(bins.begin(), bins.end(), [&](const Bin &b) { return b.shape == shape; });
     if (bin == bins.end())
-        bin = bins.insert(bins.end(), Bin{shape, kNone, {}, {}});
-    Rank rank = Rank(p.priority) << 32 | id;
-    Key key = key_of(shape, s.src.addr, s.dst.addr, s.proto, s.sport, s.dport);
-    auto [at, fresh] = bin->exact.try_emplace(key, rank);
-    if (!fresh)
-        at->second = std::min(at->second, rank);
-    bool reorder = rank < bin->best;  // a new bin, or a better best
-    bin->best = std::min(bin->best, rank);
-    if (has_ports(s) && (p.tmpl || p.action == Action::Block)) {
-        Key key_portless = portless_key(shape, s.src.addr, s.dst.addr, s.proto);
-        auto [pl, pl_fresh] = bin->portless.try_emplace(key_portless, rank);
-        if (!pl_fresh)
-            pl->second = std::min(pl->second, rank);
+        bin = bins.insert(bins.end(), Bin{shape, kNone, {}, {}, {}});
+    cell_add(bin->exact, key_of(shape, s.src.addr, s.dst.addr, s.proto, s.sport, s.dport),
+             Ranked{rank, &p});
+    if (has_ports(s) && (p.tmpl || p.action == Action::Block))
+        cell_add(bin->portless, portless_key(shape, s.src.addr, s.dst.addr, s.proto),
+                 Ranked{rank, &p});
+    bin->ranks.insert(rank);
+    if (rank < bin->best) {  // a new bin, or a better best
+        bin->best = rank;
+        sort_bins(p.dir);
     }
-    if (reorder)
-        std::stable_sort(bins.begin(), bins.end(),
-                         [](const Bin &a, const Bin &b) { return a.best < b.best; });
+}
+
+void Spd::unindex(const PolicyConfig &p, Rank rank)
+{
+    by_dir_[size_t(p.dir)].erase(rank);
+    const Selector &s = p.sel;
+    if (s.src.addr.family != s.dst.addr.family)
+        return;
+    Shape shape{s.src.addr.family, s.src.len, s.dst.len, s.proto != 0, s.sport_set, s.dport_set};
+    auto &bins = bins_[size_t(p.dir)];
+    auto bin =
+        std::find_if(bins.begin(), bins.end(), [&](const Bin &b) { return b.shape == shape; });
+    if (bin == bins.end())
+        return;
+    cell_remove(bin->exact, key_of(shape, s.src.addr, s.dst.addr, s.proto, s.sport, s.dport), rank);
+    if (has_ports(s) && (p.tmpl || p.action == Action::Block))
+        cell_remove(bin->portless, portless_key(shape, s.src.addr, s.dst.addr, s.proto), rank);
+    bin->ranks.erase(rank);
+    if (bin->ranks.empty()) {
+        bins.erase(bin);
+    } else if (bin->best == rank) {
+        bin->best = *bin->ranks.begin();
+        sort_bins(p.dir);
+    }
+}
+
+void Spd::put(uint32_t id, uint32_t order, Policy p)
+{
+    size_t i = id & kIndexMask;
+    if (i >= by_index_.size())
+        by_index_.resize(i + 1);
+    Slot &slot = by_index_[i];
+    if (slot.policy)
+        unindex(*slot.policy, rank_of(*slot.policy, slot.order));
+    else
+        count_++;
+    slot = Slot{id, order, std::move(p)};
+    index(*slot.policy, rank_of(*slot.policy, order));
+}
+
+void Spd::remove(uint32_t id)
+{
+    size_t i = id & kIndexMask;
+    if (i >= by_index_.size() || by_index_[i].id != id || !by_index_[i].policy)
+        return;
+    Slot &slot = by_index_[i];
+    unindex(*slot.policy, rank_of(*slot.policy, slot.order));
+    slot = Slot{};
+    count_--;
+}
+
+uint32_t Spd::add(const PolicyConfig &p)
+{
+    uint32_t id = added_++;
+    put(id, id, std::make_shared<const PolicyConfig>(p));
     return id;
 }
 
 const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
 {
-    Rank found = kNone, shadow = kNone;
+    Ranked found, shadow;
     for (const Bin &b : bins_[size_t(dir)]) {
         const Shape &s = b.shape;
         if (s.family != f.src.family || s.family != f.dst.family)
             continue;
         if (!f.fragment) {
-            if (b.best >= found)
+            if (b.best >= found.rank)
                 break;  // bins are in order of their best rank
             auto it = b.exact.find(key_of(s, f.src, f.dst, f.proto, f.sport, f.dport));
-            if (it != b.exact.end())
-                found = std::min(found, it->second);
+            if (it != b.exact.end() && it->second.best.rank < found.rank)
+                found = it->second.best;
             continue;
         }
         // A fragment: no ports, so shapes with ports can only make it unsure.
         if (!s.sport && !s.dport) {
             auto it = b.exact.find(key_of(s, f.src, f.dst, f.proto, 0, 0));
-            if (it != b.exact.end())
-                found = std::min(found, it->second);
+            if (it != b.exact.end() && it->second.best.rank < found.rank)
+                found = it->second.best;
         } else if (!b.portless.empty()) {
             auto it = b.portless.find(portless_key(s, f.src, f.dst, f.proto));
-            if (it != b.portless.end())
-                shadow = std::min(shadow, it->second);
+            if (it != b.portless.end() && it->second.best.rank < shadow.rank)
+                shadow = it->second.best;
         }
     }
-    if (unsure && shadow < found)
+    if (unsure && shadow.rank < found.rank)
         *unsure = true;
-    return found == kNone ? nullptr : &all_[uint32_t(found)];
+    return found.policy;
 }
 
 const PolicyConfig *Spd::lookup_linear(Dir dir, const FlowKey &f, bool *unsure) const
 {
-    for (uint32_t id : by_dir_[size_t(dir)]) {
-        const PolicyConfig &p = all_[id];
+    for (const auto &[rank, policy] : by_dir_[size_t(dir)]) {
+        const PolicyConfig &p = *policy;
         const Selector &s = p.sel;
         if (!f.fragment) {
             if (s.matches(f.src, f.dst, f.proto, f.sport, f.dport))

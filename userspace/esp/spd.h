@@ -15,6 +15,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -23,11 +26,19 @@
 
 namespace xesp {
 
-// A policy's id is the order it was added in (0, 1, ...), whatever its direction; pointers to
-// policies stay valid until the next add().
+// Policies by id. The engine gives ids and orders (put()); add() is put() with the next id,
+// for a table of its own. Each policy is held by a shared_ptr, so that two tables may hold
+// the same one (engine.h keeps two copies of its tables, rcu.h says why).
 class Spd {
 public:
-    uint32_t add(const PolicyConfig &p);  // returns the policy's id
+    using Policy = std::shared_ptr<const PolicyConfig>;
+
+    // Adds p under `id`, or replaces the policy with that id. Among equal priorities the
+    // lower `order` comes first (the order policies were added in; an update keeps its
+    // place). Ids and orders are distinct; the low 24 bits of an id are its index.
+    void put(uint32_t id, uint32_t order, Policy p);
+    void remove(uint32_t id);
+    uint32_t add(const PolicyConfig &p);  // id and order: the number of put()s so far
 
     // The first policy that matches. A fragment carries no ports, so policies with port
     // selectors cannot match it; if one of those that protects or blocks would have come
@@ -37,9 +48,23 @@ public:
     // tests.
     const PolicyConfig *lookup_linear(Dir dir, const FlowKey &flow, bool *unsure = nullptr) const;
 
-    const PolicyConfig *by_id(uint32_t id) const { return id < all_.size() ? &all_[id] : nullptr; }
-    size_t size() const { return all_.size(); }
+    const PolicyConfig *by_id(uint32_t id) const
+    {
+        size_t i = id & kIndexMask;
+        return i < by_index_.size() && by_index_[i].id == id ? by_index_[i].policy.get() : nullptr;
+    }
+    Policy ref(uint32_t id) const
+    {
+        return by_id(id) ? by_index_[id & kIndexMask].policy : nullptr;
+    }
+    uint32_t order_of(uint32_t id) const
+    {
+        return by_id(id) ? by_index_[id & kIndexMask].order : 0;
+    }
+    size_t size() const { return count_; }
     size_t shapes(Dir dir) const { return bins_[size_t(dir)].size(); }
+
+    static constexpr uint32_t kIndexMask = 0xffffff;
 
 private:
     struct Shape {
@@ -58,26 +83,54 @@ private:
     struct KeyHash {
         size_t operator()(const Key &k) const;
     };
-    // Rank: priority, then id. The lowest wins.
+    // Rank: priority, then order. The lowest wins.
     using Rank = uint64_t;
     static constexpr Rank kNone = UINT64_MAX;
+    struct Ranked {
+        Rank rank = kNone;
+        const PolicyConfig *policy = nullptr;
+    };
+    // The policies of one key: the best inline (what a lookup reads), the rest beside it
+    // (two selectors that differ only in host bits beyond their prefix).
+    struct Cell {
+        Ranked best;
+        std::vector<Ranked> more;
+    };
+    using Cells = std::unordered_map<Key, Cell, KeyHash>;
     struct Bin {
         Shape shape;
         Rank best = kNone;  // of every policy in `exact`
-        std::unordered_map<Key, Rank, KeyHash> exact;
+        Cells exact;
         // Shapes with ports: the policies that protect or block, by their selector without
         // ports, for fragments (the `unsure` of lookup()).
-        std::unordered_map<Key, Rank, KeyHash> portless;
+        Cells portless;
+        std::set<Rank> ranks;  // of every policy in the bin: `best` after a removal
+    };
+    struct Slot {
+        uint32_t id = UINT32_MAX;
+        uint32_t order = 0;
+        Policy policy;
     };
 
     static Key key_of(const Shape &s, const IpAddr &src, const IpAddr &dst, uint8_t proto,
                       uint16_t sport, uint16_t dport);
     // The key of a shape with ports, the ports left out: where `portless` is searched.
     static Key portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_t proto);
+    static Rank rank_of(const PolicyConfig &p, uint32_t order)
+    {
+        return Rank(p.priority) << 32 | order;
+    }
+    void index(const PolicyConfig &p, Rank rank);
+    void unindex(const PolicyConfig &p, Rank rank);
+    static void cell_add(Cells &cells, const Key &k, Ranked r);
+    static void cell_remove(Cells &cells, const Key &k, Rank r);
+    void sort_bins(Dir dir);
 
-    std::vector<PolicyConfig> all_;    // by id
-    std::vector<uint32_t> by_dir_[4];  // ids, in lookup order
-    std::vector<Bin> bins_[4];         // per direction, by best rank
+    std::vector<Slot> by_index_;
+    size_t count_ = 0;
+    uint32_t added_ = 0;                              // add()'s next id and order
+    std::map<Rank, const PolicyConfig *> by_dir_[4];  // in lookup order
+    std::vector<Bin> bins_[4];                        // per direction, by best rank
 };
 
 }  // namespace xesp
