@@ -149,7 +149,7 @@ struct Fixture {
 // length of the packet, or 0 if the payload is empty.
 uint32_t build_esp(Fixture &fx, size_t n, const uint8_t *data, size_t size, uint8_t *ip)
 {
-    const SaConfig &sa = fx.configs[n].sas[0];
+    const SaConfig &sa = fx.configs[n].sas.nth(0);
     uint32_t block = sa.xf.block_size(), iv = sa.xf.iv_len();
     uint32_t plen = uint32_t(size) / block * block;
     if (plen == 0)

@@ -206,7 +206,7 @@ TEST_CASE("SA and policy ids are indexes in the configuration", "[classified]")
     b.dir = Dir::In;
     Config c = sender(a, "10.1.0.0/16", "10.2.0.0/16");
     c.sas.push_back(b);
-    PolicyConfig first = c.policies[0];
+    PolicyConfig first = c.policies.nth(0);
     first.priority = 200;
     PolicyConfig in = in_policy(a, "10.2.0.0/16", "10.1.0.0/16");
     in.priority = 1;
@@ -318,11 +318,13 @@ TEST_CASE("classified ids that name nothing fail closed", "[classified]")
     SECTION("a block policy drops; an allow policy without template passes")
     {
         Config c = sender(sa, "10.1.0.0/16", "10.2.0.0/16");
-        PolicyConfig block = c.policies[0];
+        PolicyConfig block = c.policies.nth(0);
         block.tmpl.reset();
         block.action = Action::Block;
-        PolicyConfig bypass = c.policies[0];
+        block.sel.src = pfx("10.1.0.0/24");  // a policy of its own (another selector)
+        PolicyConfig bypass = c.policies.nth(0);
         bypass.tmpl.reset();
+        bypass.sel.src = pfx("10.1.0.0/25");
         c.policies.push_back(block);
         c.policies.push_back(bypass);
         auto tx = make_engine(c);
@@ -465,9 +467,10 @@ TEST_CASE("from the metadata to the verdict", "[classified][meta]")
         SaConfig sa = make_sa(gcm, Mode::Tunnel, 4, natt);
         auto plain = udp_packet(4, "10.1.0.1", "10.2.0.1", 10);
         Config tc = sender(sa, "10.1.0.0/16", "10.2.0.0/16");
-        PolicyConfig block = tc.policies[0];
+        PolicyConfig block = tc.policies.nth(0);
         block.tmpl.reset();
         block.action = Action::Block;
+        block.sel.src = pfx("10.1.0.0/24");  // a policy of its own (another selector)
         tc.policies.push_back(block);
         auto tx = make_engine(tc);
         auto rx = make_engine(receiver(sa));

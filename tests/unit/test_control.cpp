@@ -166,7 +166,7 @@ TEST_CASE("control: sa add, list with and without keys, get, duplicates", "[cont
     REQUIRE(added.ok);
     CHECK(added.output.empty());
     REQUIRE(handler.config().sas.size() == 1);
-    CHECK(handler.config().sas[0].spi == 0x1000);
+    CHECK(handler.config().sas.nth(0).spi == 0x1000);
 
     auto hidden = command(*server, {"sa", "list"});
     REQUIRE(hidden.ok);
@@ -431,7 +431,10 @@ TEST_CASE("control: a client that stalls is dropped, others are served meanwhile
 TEST_CASE("control: a committing handler can refuse a change", "[control]")
 {
     struct Refusing : ConfigHandler {
-        Result<void> commit(Config) override { return make_error("data path: no room"); }
+        Result<void> commit(const ConfigChange &) override
+        {
+            return make_error("data path: no room");
+        }
     };
     TempDir dir;
     Refusing handler;

@@ -110,7 +110,7 @@ TEST_CASE("changes in place agree with an engine built afresh", "[engine][change
                 break;
             case 3:
                 if (policies.count(i)) {
-                    ch.del_policies.emplace_back(policies[i].sel, policies[i].dir);
+                    ch.del_policies.push_back(PolicyKey{policies[i].sel, policies[i].dir});
                     policies.erase(i);
                 }
                 break;
@@ -179,6 +179,34 @@ TEST_CASE("make-before-break: the new SA carries a flow from the moment it is ad
         CHECK(e->sas().size() == 1);
         CHECK(e->sas().find_in(tunnel_sa(2).dst, tunnel_sa(2).spi) == nullptr);
     }
+}
+
+TEST_CASE("make-before-break: a new SA still held leaves the flow to the one before it",
+          "[engine][change]")
+{
+    EngineOptions o;
+    o.hold_new = true;  // as the daemon with a state file
+    auto made = Engine::create(Config{}, Backend::Auto, o);
+    REQUIRE(made);
+    Engine &e = **made;
+    EngineChange first;
+    first.put_sas.push_back(tunnel_sa(1));
+    first.put_policies.push_back(tunnel_policy(1));
+    REQUIRE(e.change(first, Backend::Auto));
+    CHECK(spi_for(e, 1) == 0);  // held: out-seq-unreserved
+    Sa *old = e.sas().find_in(tunnel_sa(1).dst, tunnel_sa(1).spi);
+    old->bind_reservation(0);
+    old->reserve_to(1000);
+    CHECK(spi_for(e, 1) == tunnel_sa(1).spi);
+
+    EngineChange add_new;
+    add_new.put_sas.push_back(tunnel_sa(1, 1));
+    REQUIRE(e.change(add_new, Backend::Auto));
+    CHECK(spi_for(e, 1) == tunnel_sa(1).spi);  // not dropped while the new one is held
+    Sa *fresh = e.sas().find_in(tunnel_sa(1, 1).dst, tunnel_sa(1, 1).spi);
+    fresh->bind_reservation(0);
+    fresh->reserve_to(1000);
+    CHECK(spi_for(e, 1) == tunnel_sa(1, 1).spi);
 }
 
 TEST_CASE("an SA updated under the same keys continues its sequence numbers", "[engine][change]")

@@ -464,7 +464,7 @@ TEST_CASE("lifetimes in time: since the SA was added, and since it was first use
         auto same = Engine::create(c, Backend::Auto, {}, tx.get());
         REQUIRE(same);
         CHECK((*same)->sas().all()[0]->added_ns() == t0);
-        c.sas[0].lifetime.hard_add_s = 30;
+        c.sas.nth(0).lifetime.hard_add_s = 30;
         auto changed = Engine::create(c, Backend::Auto, {}, same->get());
         REQUIRE(changed);
         const Sa &y = *(*changed)->sas().all()[0];
@@ -528,7 +528,7 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         block.dir = Dir::Out;
         block.action = Action::Block;
         block.priority = 0;
-        c.policies[0].priority = 10;
+        c.policies.nth(0).priority = 10;
         c.policies.push_back(block);
         auto tx = make_engine(c);
         Frame f(plain);
@@ -595,7 +595,7 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         };
         for (const Case &c : cases) {
             INFO(c.name);
-            rc.sas[0].dir = c.dir;
+            rc.sas.nth(0).dir = c.dir;
             auto rx = Engine::create(rc, Backend::Auto, c.opt);
             REQUIRE(rx);
             Frame f(plain), g(plain);
@@ -624,13 +624,13 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         REQUIRE(run(*tx, f) == Verdict::Encrypted);
         std::vector<uint8_t> esp = f.bytes();
         REQUIRE(run(*rx, f) == Verdict::Decrypted);
-        rc.sas[0].lifetime.hard_packets = 1000;  // `sa update` with a new limit
+        rc.sas.nth(0).lifetime.hard_packets = 1000;  // `sa update` with a new limit
         auto rx2 = Engine::create(rc, Backend::Auto, {}, rx.get());
         REQUIRE(rx2);
         Frame again(esp);
         CHECK(run(**rx2, again) == Verdict::Drop);
         CHECK(again.pkt.drop == Drop::InReplay);
-        rc.sas[0].xf.salt = {9, 9, 9, 9};  // new keys: a new window
+        rc.sas.nth(0).xf.salt = {9, 9, 9, 9};  // new keys: a new window
         auto rx3 = Engine::create(rc, Backend::Auto, {}, rx2->get());
         REQUIRE(rx3);
         CHECK((*rx3)->sas().all()[0]->replay().highest() == 0);
@@ -694,9 +694,9 @@ TEST_CASE("fragments and unprotected plaintext never leak", "[esp][policy][fragm
     SECTION("a fragment only a port-specific policy could claim is dropped")
     {
         Config c = sender(sa, "10.1.0.0/16", "10.2.0.0/16");
-        c.policies[0].sel.proto = kProtoUdp;
-        c.policies[0].sel.dport_set = true;
-        c.policies[0].sel.dport = 80;
+        c.policies.nth(0).sel.proto = kProtoUdp;
+        c.policies.nth(0).sel.dport_set = true;
+        c.policies.nth(0).sel.dport = 80;
         auto tx = make_engine(c);
         Frame whole(udp_packet(4, "10.1.0.1", "10.2.0.1", 64, 0, 1000, 80));
         CHECK(run(*tx, whole) == Verdict::Encrypted);

@@ -651,11 +651,11 @@ TEST_CASE("apply_command: add, duplicate, update, del, get, flush")
     REQUIRE_FALSE(dup.ok());
     CHECK(dup.error().message.find("sa add: SA dst 10.0.0.2 spi 0x00001000 already exists") == 0);
     CHECK(cfg.sas.size() == 1);
-    CHECK(cfg.sas[0].reqid == 0);
+    CHECK(cfg.sas.nth(0).reqid == 0);
 
     REQUIRE(
         apply("sa update src 10.0.0.1 dst 10.0.0.2 proto esp spi 0x1000 reqid 2 " + kGcmAlg).ok());
-    CHECK(cfg.sas[0].reqid == 2);
+    CHECK(cfg.sas.nth(0).reqid == 2);
     auto upd = apply("sa update src 10.0.0.1 dst 10.0.0.2 proto esp spi 0x2000 " + kGcmAlg);
     REQUIRE_FALSE(upd.ok());
     CHECK(upd.error().message.find("no SA dst 10.0.0.2 spi 0x00002000") != std::string::npos);

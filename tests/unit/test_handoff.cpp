@@ -119,7 +119,7 @@ TEST_CASE("engines built beside the running one take over without restarting its
             other.spi = 0x10000 + i * 8 + j;
             other.reqid = 100 + j;
             other.dst = addr("203.0.113.9");
-            next.sas.insert(next.sas.begin(), other);  // ids move
+            next.sas.push_back(other);
         }
         auto e = Engine::create(next, Backend::Auto, {}, live.get());
         REQUIRE(e);

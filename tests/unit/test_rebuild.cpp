@@ -40,17 +40,17 @@ TEST_CASE("a rebuilt engine keeps the SAs that did not change", "[engine][rebuil
         other.spi = 0x7777;
         other.reqid = 77;
         other.dst = addr("203.0.113.7");
-        next.sas.insert(next.sas.begin(), other);  // ids move: adoption is by config
+        next.sas.push_back(other);
         auto e2 = Engine::create(next, Backend::Auto, {}, e1.get());
         REQUIRE(e2);
-        CHECK((*e2)->sas().all()[1].get() == kept);
-        CHECK((*e2)->sas().all()[1]->counters().packets == 5);
+        CHECK((*e2)->sas().all()[0].get() == kept);
+        CHECK((*e2)->sas().all()[0]->counters().packets == 5);
         CHECK(encrypt_n(**e2, 1) == 6);
     }
     SECTION("the SA itself updated (new key): it starts afresh")
     {
         Config next = c;
-        next.sas[0].xf.enc_key = KeyBytes(std::vector<uint8_t>(16, 0x42).data(), 16);
+        next.sas.nth(0).xf.enc_key = KeyBytes(std::vector<uint8_t>(16, 0x42).data(), 16);
         auto e2 = Engine::create(next, Backend::Auto, {}, e1.get());
         REQUIRE(e2);
         CHECK((*e2)->sas().all()[0].get() != kept);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -270,7 +271,7 @@ TEST_CASE("shared keys: two SAs with one key and salt are found", "[state]")
                  "SA dst 192.0.2.2 spi 0x00001000") == 0);
     CHECK(std::count(w.begin(), w.end(), '\n') == 1);
     CHECK(shared_key_warnings(c, &own).empty());
-    c.sas[1].xf.salt[0] ^= 1;  // another salt: other nonces
+    c.sas.nth(1).xf.salt[0] ^= 1;  // another salt: other nonces
     CHECK(shared_key_warnings(c).empty());
 }
 
@@ -318,7 +319,7 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     REQUIRE(loaded);
     st.config = *loaded;
     st.ifaces.emplace_back("eth0", IfaceRole::Public);
-    KeyFingerprint fp = st.ledger.fingerprint(st.config.sas[0].xf);
+    KeyFingerprint fp = st.ledger.fingerprint(st.config.sas.nth(0).xf);
     st.ledger.new_round();
     st.ledger.new_round();
     st.ledger.record(fp, 4096);
@@ -326,7 +327,7 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     w.init(64, false, 90);
     w.update(85);
     w.update(60);
-    st.replay.push_back({st.config.sas[0].dst, 0x1001, w.snapshot()});
+    st.replay.push_back({st.config.sas.nth(0).dst, 0x1001, w.snapshot()});
     REQUIRE(save_state(path, st));
 
     auto back = load_state(path);
@@ -334,9 +335,9 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     REQUIRE(*back);
     const GatewayState &b = **back;
     CHECK(b.config == st.config);
-    CHECK(b.config.sas[0].oseq == 4096);
+    CHECK(b.config.sas.nth(0).oseq == 4096);
     CHECK(b.ifaces == st.ifaces);
-    CHECK(b.ledger.floor(b.ledger.fingerprint(st.config.sas[0].xf)) == 4096);
+    CHECK(b.ledger.floor(b.ledger.fingerprint(st.config.sas.nth(0).xf)) == 4096);
     CHECK(b.ledger.round() == st.ledger.round());
     CHECK(b.ledger.records().begin()->second.round == st.ledger.records().begin()->second.round);
     REQUIRE(b.replay.size() == 1);
@@ -361,6 +362,111 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     REQUIRE(*older);
     CHECK((*older)->replay.empty());
     CHECK((*older)->ledger.records().empty());
+}
+
+TEST_CASE("state journal: changes and reservations on top of the file, a torn last line ignored",
+          "[state][journal]")
+{
+    TempDir d;
+    std::string path = d.path + "/gw.state";
+    GatewayState st;
+    auto base = load_batch(
+        "sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel reqid 1 "
+        "aead 'rfc4106(gcm(aes))' 0x00112233445566778899aabbccddeeff01020304 128 "
+        "replay-oseq 4096\n"
+        "sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1002 mode tunnel reqid 2 "
+        "aead 'rfc4106(gcm(aes))' 0x00112233445566778899aabbccddeeff01020305 128\n"
+        "policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir out tmpl src 192.0.2.1 dst 192.0.2.2 "
+        "proto esp reqid 1 mode tunnel\n"
+        "policy add src 10.3.0.0/16 dst 10.4.0.0/16 dir out tmpl src 192.0.2.1 dst 192.0.2.2 "
+        "proto esp reqid 2 mode tunnel\n",
+        "t");
+    REQUIRE(base);
+    st.config = *base;
+    REQUIRE(save_state(path, st));
+
+    // A rekey: a new SA with the first one's reqid, the second SA and its policy gone, the
+    // first policy updated; the new SA's reservation and its key's ledger record.
+    auto rekey = batch_change(
+        "sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x2001 mode tunnel reqid 1 "
+        "aead 'rfc4106(gcm(aes))' 0xffeeddccbbaa99887766554433221100a0b0c0d0 128\n"
+        "sa del dst 192.0.2.2 proto esp spi 0x1002\n"
+        "policy del src 10.3.0.0/16 dst 10.4.0.0/16 dir out\n"
+        "policy update src 10.1.0.0/16 dst 10.2.0.0/16 dir out priority 7 tmpl src 192.0.2.1 "
+        "dst 192.0.2.2 proto esp reqid 1 mode tunnel\n",
+        "t", st.config);
+    REQUIRE(rekey);
+    JournalEntry e;
+    e.change = *rekey;
+    SaConfig fresh = rekey->put_sas.at(0);
+    KeyFingerprint fp = st.ledger.fingerprint(fresh.xf);
+    e.reserved.emplace_back(SaKey{fresh.dst, fresh.spi}, (uint64_t(1) << 32) + 5);
+    e.ledger.emplace_back(fp, SeqLedger::Record{(uint64_t(1) << 32) + 5, 3});
+    std::string line = format_journal_entry(e);
+    CHECK(line.back() == '\n');
+    CHECK(std::count(line.begin(), line.end(), '\n') == 1);
+
+    auto expect = [&](const GatewayState &b) {
+        CHECK(b.config.sas.size() == 2);
+        const SaConfig *n = b.config.find_sa(fresh.dst, 0x2001);
+        REQUIRE(n);
+        CHECK(same_keys(*n, fresh));
+        CHECK(n->oseq == 5);
+        CHECK(n->oseq_hi == 1);
+        CHECK(b.config.find_sa(fresh.dst, 0x1002) == nullptr);
+        CHECK(b.config.policies.size() == 1);
+        CHECK(b.config.policies.front().priority == 7);
+        CHECK(b.ledger.floor(b.ledger.fingerprint(fresh.xf)) == (uint64_t(1) << 32) + 5);
+    };
+    {
+        auto j = Journal::open(journal_path(path));
+        REQUIRE(j);
+        REQUIRE(j->append(line));
+        CHECK(j->size() == line.size());
+    }
+    auto back = load_state(path);
+    REQUIRE(back);
+    REQUIRE(*back);
+    expect(**back);
+
+    SECTION("the same entry twice (a crash between the whole write and emptying the journal)")
+    {
+        auto j = Journal::open(journal_path(path));
+        REQUIRE(j);
+        REQUIRE(j->append(line));
+        auto again = load_state(path);
+        REQUIRE(again);
+        expect(**again);
+    }
+    SECTION("a last line cut short was never acknowledged: ignored")
+    {
+        auto j = Journal::open(journal_path(path));
+        REQUIRE(j);
+        REQUIRE(j->append(line.substr(0, line.size() / 2)));
+        auto torn = load_state(path);
+        REQUIRE(torn);
+        expect(**torn);
+    }
+    SECTION("a bad line before the last refuses the file")
+    {
+        auto j = Journal::open(journal_path(path));
+        REQUIRE(j);
+        REQUIRE(j->append("{\"put_sas\": 7}\n"));
+        auto bad = load_state(path);
+        REQUIRE_FALSE(bad);
+        CHECK(bad.error().message.find(".journal:2") != std::string::npos);
+    }
+    SECTION("emptied once the file is whole")
+    {
+        auto j = Journal::open(journal_path(path));
+        REQUIRE(j);
+        REQUIRE(j->reset());
+        CHECK(j->size() == 0);
+        auto plain = load_state(path);
+        REQUIRE(plain);
+        CHECK((*plain)->config.sas.size() == 2);
+        CHECK((*plain)->config.find_sa(fresh.dst, 0x1002) != nullptr);
+    }
 }
 
 TEST_CASE("state file: written 0600 through an O_EXCL temporary, never through a link", "[state]")

@@ -29,92 +29,172 @@ const char *verb_word(Command::Verb v)
     return "?";
 }
 
-Result<void> apply_sa(Config &cfg, const Command &cmd)
+// A configuration as a change leaves it: `base` under what the change has done so far, for
+// the commands of a batch to see one another without a copy of the base.
+class Overlay {
+public:
+    explicit Overlay(const Config &base) : base_(base) {}
+
+    const SaConfig *find(const SaKey &k) const { return find_in(sas_, base_.sas, k); }
+    const PolicyConfig *find(const PolicyKey &k) const
+    {
+        return find_in(policies_, base_.policies, k);
+    }
+    void put(const SaConfig &c) { touch(sas_, sa_order_, ConfigKeyHash()(c)).now = c; }
+    void put(const PolicyConfig &p) { touch(policies_, policy_order_, ConfigKeyHash()(p)).now = p; }
+    void del(const SaKey &k) { gone(touch(sas_, sa_order_, k)); }
+    void del(const PolicyKey &k) { gone(touch(policies_, policy_order_, k)); }
+    void flush_sas()
+    {
+        for (const SaConfig &c : base_.sas)
+            del(ConfigKeyHash()(c));
+        for (auto &[k, e] : sas_)
+            gone(e);
+    }
+    void flush_policies()
+    {
+        for (const PolicyConfig &p : base_.policies)
+            del(ConfigKeyHash()(p));
+        for (auto &[k, e] : policies_)
+            gone(e);
+    }
+
+    // The net change, entries in the order the batch first touched them. An entry deleted
+    // and added again goes to the end, as it would by the commands one by one.
+    ConfigChange change() const
+    {
+        ConfigChange ch;
+        for (const SaKey &k : sa_order_)
+            net(sas_.at(k), base_.sas.find(k), k, ch.put_sas, ch.del_sas, same_sa);
+        for (const PolicyKey &k : policy_order_)
+            net(policies_.at(k), base_.policies.find(k), k, ch.put_policies, ch.del_policies,
+                same_policy);
+        return ch;
+    }
+
+private:
+    template <typename T> struct Entry {
+        std::optional<T> now;
+        bool deleted = false;  // at some point: an add after it goes to the end
+    };
+    template <typename K, typename T> using Map = std::unordered_map<K, Entry<T>, ConfigKeyHash>;
+
+    template <typename K, typename T, typename L>
+    static const T *find_in(const Map<K, T> &m, const L &base, const K &k)
+    {
+        auto it = m.find(k);
+        if (it != m.end())
+            return it->second.now ? &*it->second.now : nullptr;
+        return base.find(k);
+    }
+    template <typename K, typename T>
+    Entry<T> &touch(Map<K, T> &m, std::vector<K> &order, const K &k)
+    {
+        auto [it, fresh] = m.try_emplace(k);
+        if (fresh) {
+            order.push_back(k);
+            if (const auto *b = find_base(k))
+                it->second.now = *b;
+        }
+        return it->second;
+    }
+    template <typename T> static void gone(Entry<T> &e)
+    {
+        e.now.reset();
+        e.deleted = true;
+    }
+    const SaConfig *find_base(const SaKey &k) const { return base_.sas.find(k); }
+    const PolicyConfig *find_base(const PolicyKey &k) const { return base_.policies.find(k); }
+    template <typename K, typename T, typename Same>
+    static void net(const Entry<T> &e, const T *base, const K &k, std::vector<T> &puts,
+                    std::vector<K> &dels, Same same)
+    {
+        if (base && (!e.now || e.deleted))
+            dels.push_back(k);
+        if (e.now && !(base && !e.deleted && same(*base, *e.now)))
+            puts.push_back(*e.now);
+    }
+
+    const Config &base_;
+    Map<SaKey, SaConfig> sas_;
+    Map<PolicyKey, PolicyConfig> policies_;
+    std::vector<SaKey> sa_order_;
+    std::vector<PolicyKey> policy_order_;
+};
+
+Result<void> apply_sa(Overlay &cfg, const Command &cmd)
 {
     using V = Command::Verb;
-    std::vector<SaConfig> &sas = cfg.sas;
     const SaConfig &sa = cmd.sa;
     std::string ctx = std::string("sa ") + verb_word(cmd.verb) + ": ";
     if (cmd.verb == V::Flush) {
-        sas.clear();
+        cfg.flush_sas();
         return {};
     }
     if (cmd.verb == V::List)
         return {};
-    const SaConfig *found = cfg.find_sa(sa.dst, sa.spi);
-    std::ptrdiff_t i = found ? found - sas.data() : -1;
+    SaKey key{sa.dst, sa.spi};
+    const SaConfig *found = cfg.find(key);
     // del/get may name the source too, as ip xfrm's ID does; it must then match.
-    bool src_differs = cmd.verb != V::Add && cmd.verb != V::Update && sa.src.family && i >= 0 &&
-                       !(sas[size_t(i)].src == sa.src);
+    bool src_differs = cmd.verb != V::Add && cmd.verb != V::Update && sa.src.family && found &&
+                       !(found->src == sa.src);
     if (cmd.verb == V::Add) {
-        if (i >= 0)
+        if (found)
             return make_error(ctx + describe_sa(sa.dst, sa.spi) +
                               " already exists; use 'sa update' to replace it");
-        sas.push_back(sa);
+        cfg.put(sa);
         return {};
     }
-    if (i < 0 || src_differs)
+    if (!found || src_differs)
         return make_error(ctx + "no " + describe_sa(sa.dst, sa.spi) +
                           (src_differs ? " with src " + sa.src.str() : std::string()) +
                           (cmd.verb == V::Update ? "; use 'sa add' to create it" : ""));
     if (cmd.verb == V::Update)
-        sas[size_t(i)] = sa;
+        cfg.put(sa);
     else if (cmd.verb == V::Del)
-        sas.erase(sas.begin() + i);
+        cfg.del(key);
     return {};
 }
 
-Result<void> apply_policy(Config &cfg, const Command &cmd)
+Result<void> apply_policy(Overlay &cfg, const Command &cmd)
 {
     using V = Command::Verb;
-    std::vector<PolicyConfig> &policies = cfg.policies;
     const PolicyConfig &p = cmd.policy;
     std::string ctx = std::string("policy ") + verb_word(cmd.verb) + ": ";
     if (cmd.verb == V::Flush) {
-        policies.clear();
+        cfg.flush_policies();
         return {};
     }
     if (cmd.verb == V::List)
         return {};
-    const PolicyConfig *found = cfg.find_policy(p.sel, p.dir);
-    std::ptrdiff_t i = found ? found - policies.data() : -1;
+    PolicyKey key{p.sel, p.dir};
+    const PolicyConfig *found = cfg.find(key);
     if (cmd.verb == V::Add) {
-        if (i >= 0)
+        if (found)
             return make_error(ctx + describe_policy(p.sel, p.dir) +
                               " already exists; use 'policy update' to replace it");
-        policies.push_back(p);
+        cfg.put(p);
         return {};
     }
-    if (i < 0)
+    if (!found)
         return make_error(ctx + "no " + describe_policy(p.sel, p.dir) +
                           (cmd.verb == V::Update ? "; use 'policy add' to create it" : ""));
     if (cmd.verb == V::Update)
-        policies[size_t(i)] = p;
+        cfg.put(p);
     else if (cmd.verb == V::Del)
-        policies.erase(policies.begin() + i);
+        cfg.del(key);
     return {};
 }
 
-}  // namespace
-
-Result<void> apply_command(Config &cfg, const Command &cmd)
+Result<void> apply_to(Overlay &o, const Command &cmd)
 {
-    return cmd.object == Command::Object::Sa ? apply_sa(cfg, cmd) : apply_policy(cfg, cmd);
+    return cmd.object == Command::Object::Sa ? apply_sa(o, cmd) : apply_policy(o, cmd);
 }
 
-std::string to_batch(const Config &cfg, bool show_keys)
+// The lines of a batch, one command at a time, into `on`.
+template <typename F>
+Result<void> each_command(std::string_view text, std::string_view name, F &&on)
 {
-    std::string out;
-    for (const auto &sa : cfg.sas)
-        out += format_sa(sa, show_keys) + "\n";
-    for (const auto &p : cfg.policies)
-        out += format_policy(p) + "\n";
-    return out;
-}
-
-Result<Config> load_batch(std::string_view text, std::string_view name, Config base)
-{
-    Config cfg = std::move(base);
     std::string logical;  // the line being read, joined across trailing backslashes
     size_t lineno = 0, first = 0;
     size_t pos = 0;
@@ -145,11 +225,57 @@ Result<Config> load_batch(std::string_view text, std::string_view name, Config b
         auto cmd = parse_command(*words);
         if (!cmd)
             return make_error(where() + cmd.error().message);
-        auto applied = apply_command(cfg, *cmd);
+        auto applied = on(*cmd);
         if (!applied)
             return make_error(where() + applied.error().message);
     }
-    return cfg;
+    return {};
+}
+
+}  // namespace
+
+Result<ConfigChange> change_of(const Config &cfg, const Command &cmd)
+{
+    Overlay o(cfg);
+    if (auto r = apply_to(o, cmd); !r)
+        return r.error();
+    return o.change();
+}
+
+Result<void> apply_command(Config &cfg, const Command &cmd)
+{
+    auto ch = change_of(cfg, cmd);
+    if (!ch)
+        return ch.error();
+    apply_change(cfg, *ch);
+    return {};
+}
+
+Result<ConfigChange> batch_change(std::string_view text, std::string_view name, const Config &base)
+{
+    Overlay o(base);
+    if (auto r = each_command(text, name, [&](const Command &cmd) { return apply_to(o, cmd); }); !r)
+        return r.error();
+    return o.change();
+}
+
+std::string to_batch(const Config &cfg, bool show_keys)
+{
+    std::string out;
+    for (const auto &sa : cfg.sas)
+        out += format_sa(sa, show_keys) + "\n";
+    for (const auto &p : cfg.policies)
+        out += format_policy(p) + "\n";
+    return out;
+}
+
+Result<Config> load_batch(std::string_view text, std::string_view name, Config base)
+{
+    auto ch = batch_change(text, name, base);
+    if (!ch)
+        return ch.error();
+    apply_change(base, *ch);
+    return base;
 }
 
 Result<Config> load_batch_file(const std::string &path, Config base)

@@ -16,6 +16,8 @@ namespace xesp {
 // update replaces an existing entry; del removes one; get checks that one exists; flush
 // clears the object kind; list changes nothing. On error nothing is changed.
 Result<void> apply_command(Config &cfg, const Command &cmd);
+// The change cmd would make to cfg, at the cost of the change (a flush: of the whole table).
+Result<ConfigChange> change_of(const Config &cfg, const Command &cmd);
 
 // "sa add ..." and "policy add ..." lines that load_batch reads back into the same Config.
 // Without show_keys the keys are hidden and the lines do not load.
@@ -24,6 +26,8 @@ std::string to_batch(const Config &cfg, bool show_keys);
 // Applies a batch (the text of a config file) on top of base, all or nothing. Lines are those
 // of parse_command after split_words; a line ending in a backslash continues on the next one.
 // Errors are "NAME:LINE: message", NAME being the name given.
+// The net change a batch makes to base, all or nothing, at the cost of the batch.
+Result<ConfigChange> batch_change(std::string_view text, std::string_view name, const Config &base);
 Result<Config> load_batch(std::string_view text, std::string_view name, Config base = {});
 Result<Config> load_batch_file(const std::string &path, Config base = {});
 

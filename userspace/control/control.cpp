@@ -260,11 +260,14 @@ std::string command_output(const Command &cmd, const Config &cfg, bool show_keys
         for (size_t j = 0; j < twin.size(); j++)
             if (twin[j] != SIZE_MAX && mark[twin[j]] == SIZE_MAX)
                 mark[twin[j]] = j;
-        for (size_t i = 0; i < cfg.sas.size(); i++) {
-            std::string line = format_sa(cfg.sas[i], show_keys);
+        std::vector<const SaConfig *> sas;
+        for (const SaConfig &c : cfg.sas)
+            sas.push_back(&c);
+        for (size_t i = 0; i < sas.size(); i++) {
+            std::string line = format_sa(*sas[i], show_keys);
             if (mark[i] != SIZE_MAX)
                 line += "  # nonce-reuse risk: same key and salt as " +
-                        describe_sa(cfg.sas[mark[i]].dst, cfg.sas[mark[i]].spi);
+                        describe_sa(sas[mark[i]]->dst, sas[mark[i]]->spi);
             add(std::move(line));
         }
     } else if (cmd.verb == V::List) {
@@ -276,18 +279,13 @@ std::string command_output(const Command &cmd, const Config &cfg, bool show_keys
 
 Result<std::string> ConfigHandler::command(const Command &cmd, bool show_keys)
 {
-    if (!is_mutating(cmd.verb)) {
-        Config view = config_;  // get checks that the entry exists; list changes nothing
-        auto checked = apply_command(view, cmd);
-        if (!checked)
-            return checked.error();
+    // get checks that the entry exists; list changes nothing.
+    auto change = change_of(config_, cmd);
+    if (!change)
+        return change.error();
+    if (!is_mutating(cmd.verb))
         return command_output(cmd, config_, show_keys);
-    }
-    Config next = config_;
-    auto applied = apply_command(next, cmd);
-    if (!applied)
-        return applied.error();
-    auto committed = commit(std::move(next));
+    auto committed = commit(*change);
     if (!committed)
         return committed.error();
     return std::string();
@@ -295,12 +293,12 @@ Result<std::string> ConfigHandler::command(const Command &cmd, bool show_keys)
 
 Result<void> ConfigHandler::batch(std::string_view text, std::string_view name, bool check_only)
 {
-    auto next = load_batch(text, name, config_);
-    if (!next)
-        return next.error();
+    auto change = batch_change(text, name, config_);
+    if (!change)
+        return change.error();
     if (check_only)
         return {};
-    return commit(std::move(*next));
+    return commit(*change);
 }
 
 std::string ConfigHandler::stats_json()
@@ -308,9 +306,9 @@ std::string ConfigHandler::stats_json()
     return json{{"sas", config_.sas.size()}, {"policies", config_.policies.size()}}.dump();
 }
 
-Result<void> ConfigHandler::commit(Config next)
+Result<void> ConfigHandler::commit(const ConfigChange &change)
 {
-    config_ = std::move(next);
+    apply_change(config_, change);
     return {};
 }
 

@@ -80,7 +80,8 @@ public:
     const Config &config() const { return config_; }
 
 protected:
-    virtual Result<void> commit(Config next);
+    // Makes `change` (checked against config()); the base applies it to config().
+    virtual Result<void> commit(const ConfigChange &change);
 
 private:
     Config config_;

@@ -36,6 +36,8 @@ EngineSample sample_engine(const Engine &e, const EngineStats &totals, uint32_t 
     const uint64_t now = now_ns();
     out.sas.reserve(e.sas().all().size());
     for (const auto &sa : e.sas().all()) {
+        if (!sa)
+            continue;  // an id not in use
         SaSample &s = out.sas.emplace_back();
         s.sa = sa;
         s.counters = sa->counters();
@@ -119,6 +121,8 @@ std::string engine_text(const Engine &e)
         out += line;
     }
     for (const auto &sa : e.sas().all()) {
+        if (!sa)
+            continue;
         const Counters &c = sa->counters();
         std::snprintf(line, sizeof(line), "%s  [%s, %s]  packets %llu bytes %llu\n",
                       sa_label(sa->config()).c_str(), sa->config().xf.name().c_str(),

@@ -28,20 +28,6 @@ size_t SaKeyHash::operator()(const FlowSaKey &k) const
     return size_t(h ^ (h >> 29));
 }
 
-size_t PolicyKeyHash::operator()(const PolicyKey &k) const
-{
-    uint64_t h = uint64_t(k.dir) * 0x9e3779b97f4a7c15ull;
-    auto mix = [&](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
-    for (const Prefix *p : {&k.sel.src, &k.sel.dst}) {
-        for (size_t i = 0; i < p->addr.size(); i += 4)
-            mix(get32(p->addr.b.data() + i));
-        mix(uint64_t(p->len) << 8 | p->addr.family);
-    }
-    mix(uint64_t(k.sel.proto) << 40 | uint64_t(k.sel.sport_set) << 33 |
-        uint64_t(k.sel.dport_set) << 32 | uint64_t(k.sel.sport) << 16 | k.sel.dport);
-    return size_t(h ^ (h >> 29));
-}
-
 uint32_t IdPool::take()
 {
     if (free_.size() > kReuseAfter) {
@@ -187,7 +173,19 @@ Sa *SaTable::find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const
         sa = find_in(dst, tmpl.spi);
     } else {
         auto it = by_flow_.find(FlowSaKey{src, dst, tmpl.reqid});
-        sa = it == by_flow_.end() ? nullptr : it->second.newest;
+        if (it != by_flow_.end()) {
+            sa = it->second.newest;
+            // Make before break: a new SA still held (its sequence numbers not yet on disk)
+            // leaves the flow to the one before it until it may send.
+            if (sa->held()) [[unlikely]] {
+                const auto &all = it->second.all;
+                for (size_t i = all.size() - 1; i-- > 0;)
+                    if (!all[i].second->held()) {
+                        sa = all[i].second;
+                        break;
+                    }
+            }
+        }
     }
     if (sa &&
         (sa->config().src != src || sa->config().mode != tmpl.mode || sa->config().dir == Dir::In))
@@ -273,18 +271,19 @@ Result<Engine::Prepared> Engine::prepare(const EngineChange &ch, Backend backend
         abandon(std::move(p));
         return make_error(std::move(msg));
     };
-    std::unordered_map<SaKey, bool, SaKeyHash> seen_sas;
+    // A key both deleted and put is put afresh: a new id, the newest of its flow.
+    std::unordered_map<SaKey, bool, SaKeyHash> dels, puts;
     for (const SaKey &k : ch.del_sas) {
         Sa *sa = t.sas.find_in(k.dst, k.spi);
-        if (!sa || !seen_sas.emplace(k, true).second)
+        if (!sa || !dels.emplace(k, true).second)
             return fail("no " + describe_sa(k.dst, k.spi) + " to delete");
         p.sa_dels.push_back({t.sas.id_of(*sa), k});
     }
     for (const SaConfig &c : ch.put_sas) {
         SaKey k{c.dst, c.spi};
-        if (!seen_sas.emplace(k, true).second)
+        if (!puts.emplace(k, true).second)
             return fail(describe_sa(c.dst, c.spi) + " twice in one change");
-        Sa *old = t.sas.find_in(c.dst, c.spi);
+        Sa *old = dels.count(k) ? nullptr : t.sas.find_in(c.dst, c.spi);
         if (old && same_sa(old->config(), c))
             continue;  // as it is: keeps running
         auto made = make_sa(c, backend);
@@ -302,19 +301,18 @@ Result<Engine::Prepared> Engine::prepare(const EngineChange &ch, Backend backend
         p.sa_puts.push_back(
             {id, fresh ? sa_order_ + p.sa_puts.size() : 0, std::move(*made), fresh});
     }
-    std::unordered_map<PolicyKey, bool, PolicyKeyHash> seen_policies;
-    for (const auto &[sel, dir] : ch.del_policies) {
-        PolicyKey k{sel, dir};
+    std::unordered_map<PolicyKey, bool, ConfigKeyHash> pol_dels, pol_puts;
+    for (const PolicyKey &k : ch.del_policies) {
         auto it = policy_ids_by_key_.find(k);
-        if (it == policy_ids_by_key_.end() || !seen_policies.emplace(k, true).second)
+        if (it == policy_ids_by_key_.end() || !pol_dels.emplace(k, true).second)
             return fail("no such policy to delete");
         p.policy_dels.push_back({it->second, t.spd.ref(it->second)});
     }
     for (const PolicyConfig &pc : ch.put_policies) {
         PolicyKey k{pc.sel, pc.dir};
-        if (!seen_policies.emplace(k, true).second)
+        if (!pol_puts.emplace(k, true).second)
             return fail("one policy twice in one change");
-        auto it = policy_ids_by_key_.find(k);
+        auto it = pol_dels.count(k) ? policy_ids_by_key_.end() : policy_ids_by_key_.find(k);
         const PolicyConfig *old =
             it == policy_ids_by_key_.end() ? nullptr : t.spd.by_id(it->second);
         if (old && same_policy(*old, pc))

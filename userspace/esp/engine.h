@@ -22,11 +22,6 @@
 
 namespace xesp {
 
-struct SaKey {
-    IpAddr dst;
-    uint32_t spi;
-    bool operator==(const SaKey &o) const = default;
-};
 struct FlowSaKey {
     IpAddr src, dst;
     uint32_t reqid;
@@ -117,14 +112,8 @@ private:
     uint32_t next_ = 0;          // the next index never given
 };
 
-// One change to an engine's SAs and policies, net: at most one entry per SA (destination,
-// SPI) and per policy (selector, direction).
-struct EngineChange {
-    std::vector<SaConfig> put_sas;  // added, or replacing the SA of the same key
-    std::vector<SaKey> del_sas;
-    std::vector<PolicyConfig> put_policies;  // added, or replacing the policy of the same key
-    std::vector<std::pair<Selector, Dir>> del_policies;
-};
+// One change to an engine's SAs and policies.
+using EngineChange = ConfigChange;
 
 bool tmpl_matches(const PolicyTmpl &tmpl, const SaConfig &sa);
 
@@ -187,16 +176,6 @@ struct EngineStats {
             drops.drops[i] += o.drops.drops[i];
         return *this;
     }
-};
-
-// A policy's key: what names it in `ip xfrm` (selector and direction).
-struct PolicyKey {
-    Selector sel;
-    Dir dir;
-    bool operator==(const PolicyKey &o) const = default;
-};
-struct PolicyKeyHash {
-    size_t operator()(const PolicyKey &k) const;
 };
 
 // The tables. Readers (the threads that forward packets) and the one thread that changes
@@ -302,8 +281,15 @@ public:
     const Spd &spd() const { return tables_.read().spd; }
     const EngineStats &stats() const { return stats_; }
     const EngineOptions &options() const { return options_; }
-    // The gateway's addresses changed (EngineOptions::local).
+    // The gateway's addresses changed (EngineOptions::local); on the reading thread.
     void set_local(std::vector<IpAddr> local) { options_.local = std::move(local); }
+    // The links changed (EngineOptions link_mtu, icmp_src4, icmp_src6); on the reading thread.
+    void set_links(const EngineOptions &o)
+    {
+        options_.link_mtu = o.link_mtu;
+        options_.icmp_src4 = o.icmp_src4;
+        options_.icmp_src6 = o.icmp_src6;
+    }
     // Whether sa may decrypt: `dir in`, or no `dir` and its destination is ours.
     bool inbound(const Sa &sa) const;
     // Expire notifications (soft and hard lifetimes) as they happen, for every SA (shared
@@ -341,7 +327,7 @@ private:
     IdPool sa_ids_, policy_ids_;
     uint64_t sa_order_ = 0;
     uint32_t policy_order_ = 0;
-    std::unordered_map<PolicyKey, uint32_t, PolicyKeyHash> policy_ids_by_key_;
+    std::unordered_map<PolicyKey, uint32_t, ConfigKeyHash> policy_ids_by_key_;
     EngineStats stats_;
 };
 

@@ -82,6 +82,8 @@ public:
     // bound, the SA sets *wake for the owner (once per reserve_to(), or per packet held back).
     // Unbound, as `xesp pcap` uses it, an SA is limited only by the sequence space.
     bool reservation_bound() const { return bound_; }
+    // Held since it was made: not bound yet, nothing reserved (hold()).
+    bool held() const { return !bound_ && reserved_.load(std::memory_order_relaxed) <= oseq_; }
     // Before binding: the SA sends nothing (out-seq-unreserved) until bind_reservation().
     void hold()
     {

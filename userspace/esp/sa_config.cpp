@@ -7,31 +7,46 @@
 
 namespace xesp {
 
-const SaConfig *Config::find_sa(const IpAddr &dst, uint32_t spi) const
+size_t ConfigKeyHash::operator()(const SaKey &k) const
 {
-    auto it = std::find_if(sas.begin(), sas.end(),
-                           [&](const SaConfig &s) { return s.dst == dst && s.spi == spi; });
-    return it == sas.end() ? nullptr : &*it;
+    uint64_t h = k.spi * 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < k.dst.size(); i++)
+        h = (h ^ k.dst.b[i]) * 0x100000001b3ull;
+    return size_t(h ^ (h >> 29));
 }
 
-const PolicyConfig *Config::find_policy(const Selector &sel, Dir dir) const
+size_t ConfigKeyHash::operator()(const PolicyKey &k) const
 {
-    auto it = std::find_if(policies.begin(), policies.end(),
-                           [&](const PolicyConfig &p) { return p.sel == sel && p.dir == dir; });
-    return it == policies.end() ? nullptr : &*it;
+    uint64_t h = uint64_t(k.dir) * 0x9e3779b97f4a7c15ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
+    for (const Prefix *p : {&k.sel.src, &k.sel.dst}) {
+        for (size_t i = 0; i < p->addr.size(); i++)
+            mix(p->addr.b[i]);
+        mix(uint64_t(p->len) << 8 | p->addr.family);
+    }
+    mix(uint64_t(k.sel.proto) << 40 | uint64_t(k.sel.sport_set) << 33 |
+        uint64_t(k.sel.dport_set) << 32 | uint64_t(k.sel.sport) << 16 | k.sel.dport);
+    return size_t(h ^ (h >> 29));
+}
+
+void apply_change(Config &cfg, const ConfigChange &ch)
+{
+    for (const SaKey &k : ch.del_sas)
+        cfg.sas.erase(k);
+    for (const PolicyKey &k : ch.del_policies)
+        cfg.policies.erase(k);
+    for (const SaConfig &c : ch.put_sas)
+        cfg.sas.push_back(c);
+    for (const PolicyConfig &p : ch.put_policies)
+        cfg.policies.push_back(p);
 }
 
 bool Config::operator==(const Config &o) const
 {
     if (sas.size() != o.sas.size() || policies.size() != o.policies.size())
         return false;
-    for (size_t i = 0; i < sas.size(); i++)
-        if (!same_sa(sas[i], o.sas[i]))
-            return false;
-    for (size_t i = 0; i < policies.size(); i++)
-        if (!same_policy(policies[i], o.policies[i]))
-            return false;
-    return true;
+    return std::equal(sas.begin(), sas.end(), o.sas.begin(), same_sa) &&
+           std::equal(policies.begin(), policies.end(), o.policies.begin(), same_policy);
 }
 
 std::string hex32(uint32_t v)

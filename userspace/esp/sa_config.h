@@ -13,6 +13,7 @@
 #include <openssl/crypto.h>
 
 #include "userspace/base/ip.h"
+#include "userspace/esp/keyed_list.h"
 
 namespace xesp {
 
@@ -158,18 +159,58 @@ struct PolicyConfig {
     std::optional<PolicyTmpl> tmpl;
 };
 
-// The SAs and policies the operator configured, as an Engine is built from them.
-// config/config.h changes them by parsed `ip xfrm` commands and reads and writes batch files.
+// What names an SA (destination and SPI) and a policy (selector and direction), in `ip xfrm`
+// and in every table of them.
+struct SaKey {
+    IpAddr dst;
+    uint32_t spi;
+    bool operator==(const SaKey &o) const = default;
+};
+struct PolicyKey {
+    Selector sel;
+    Dir dir;
+    bool operator==(const PolicyKey &o) const = default;
+};
+struct ConfigKeyHash {
+    size_t operator()(const SaKey &k) const;
+    size_t operator()(const PolicyKey &k) const;
+    SaKey operator()(const SaConfig &c) const { return SaKey{c.dst, c.spi}; }
+    PolicyKey operator()(const PolicyConfig &p) const { return PolicyKey{p.sel, p.dir}; }
+};
+
+// The SAs and policies the operator configured, as an Engine is built from them, in the order
+// they were added. config/config.h changes them by parsed `ip xfrm` commands and reads and
+// writes batch files.
 class Config {
 public:
-    std::vector<SaConfig> sas;
-    std::vector<PolicyConfig> policies;
+    KeyedList<SaConfig, SaKey, ConfigKeyHash, ConfigKeyHash> sas;
+    KeyedList<PolicyConfig, PolicyKey, ConfigKeyHash, ConfigKeyHash> policies;
 
-    const SaConfig *find_sa(const IpAddr &dst, uint32_t spi) const;
-    const PolicyConfig *find_policy(const Selector &sel, Dir dir) const;
+    const SaConfig *find_sa(const IpAddr &dst, uint32_t spi) const
+    {
+        return sas.find(SaKey{dst, spi});
+    }
+    const PolicyConfig *find_policy(const Selector &sel, Dir dir) const
+    {
+        return policies.find(PolicyKey{sel, dir});
+    }
 
     bool operator==(const Config &o) const;
 };
+
+// One change to a configuration, net: at most one entry per SA and per policy.
+struct ConfigChange {
+    std::vector<SaConfig> put_sas;  // added, or replacing the SA of the same key
+    std::vector<SaKey> del_sas;
+    std::vector<PolicyConfig> put_policies;  // added, or replacing the policy of the same key
+    std::vector<PolicyKey> del_policies;
+    bool empty() const
+    {
+        return put_sas.empty() && del_sas.empty() && put_policies.empty() && del_policies.empty();
+    }
+};
+// Applies ch to cfg (which must hold every key ch deletes).
+void apply_change(Config &cfg, const ConfigChange &ch);
 
 // "SA dst 10.0.0.2 spi 0x00001000": how messages name one SA (a policy: describe_policy in
 // config/xfrm_grammar.h).

@@ -155,11 +155,69 @@ bool shares_nonce_key(const SaConfig &a, const SaConfig &b)
            CRYPTO_memcmp(a.xf.salt.data(), b.xf.salt.data(), a.xf.salt.size()) == 0;
 }
 
+namespace {
+
+// FNV-1a of key and salt, kept in memory only; 0 for an SA without AEAD key.
+uint64_t nonce_key_hash(const Transform &xf)
+{
+    if (!xf.is_aead() || !xf.enc_key.size())
+        return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t k = 0; k < xf.enc_key.size(); k++)
+        h = (h ^ xf.enc_key.data()[k]) * 0x100000001b3ull;
+    for (uint8_t b : xf.salt)
+        h = (h ^ b) * 0x100000001b3ull;
+    return h | 1;
+}
+
+std::string shared_line(const SaConfig &b, const SaConfig &a)
+{
+    return "warning: " + describe_sa(b.dst, b.spi) + " has the same key and salt as " +
+           describe_sa(a.dst, a.spi) +
+           ": nonce-reuse risk (each counts its own sequence numbers, the IVs); give each "
+           "SA its own key\n";
+}
+
+}  // namespace
+
+void NonceKeys::add(const SaConfig &c)
+{
+    if (uint64_t h = nonce_key_hash(c.xf))
+        by_key_[h].push_back(SaKey{c.dst, c.spi});
+}
+
+void NonceKeys::remove(const SaConfig &c)
+{
+    uint64_t h = nonce_key_hash(c.xf);
+    auto it = by_key_.find(h);
+    if (!h || it == by_key_.end())
+        return;
+    std::erase(it->second, SaKey{c.dst, c.spi});
+    if (it->second.empty())
+        by_key_.erase(it);
+}
+
+std::string NonceKeys::warning_for(const SaConfig &sa, const Config &cfg) const
+{
+    auto it = by_key_.find(nonce_key_hash(sa.xf));
+    if (it == by_key_.end())
+        return "";
+    for (const SaKey &k : it->second) {
+        const SaConfig *other = cfg.sas.find(k);
+        if (other && !(k == SaKey{sa.dst, sa.spi}) && shares_nonce_key(*other, sa))
+            return shared_line(sa, *other);
+    }
+    return "";
+}
+
 std::vector<size_t> nonce_key_twins(const Config &cfg)
 {
+    std::vector<const SaConfig *> sas;
+    for (const SaConfig &c : cfg.sas)
+        sas.push_back(&c);
     std::vector<std::pair<uint64_t, size_t>> by_key;
-    for (size_t i = 0; i < cfg.sas.size(); i++) {
-        const Transform &xf = cfg.sas[i].xf;
+    for (size_t i = 0; i < sas.size(); i++) {
+        const Transform &xf = sas[i]->xf;
         if (!xf.is_aead() || !xf.enc_key.size())
             continue;
         uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of key and salt, kept in memory only
@@ -174,7 +232,7 @@ std::vector<size_t> nonce_key_twins(const Config &cfg)
     for (size_t a = 0; a < by_key.size(); a++)
         for (size_t b = a + 1; b < by_key.size() && by_key[b].first == by_key[a].first; b++) {
             size_t i = by_key[a].second, j = by_key[b].second;  // i < j: sorted by index too
-            if (twin[j] == SIZE_MAX && shares_nonce_key(cfg.sas[i], cfg.sas[j]))
+            if (twin[j] == SIZE_MAX && shares_nonce_key(*sas[i], *sas[j]))
                 twin[j] = i;
         }
     return twin;
@@ -183,18 +241,18 @@ std::vector<size_t> nonce_key_twins(const Config &cfg)
 std::string shared_key_warnings(const Config &cfg, const SaConfig *only)
 {
     std::vector<size_t> twin = nonce_key_twins(cfg);
+    std::vector<const SaConfig *> sas;
+    for (const SaConfig &c : cfg.sas)
+        sas.push_back(&c);
     std::string out;
     for (size_t j = 0; j < twin.size(); j++) {
         if (twin[j] == SIZE_MAX)
             continue;
-        const SaConfig &a = cfg.sas[twin[j]], &b = cfg.sas[j];
+        const SaConfig &a = *sas[twin[j]], &b = *sas[j];
         auto is_only = [&](const SaConfig &s) { return s.dst == only->dst && s.spi == only->spi; };
         if (only && !is_only(a) && !is_only(b))
             continue;
-        out += "warning: " + describe_sa(b.dst, b.spi) + " has the same key and salt as " +
-               describe_sa(a.dst, a.spi) +
-               ": nonce-reuse risk (each counts its own sequence numbers, the IVs); give each "
-               "SA its own key\n";
+        out += shared_line(b, a);
     }
     return out;
 }

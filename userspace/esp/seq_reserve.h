@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "userspace/esp/sa_config.h"
@@ -99,5 +100,19 @@ std::vector<size_t> nonce_key_twins(const Config &cfg);
 // "warning: ..." lines, one for each SA sharing its key and salt with another; with `only`,
 // just the lines about the SA with only's destination and SPI.
 std::string shared_key_warnings(const Config &cfg, const SaConfig *only = nullptr);
+
+// The same, kept up to date as the configuration changes, at the cost of each change: the
+// AEAD SAs by a hash of key and salt (in memory only).
+class NonceKeys {
+public:
+    void add(const SaConfig &c);
+    void remove(const SaConfig &c);
+    // The warning line about sa (in cfg) and the first other SA of cfg sharing its key and
+    // salt; "" when none does.
+    std::string warning_for(const SaConfig &sa, const Config &cfg) const;
+
+private:
+    std::unordered_map<uint64_t, std::vector<SaKey>> by_key_;
+};
 
 }  // namespace xesp

@@ -66,7 +66,8 @@ public:
         auto out = ConfigHandler::command(cmd, show_keys);
         if (out && cmd.object == Command::Object::Sa && cmd.verb != Command::Verb::List &&
             cmd.verb != Command::Verb::Get)
-            *out += shared_key_warnings(config(), &cmd.sa);
+            if (const SaConfig *now = config().find_sa(cmd.sa.dst, cmd.sa.spi))
+                *out += keys_.warning_for(*now, config());
         return out;
     }
 
@@ -92,39 +93,52 @@ public:
             log(LogLevel::Error, "%s", r.error().message.c_str());
     }
 
-    // Each pair of SAs sharing a key and salt, once in the log (batches included), whoever
-    // made it.
+    // Each pair of SAs sharing a key and salt in the log, at start for all of them, then for
+    // each SA a change makes (batches included), whoever made it.
     void log_shared_keys()
     {
-        std::string now = shared_key_warnings(config());
-        for (size_t pos = 0, nl; (nl = now.find('\n', pos)) != std::string::npos; pos = nl + 1) {
-            std::string line = now.substr(pos, nl - pos);
-            if (warned_.find(line) == std::string::npos)
-                log(LogLevel::Warning, "%s", line.c_str() + 9);  // after "warning: "
-        }
-        warned_ = std::move(now);
+        for (const SaConfig &c : config().sas)
+            keys_.add(c);
+        log_lines(shared_key_warnings(config()));
     }
 
 protected:
-    Result<void> commit(Config next) override
+    Result<void> commit(const ConfigChange &change) override
     {
-        auto ch = gw_.prepare(std::make_shared<const Config>(next));
+        auto ch = gw_.prepare(change);
         if (!ch)
             return ch.error();
         uint64_t ticket = 0;
         data_.call([&] {
             gw_.install(**ch);
             if (keeper_)
-                ticket = keeper_->request_save(gw_);
+                ticket = keeper_->request_save(gw_, &change);
         });
         gw_.finish(std::move(*ch));
-        auto r = ConfigHandler::commit(std::move(next));
+        for (const SaKey &k : change.del_sas)
+            if (const SaConfig *old = config().sas.find(k))
+                keys_.remove(*old);
+        for (const SaConfig &c : change.put_sas)
+            if (const SaConfig *old = config().sas.find(SaKey{c.dst, c.spi}))
+                keys_.remove(*old);
+        auto r = ConfigHandler::commit(change);
+        for (const SaConfig &c : change.put_sas)
+            keys_.add(c);
         wait_saved(ticket);
-        log_shared_keys();
+        std::string warnings;
+        for (const SaConfig &c : change.put_sas)
+            warnings += keys_.warning_for(c, config());
+        log_lines(warnings);
         return r;
     }
 
 private:
+    static void log_lines(const std::string &lines)
+    {
+        for (size_t pos = 0, nl; (nl = lines.find('\n', pos)) != std::string::npos; pos = nl + 1)
+            log(LogLevel::Warning, "%s", lines.substr(pos + 9, nl - pos - 9).c_str());
+    }
+
     template <typename T, typename F> T on_data(F &&fn)
     {
         T out;
@@ -174,7 +188,7 @@ private:
     Gateway &gw_;
     StateKeeper *keeper_;
     Handoff &data_;
-    std::string warned_;  // shared_key_warnings() as last logged
+    NonceKeys keys_;  // the SAs of config() by key and salt
 };
 
 // What to start with: the state file (a restart) and/or the config file.
@@ -262,7 +276,11 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
     uint64_t last_house = 0;
     uint32_t idle = 0;
     std::vector<pollfd> pfds;
+    // A reader of the engine's tables: between two rounds it holds nothing from them, and
+    // while it sleeps the control thread does not wait for it (rcu.h).
+    Qsbr::Reader tables(g.readers());
     while (!control_done.load(std::memory_order_acquire)) {
+        tables.quiescent();
         size_t moved = g.poll_data();
         data.serve();
         uint64_t ns = now_ns();
@@ -281,7 +299,9 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
         for (int fd : g.wait_fds())
             pfds.push_back({fd, POLLIN, 0});
         pfds.push_back({data.fd(), POLLIN, 0});
+        tables.offline();
         ::poll(pfds.data(), pfds.size(), 10);
+        tables.online();
     }
 }
 
@@ -318,6 +338,8 @@ Result<void> run_daemon(const DaemonOptions &o)
     go.busy_poll = o.busy_poll;
     go.pmtu_expires_s = o.pmtu_expires;
     go.hold_new_sas = *keeper != nullptr;
+    if (*keeper)
+        (*keeper)->set_config(st->config);
     auto gw = Gateway::create(st->config, go);
     if (!gw)
         return gw.error();

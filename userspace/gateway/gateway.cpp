@@ -91,7 +91,21 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
     for (int fd : g->hops_->send_fds())
         if (auto r = g->prog_->add_own_socket(fd); !r)
             return r.error();
-    if (auto r = g->apply(config); !r)
+    EngineOptions eo = g->engine_options();
+    eo.hold_new = options.hold_new_sas;
+    eo.on_expire = [](const Sa &sa, bool hard) {
+        log(hard ? LogLevel::Warning : LogLevel::Notice, "%s: %s lifetime reached%s",
+            sa_label(sa.config()).c_str(), hard ? "hard" : "soft",
+            hard ? "; the SA no longer carries traffic: replace it (xesp sa update/add)" : "");
+    };
+    auto engine = Engine::create(Config{}, options.backend, eo, nullptr, &g->readers_);
+    if (!engine)
+        return engine.error();
+    g->engine_ = std::move(*engine);
+    ConfigChange all;
+    all.put_sas.assign(config.sas.begin(), config.sas.end());
+    all.put_policies.assign(config.policies.begin(), config.policies.end());
+    if (auto r = g->apply(all); !r)
         return r.error();
     return g;
 }
@@ -133,68 +147,49 @@ EngineOptions Gateway::engine_options(bool local) const
     return o;
 }
 
-// Off the data thread (local = false: local_ is the data thread's, install() sets it).
-Result<std::unique_ptr<Engine>> Gateway::build_engine(const Config &next, bool local) const
-{
-    EngineOptions o = engine_options(local);
-    o.hold_new = options_.hold_new_sas;
-    o.on_expire = [](const Sa &sa, bool hard) {
-        log(hard ? LogLevel::Warning : LogLevel::Notice, "%s: %s lifetime reached%s",
-            sa_label(sa.config()).c_str(), hard ? "hard" : "soft",
-            hard ? "; the SA no longer carries traffic: replace it (xesp sa update/add)" : "");
-    };
-    return Engine::create(next, options_.backend, o, engine_.get());
-}
-
 // On the data thread, when what the engine knows of the links changed (an interface came or
-// went): the same configuration, every SA kept.
-Result<void> Gateway::rebuild_engine()
+// went).
+void Gateway::relink_engine()
 {
-    auto e = build_engine(*config_, true);
-    if (!e)
-        return e.error();
-    (*e)->take_over();
-    retired_ += engine_->stats();
-    engine_ = std::move(*e);
-    return {};
+    engine_->set_links(engine_options());
 }
 
-Result<std::unique_ptr<Gateway::Change>> Gateway::prepare(std::shared_ptr<const Config> next)
+Result<std::unique_ptr<Gateway::Change>> Gateway::prepare(const ConfigChange &change)
 {
     auto ch = std::make_unique<Change>();
-    // The engine first: the slow part, and it touches nothing the data thread sees. Then the
-    // maps, so that new entries are classified only a moment before install().
-    auto e = build_engine(*next, false);
-    if (!e)
-        return e.error();
-    if (auto r = sync_->stage(*next); !r)
+    // The SAs first: the slow part, and nothing the data thread sees. Then the maps, so that
+    // new entries are classified only a moment before the engine has them.
+    auto p = engine_->prepare(change, options_.backend);
+    if (!p)
+        return p.error();
+    if (auto r = sync_->stage(*p); !r) {
+        engine_->abandon(std::move(*p));
         return r.error();
-    ch->engine = std::move(*e);
-    ch->ids = std::make_unique<ClassifierSync::Ids>(sync_->ids(*next));
-    ch->config = std::move(next);
+    }
+    engine_->commit(std::move(*p));
+    ch->done = std::move(*p);
     return ch;
 }
 
-void Gateway::install(Change &ch)
+void Gateway::install(Change &)
+{}
+
+std::shared_ptr<Sa> Gateway::sa(const SaKey &k) const
 {
-    ch.engine->set_local(local_);
-    ch.engine->take_over();
-    if (engine_)
-        retired_ += engine_->stats();
-    std::swap(engine_, ch.engine);
-    std::swap(ids_, ch.ids);
-    std::swap(config_, ch.config);
+    const SaTable &t = engine_->sas();
+    const Sa *s = t.find_in(k.dst, k.spi);
+    return s ? t.ref(t.id_of(*s)) : nullptr;
 }
 
 void Gateway::finish(std::unique_ptr<Change> ch)
 {
-    sync_->commit(*config_);
+    sync_->commit(ch->done);
     ch.reset();
 }
 
-Result<void> Gateway::apply(const Config &next)
+Result<void> Gateway::apply(const ConfigChange &change)
 {
-    auto ch = prepare(std::make_shared<const Config>(next));
+    auto ch = prepare(change);
     if (!ch)
         return ch.error();
     install(**ch);
@@ -307,11 +302,10 @@ void Gateway::rx_one(Port &port)
                 port.x.recycle(pkts[i]);
             continue;
         }
-        c.id = c.kind == Classified::Decap ? ids_->sa.find(c.id) : ids_->policy.find(c.id);
-        if (c.id == Engine::kNoId) {
-            // Classified by an entry that a change has written and not yet made live, or
-            // made live and not yet deleted (classifier_sync.h): the engine looks it up
-            // again in the tables it has, so a change loses no packet.
+        if (c.kind == Classified::Decap ? !engine_->sa_by_id(c.id) : !engine_->policy_by_id(c.id)) {
+            // Classified by an entry that a change has written and not yet published, or
+            // published the deletion of and not yet deleted (classifier_sync.h): the engine
+            // looks it up again in the tables it has, so a change loses no packet.
             again[nagain++] = &pkts[i];
             continue;
         }

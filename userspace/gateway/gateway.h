@@ -115,26 +115,25 @@ public:
                                                    const GatewayOptions &options);
     ~Gateway();
 
-    // The SAs and policies of `next` into the engine and the classifier, all or nothing, in
-    // three steps:
-    //   prepare(next)  builds the engine for `next` and writes what `next` adds or changes
-    //                  into the classifier's maps; on any one thread (the one that makes
-    //                  changes), while the data thread runs; on error nothing changed;
-    //   install(ch)    on the data thread, between two bursts: the engine, the classifier's
-    //                  slot tables and the configuration of ch go live, and ch takes the old
-    //                  ones; a constant cost, whatever the size of the configuration;
-    //   finish(ch)     back on the thread of prepare(): deletes from the maps what `next` no
-    //                  longer has, and frees the old engine (deleted SAs wipe their keys).
-    // apply() is all three on the data thread.
+    // A change to the SAs and policies, into the engine and the classifier, all or nothing,
+    // at the cost of the change, in three steps:
+    //   prepare(ch)   on the thread that makes changes, while the data thread runs: the new
+    //                 SAs, their ids, the classifier's new entries; then the engine's tables
+    //                 change in place (Engine::commit: the data thread sees all of it from its
+    //                 next burst on); on error nothing changed;
+    //   install(c)    on the data thread, after it: nothing yet (the tables are live);
+    //   finish(c)     back on the thread of prepare(): deletes from the classifier what the
+    //                 change removed.
+    // apply() is all three on one thread. The data thread must be a reader of readers()
+    // (quiescent between bursts, offline while it sleeps) for prepare() to return.
     struct Change {
-        std::shared_ptr<const Config> config;
-        std::unique_ptr<Engine> engine;
-        std::unique_ptr<ClassifierSync::Ids> ids;
+        Engine::Prepared done;
     };
-    Result<std::unique_ptr<Change>> prepare(std::shared_ptr<const Config> next);
+    Result<std::unique_ptr<Change>> prepare(const ConfigChange &ch);
     void install(Change &ch);
     void finish(std::unique_ptr<Change> ch);
-    Result<void> apply(const Config &next);
+    Result<void> apply(const ConfigChange &ch);
+    Qsbr &readers() { return readers_; }
 
     // Attaches the classifier to an interface and opens a socket on each of its RX queues.
     // The first public interface also brings up the local link (local_link.h).
@@ -169,11 +168,10 @@ public:
     nlohmann::json stats_json(const Stats &s) const;
     nlohmann::json stats_json() const { return stats_json(stats_sample()); }
 
-    // The configuration it runs, and its SAs: the engine's, one for each of config().sas, in
-    // the same order. For the state file (state_keeper.h), on the data thread.
-    const Config &config() const { return *config_; }
-    const std::shared_ptr<const Config> &config_ptr() const { return config_; }
+    // Its SAs: the engine's, by id (nullptr where none), and one by key. For the state file
+    // (state_keeper.h), on the data thread.
     const std::vector<std::shared_ptr<Sa>> &sas() const { return engine_->sas().all(); }
+    std::shared_ptr<Sa> sa(const SaKey &k) const;
 
 private:
     static constexpr size_t kBurst = 64;
@@ -194,8 +192,7 @@ private:
     Result<void> release_leftover(const std::string &name);
     Result<void> rebuild_ports();
     void close_ports();
-    Result<std::unique_ptr<Engine>> build_engine(const Config &next, bool local) const;
-    Result<void> rebuild_engine();
+    void relink_engine();
     void refresh_local_addresses();
     EngineOptions engine_options(bool local = true) const;
     uint32_t link_mtu() const;
@@ -232,12 +229,10 @@ private:
     void count(GwCounter c, uint64_t n = 1) { counters_[size_t(c)] += n; }
 
     GatewayOptions options_;
-    std::shared_ptr<const Config> config_ = std::make_shared<const Config>();
     std::unique_ptr<XdpProgram> prog_;
-    std::unique_ptr<ClassifierSync> sync_;      // the changing thread's
-    std::unique_ptr<ClassifierSync::Ids> ids_;  // the data thread's: live with engine_
+    std::unique_ptr<ClassifierSync> sync_;  // the changing thread's
+    Qsbr readers_;                          // of the engine's tables
     std::unique_ptr<Engine> engine_;
-    EngineStats retired_;  // what the engines replaced by install() had counted
     std::unique_ptr<NextHops> hops_;
     KernelEspInput kernel_esp_;
     bool kernel_esp_ok_ = false;

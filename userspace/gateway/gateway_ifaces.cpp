@@ -178,7 +178,7 @@ Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool
     ifaces_.push_back(i);
     auto r = rebuild_ports();
     if (r)
-        r = rebuild_engine();  // the tunnel MTU follows the public side
+        relink_engine();  // the tunnel MTU follows the public side
     if (!r) {
         forget_iface(ifaces_.end() - 1);
         (void)rebuild_ports();
@@ -213,7 +213,7 @@ Result<void> Gateway::del_iface(const std::string &name)
     forget_iface(it);
     auto r = rebuild_ports();
     if (r)
-        r = rebuild_engine();
+        relink_engine();
     if (!r)
         return make_error("iface del " + name + ": " + r.error().message);
     log(LogLevel::Info, "%s: detached", name.c_str());

@@ -7,8 +7,7 @@ namespace xesp {
 Gateway::Stats Gateway::stats_sample() const
 {
     Stats s;
-    EngineStats total = retired_;
-    total += engine_->stats();
+    EngineStats total = engine_->stats();
     s.link_mtu = link_mtu();
     s.engine = sample_engine(*engine_, total, s.link_mtu);
     s.counters = counters_;

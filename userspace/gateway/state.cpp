@@ -1,5 +1,8 @@
 #include "userspace/gateway/state.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +14,8 @@
 
 #include "userspace/base/private_file.h"
 #include "userspace/base/sys_util.h"
+#include "userspace/config/xfrm_grammar.h"
+#include "userspace/config/xfrm_selector.h"
 #include "userspace/config/xfrm_words.h"
 
 namespace xesp {
@@ -83,7 +88,209 @@ Result<void> load_sequences(const nlohmann::json &j, GatewayState &st)
     return {};
 }
 
+std::string hex_of(const uint8_t *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    std::string s;
+    s.reserve(2 * n);
+    for (size_t i = 0; i < n; i++) {
+        s += digits[p[i] >> 4];
+        s += digits[p[i] & 15];
+    }
+    return s;
+}
+
+Result<Command> parse_line(const std::string &line)
+{
+    auto words = split_words(line);
+    if (!words)
+        return words.error();
+    auto cmd = parse_command(*words);
+    for (auto &w : *words)
+        wipe(w);
+    return cmd;
+}
+
+Result<void> load_journal(const std::string &path, GatewayState &st)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        return {};  // none: the file is whole
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t pos = 0, lineno = 0;
+    Result<void> out;
+    while (pos < text.size()) {
+        size_t nl = text.find('\n', pos);
+        lineno++;
+        if (nl == std::string::npos)
+            break;  // cut short by a crash: never acknowledged
+        auto r = apply_journal_line(std::string_view(text).substr(pos, nl - pos), st);
+        if (!r) {
+            out = make_error(path + ":" + std::to_string(lineno) + ": " + r.error().message);
+            break;
+        }
+        pos = nl + 1;
+    }
+    wipe(text);
+    return out;
+}
+
 }  // namespace
+
+std::string journal_path(const std::string &state_path)
+{
+    return state_path + ".journal";
+}
+
+std::string format_journal_entry(const JournalEntry &e)
+{
+    nlohmann::json j = nlohmann::json::object();
+    auto &puts = j["put_sas"] = nlohmann::json::array();
+    for (const SaConfig &c : e.change.put_sas)
+        puts.push_back(format_sa(c, true));
+    auto &dels = j["del_sas"] = nlohmann::json::array();
+    for (const SaKey &k : e.change.del_sas)
+        dels.push_back({k.dst.str(), k.spi});
+    auto &pputs = j["put_policies"] = nlohmann::json::array();
+    for (const PolicyConfig &p : e.change.put_policies)
+        pputs.push_back(format_policy(p));
+    auto &pdels = j["del_policies"] = nlohmann::json::array();
+    for (const PolicyKey &k : e.change.del_policies)
+        pdels.push_back("policy del " + xfrm::format_selector(k.sel) + " dir " +
+                        std::string(xfrm::dir_word(k.dir)));
+    auto &res = j["reserved"] = nlohmann::json::array();
+    for (const auto &[k, last] : e.reserved)
+        res.push_back({k.dst.str(), k.spi, last});
+    auto &led = j["used"] = nlohmann::json::object();
+    for (const auto &[fp, r] : e.ledger)
+        led[hex_of(fp.data(), fp.size())] = {r.last, r.round};
+    std::string line = j.dump() + "\n";
+    for (auto &p : puts)
+        wipe(p.get_ref<std::string &>());
+    return line;
+}
+
+Result<void> apply_journal_line(std::string_view line, GatewayState &st)
+{
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    auto bad = [] { return make_error("not a journal entry"); };
+    if (!j.is_object())
+        return bad();
+    for (const char *k : {"put_sas", "del_sas", "put_policies", "del_policies", "reserved"})
+        if (!j.contains(k) || !j[k].is_array())
+            return bad();
+    if (!j.contains("used") || !j["used"].is_object())
+        return bad();
+    Result<void> out;
+    for (const auto &d : j["del_sas"]) {
+        auto dst = d.is_array() && d.size() == 2 && d[0].is_string()
+                       ? IpAddr::parse(d[0].get<std::string>())
+                       : std::nullopt;
+        if (!dst || !d[1].is_number_unsigned())
+            return bad();
+        st.config.sas.erase(SaKey{*dst, d[1].get<uint32_t>()});  // gone already: fine
+    }
+    for (const auto &d : j["del_policies"]) {
+        if (!d.is_string())
+            return bad();
+        auto cmd = parse_line(d.get<std::string>());
+        if (!cmd)
+            return make_error(cmd.error().message);
+        st.config.policies.erase(PolicyKey{cmd->policy.sel, cmd->policy.dir});
+    }
+    for (auto &p : j["put_sas"]) {
+        if (!p.is_string())
+            return bad();
+        auto cmd = parse_line(p.get_ref<std::string &>());
+        wipe(p.get_ref<std::string &>());
+        if (!cmd || cmd->object != Command::Object::Sa)
+            return cmd ? bad() : make_error(cmd.error().message);
+        st.config.sas.push_back(cmd->sa);  // replaces one of the same key where it is
+    }
+    for (const auto &p : j["put_policies"]) {
+        if (!p.is_string())
+            return bad();
+        auto cmd = parse_line(p.get<std::string>());
+        if (!cmd || cmd->object != Command::Object::Policy)
+            return cmd ? bad() : make_error(cmd.error().message);
+        st.config.policies.push_back(cmd->policy);
+    }
+    for (const auto &r : j["reserved"]) {
+        auto dst = r.is_array() && r.size() == 3 && r[0].is_string()
+                       ? IpAddr::parse(r[0].get<std::string>())
+                       : std::nullopt;
+        if (!dst || !r[1].is_number_unsigned() || !r[2].is_number_unsigned())
+            return bad();
+        SaConfig *sa = st.config.sas.find(SaKey{*dst, r[1].get<uint32_t>()});
+        uint64_t last = r[2].get<uint64_t>();
+        if (sa && last > (uint64_t(sa->oseq_hi) << 32 | sa->oseq)) {
+            sa->oseq = uint32_t(last);
+            sa->oseq_hi = uint32_t(last >> 32);
+        }
+    }
+    for (const auto &[fp, r] : j["used"].items())
+        if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
+            !r[1].is_number_unsigned() ||
+            !st.ledger.add_record_hex(fp, r[0].get<uint64_t>(), r[1].get<uint64_t>()))
+            return bad();
+    return out;
+}
+
+Journal &Journal::operator=(Journal &&o) noexcept
+{
+    if (this != &o) {
+        if (fd_ >= 0)
+            ::close(fd_);
+        fd_ = o.fd_;
+        size_ = o.size_;
+        path_ = std::move(o.path_);
+        o.fd_ = -1;
+    }
+    return *this;
+}
+
+Journal::~Journal()
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+}
+
+Result<Journal> Journal::open(const std::string &path)
+{
+    Journal j;
+    j.path_ = path;
+    j.fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (j.fd_ < 0)
+        return make_error(sys_error("cannot open the state journal", path), errno);
+    off_t end = ::lseek(j.fd_, 0, SEEK_END);
+    j.size_ = end > 0 ? uint64_t(end) : 0;
+    return j;
+}
+
+Result<void> Journal::append(std::string_view line)
+{
+    size_t done = 0;
+    while (done < line.size()) {
+        ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return make_error(sys_error("cannot write the state journal", path_), errno);
+        done += size_t(n);
+    }
+    size_ += line.size();
+    if (::fdatasync(fd_) != 0)
+        return make_error(sys_error("cannot sync the state journal", path_), errno);
+    return {};
+}
+
+Result<void> Journal::reset()
+{
+    if (::ftruncate(fd_, 0) != 0 || ::fdatasync(fd_) != 0)
+        return make_error(sys_error("cannot empty the state journal", path_), errno);
+    size_ = 0;
+    return {};
+}
 
 Result<std::optional<GatewayState>> load_state(const std::string &path)
 {
@@ -128,6 +335,8 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
             return bad("netns is not a string");
         st.netns = j["netns"].get<std::string>();
     }
+    if (auto r = load_journal(journal_path(path), st); !r)
+        return bad(r.error().message);
     return std::optional<GatewayState>(std::move(st));
 }
 

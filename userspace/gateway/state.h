@@ -44,11 +44,49 @@ struct GatewayState {
     std::optional<std::string> netns;
 };
 
-Result<std::optional<GatewayState>> load_state(const std::string &path);  // nullopt: no file
+// The file, then its journal (below) on top; nullopt: no file.
+Result<std::optional<GatewayState>> load_state(const std::string &path);
 // The file's text (keys included: wipe it after use) and its durable write. The caller holds
 // the file's PrivateFileLock.
 std::string format_state(const GatewayState &state);
 Result<void> save_state(const std::string &path, const GatewayState &state);
+
+// The journal, PATH.journal: what changed since the file was last written whole, one entry
+// a line, appended and fsynced before a change is answered. A change costs its own entry, not
+// a rewrite of every tunnel; the next whole write (about once a second under traffic, when
+// the periodic bounds are renewed) empties the journal. An entry is the configuration change
+// (puts as `sa add`/`policy add` lines, deletions by key), the reservation given to each SA it
+// made (its replay-oseq, as in the file) and the ledger records that go with them. A last line
+// cut short by a crash was never acknowledged and is ignored; any other bad line refuses the
+// file as a bad file does.
+struct JournalEntry {
+    ConfigChange change;
+    std::vector<std::pair<SaKey, uint64_t>> reserved;  // last number each new SA may send
+    std::vector<std::pair<KeyFingerprint, SeqLedger::Record>> ledger;
+};
+std::string journal_path(const std::string &state_path);
+std::string format_journal_entry(const JournalEntry &e);  // one line, '\n' included; keys
+// Applies entry `line` (without its '\n') to st.
+Result<void> apply_journal_line(std::string_view line, GatewayState &st);
+
+// The journal's open file: appends are fsynced; reset() empties it once the whole file has
+// been written.
+class Journal {
+public:
+    Journal() = default;
+    Journal(Journal &&o) noexcept : fd_(o.fd_), size_(o.size_) { o.fd_ = -1; }
+    Journal &operator=(Journal &&o) noexcept;
+    ~Journal();
+    static Result<Journal> open(const std::string &path);
+    Result<void> append(std::string_view line);
+    Result<void> reset();
+    uint64_t size() const { return size_; }
+
+private:
+    int fd_ = -1;
+    uint64_t size_ = 0;
+    std::string path_;
+};
 
 // `configured` (a config file read at start) with the sequence numbers of each SA that `saved`
 // has configured the same way otherwise.

@@ -32,7 +32,11 @@ Result<std::unique_ptr<StateKeeper>> StateKeeper::open(const std::string &path,
     auto saved = load_state(path);
     if (!saved)
         return saved.error();
+    auto journal = Journal::open(journal_path(path));
+    if (!journal)
+        return journal.error();
     std::unique_ptr<StateKeeper> k(new StateKeeper(path, std::move(*lock), policy));
+    k->journal_ = std::move(*journal);
     if (*saved) {
         k->ledger_ = (*saved)->ledger;
         k->loaded_ = std::move(*saved);
@@ -70,8 +74,16 @@ void StateKeeper::writer()
         std::vector<Grant> grants;
         Result<void> r;
         try {
-            GatewayState st = plan(job, grants);
-            r = save_state(path_, st);
+            for (const ConfigChange &ch : job.changes)
+                apply_change(config_, ch);
+            if (job.whole) {
+                GatewayState st = plan(job, grants);
+                r = save_state(path_, st);
+                if (r)  // all of it is in the file now
+                    r = journal_.reset();
+            } else {
+                r = write_journal(job, grants);
+            }
         } catch (const std::exception &e) {  // a write that fails must not end the daemon
             r = make_error("state file " + path_ + ": " + e.what());
         }
@@ -82,48 +94,62 @@ void StateKeeper::writer()
     }
 }
 
-// What the file is to hold, and the bounds it grants: every SA's reservation from its rate, a
-// new SA's start from the ledger's record for its key.
+// An SA's bound: from its rate, or for a new SA its start from the ledger's record for its
+// key; recorded in sc (replay-oseq, replay-seq) and the ledger.
+void StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Grant> &grants)
+{
+    auto [it, added] = tracks_.try_emplace(s.serial);
+    Track &t = it->second;
+    uint64_t limit = seq_limit(sc);
+    uint64_t start = 0, oseq = s.oseq;
+    if (added)
+        t = Track{ledger_.fingerprint(sc.xf), oseq, now, 0, 0};
+    if (s.fresh) {
+        start = std::max(oseq, std::min(limit, ledger_.floor(t.fp)));
+        oseq = start;
+        t.oseq = start;
+    } else if (now > t.at) {
+        uint64_t moved = oseq - t.oseq, dt = now - t.at;
+        uint64_t inst = moved > UINT64_MAX / kSecondNs ? UINT64_MAX : moved * kSecondNs / dt;
+        t.rate = std::max(inst, t.rate - t.rate / 4);
+        t.oseq = oseq;
+        t.at = now;
+    }
+    t.round = round_;
+    uint64_t reserved = s.fresh ? oseq : s.reserved;
+    uint64_t last = std::max(reserved, reservation_target(oseq, t.rate, limit, policy_));
+    ledger_.record(t.fp, last);
+    grants.push_back(
+        {s.sa, start, last, reservation_low_water(oseq, last, t.rate, limit, policy_)});
+    sc.oseq = uint32_t(last);
+    sc.oseq_hi = uint32_t(last >> 32);
+    uint64_t top = s.window.top;
+    sc.seq = uint32_t(top);
+    sc.seq_hi = uint32_t(top >> 32);
+}
+
+// What the file is to hold, and the bounds it grants: every SA's reservation.
 GatewayState StateKeeper::plan(Job &job, std::vector<Grant> &grants)
 {
-    GatewayState st;
-    st.config = *job.config;
     round_++;
     ledger_.new_round();
-    for (size_t i = 0; i < st.config.sas.size() && i < job.sas.size(); i++) {
-        SaConfig &sc = st.config.sas[i];
-        Sample &s = job.sas[i];
-        auto [it, added] = tracks_.try_emplace(s.serial);
-        Track &t = it->second;
-        uint64_t limit = seq_limit(sc);
-        uint64_t start = 0, oseq = s.oseq;
-        if (added)
-            t = Track{ledger_.fingerprint(sc.xf), oseq, job.now, 0, 0};
-        if (s.fresh) {
-            start = std::max(oseq, std::min(limit, ledger_.floor(t.fp)));
-            oseq = start;
-            t.oseq = start;
-        } else if (job.now > t.at) {
-            uint64_t moved = oseq - t.oseq, dt = job.now - t.at;
-            uint64_t inst = moved > UINT64_MAX / kSecondNs ? UINT64_MAX : moved * kSecondNs / dt;
-            t.rate = std::max(inst, t.rate - t.rate / 4);
-            t.oseq = oseq;
-            t.at = job.now;
-        }
-        t.round = round_;
-        uint64_t reserved = s.fresh ? oseq : s.reserved;
-        uint64_t last = std::max(reserved, reservation_target(oseq, t.rate, limit, policy_));
-        ledger_.record(t.fp, last);
-        grants.push_back({std::move(s.sa), start, last,
-                          reservation_low_water(oseq, last, t.rate, limit, policy_)});
-        sc.oseq = uint32_t(last);
-        sc.oseq_hi = uint32_t(last >> 32);
-        uint64_t top = s.window.top;
-        sc.seq = uint32_t(top);
-        sc.seq_hi = uint32_t(top >> 32);
+    // The SAs of the configuration with the engine's: by key. One the engine has and the
+    // configuration not yet (a change between the two) stays held until the next save.
+    std::unordered_map<SaKey, Sample *, ConfigKeyHash> samples;
+    samples.reserve(job.sas.size());
+    for (Sample &s : job.sas)
+        samples[s.key] = &s;
+    GatewayState st;
+    for (SaConfig &sc : config_.sas) {
+        auto found = samples.find(SaKey{sc.dst, sc.spi});
+        if (found == samples.end())
+            continue;
+        Sample &s = *found->second;
+        reserve(s, sc, job.now, grants);
         if (s.has_window)
             st.replay.push_back({sc.dst, sc.spi, std::move(s.window)});
     }
+    st.config = config_;
     std::erase_if(tracks_, [&](const auto &kv) { return kv.second.round != round_; });
     ledger_.forget_oldest(job.sas.size() + kLedgerRetiredKeys);
     st.ledger = ledger_;
@@ -132,13 +158,45 @@ GatewayState StateKeeper::plan(Job &job, std::vector<Grant> &grants)
     return st;
 }
 
+// The changes and the bounds of the SAs they made, as journal entries: one a change, the
+// bounds with the last.
+Result<void> StateKeeper::write_journal(Job &job, std::vector<Grant> &grants)
+{
+    JournalEntry e;
+    for (Sample &s : job.sas) {
+        SaConfig *sc = config_.sas.find(s.key);
+        if (!sc)
+            continue;  // deleted by a later change of the same job
+        reserve(s, *sc, job.now, grants);
+        e.reserved.emplace_back(s.key, uint64_t(sc->oseq_hi) << 32 | sc->oseq);
+        KeyFingerprint fp = ledger_.fingerprint(sc->xf);
+        e.ledger.emplace_back(fp, ledger_.records().at(fp));
+    }
+    std::string text;
+    for (size_t i = 0; i < job.changes.size(); i++) {
+        JournalEntry line;
+        line.change = std::move(job.changes[i]);
+        if (i + 1 == job.changes.size()) {
+            line.reserved = std::move(e.reserved);
+            line.ledger = std::move(e.ledger);
+        }
+        text += format_journal_entry(line);
+    }
+    if (job.changes.empty())
+        text = format_journal_entry(e);
+    auto r = journal_.append(text);
+    OPENSSL_cleanse(text.data(), text.size());
+    return r;
+}
+
 void StateKeeper::restore_replay(Gateway &gw)
 {
     if (!loaded_)
         return;
     std::unordered_map<SaKey, Sa *, SaKeyHash> by_spi;
     for (const auto &sa : gw.sas())
-        by_spi[SaKey{sa->config().dst, sa->config().spi}] = sa.get();
+        if (sa)
+            by_spi[SaKey{sa->config().dst, sa->config().spi}] = sa.get();
     // A window saved under the same keys comes back whatever else the configuration changed
     // (a restart with an edited config file): what the peer sent under them stays seen.
     for (const SavedReplay &r : loaded_->replay) {
@@ -162,19 +220,32 @@ void StateKeeper::restore_replay(Gateway &gw)
 }
 
 // What the writer needs of the SAs, read on the data thread: no hashing, no ledger. A new SA
-// is held here, before it has sent anything.
-StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now)
+// is held here, before it has sent anything. Whole: every SA; else those the changes made.
+StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now, bool whole)
 {
     Job job;
-    job.config = gw.config_ptr();
+    job.whole = whole;
+    job.changes = std::move(changes_);
+    changes_.clear();
     job.now = now;
     job.ticket = requested_;
-    const auto &sas = gw.sas();
-    job.sas.resize(sas.size());
-    for (size_t i = 0; i < sas.size(); i++) {
-        Sa &sa = *sas[i];
-        Sample &s = job.sas[i];
-        s.sa = sas[i];
+    std::vector<std::shared_ptr<Sa>> made;
+    if (!whole)
+        for (const ConfigChange &ch : job.changes)
+            for (const SaConfig &c : ch.put_sas)
+                if (auto sa = gw.sa(SaKey{c.dst, c.spi}))
+                    made.push_back(std::move(sa));
+    const auto &sas = whole ? gw.sas() : made;
+    job.sas.reserve(sas.size());
+    for (const auto &ref : sas) {
+        if (!ref)
+            continue;
+        Sa &sa = *ref;
+        if (!whole && sa.reservation_bound())
+            continue;  // put again as it was: it runs on
+        Sample &s = job.sas.emplace_back();
+        s.sa = ref;
+        s.key = SaKey{sa.config().dst, sa.config().spi};
         s.serial = sa.serial();
         s.fresh = !sa.reservation_bound();
         if (s.fresh)
@@ -254,9 +325,15 @@ Result<void> StateKeeper::wait_idle()
     return r;
 }
 
-uint64_t StateKeeper::request_save(Gateway &gw)
+void StateKeeper::set_config(Config config)
 {
-    config_ = gw.config_ptr();
+    config_ = std::move(config);
+}
+
+uint64_t StateKeeper::request_save(Gateway &, const ConfigChange *change)
+{
+    if (change)
+        changes_.push_back(*change);
     want_ = true;  // tick() starts the write, after the one in flight
     return ++requested_;
 }
@@ -276,7 +353,8 @@ Result<void> StateKeeper::save_now(Gateway &gw)
     request_save(gw);
     want_ = false;
     uint64_t now = now_ns();
-    start(sample(gw, now));
+    start(sample(gw, now, true));
+    started_ = true;
     auto r = wait_idle();
     retry_at_ = r ? 0 : now + kRetryNs;
     return r;
@@ -287,7 +365,8 @@ uint64_t StateKeeper::activity(const Gateway &gw) const
 {
     uint64_t sum = 0;
     for (const auto &sa : gw.sas())
-        sum += sa->oseq() + sa->replay().highest() + sa->counters().packets;
+        if (sa)
+            sum += sa->oseq() + sa->replay().highest() + sa->counters().packets;
     return sum;
 }
 
@@ -309,10 +388,11 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
     }
     if (want_) {  // a change waits for its write: no retry delay
         want_ = false;
-        start(sample(gw, now));
+        // An interface change (no configuration change) rewrites the file.
+        start(sample(gw, now, changes_.empty()));
         return;
     }
-    if (now < retry_at_ || !config_)
+    if (now < retry_at_ || !started_)
         return;
     bool due = wake_.exchange(false, std::memory_order_relaxed);
     if (now - last_look_ >= kLookNs) {
@@ -322,7 +402,7 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
         saved_activity_ = a;
     }
     if (due)
-        start(sample(gw, now));
+        start(sample(gw, now, true));
 }
 
 }  // namespace xesp

@@ -63,10 +63,15 @@ public:
     // each SA the file had configured the same way, then forgets what was loaded (keys too).
     void restore_replay(Gateway &gw);
 
+    // The configuration the gateway starts with, before the first save (the changes then
+    // come with request_save()).
+    void set_config(Config config);
     // After every change of configuration or interfaces, on the data thread: asks for a
-    // write, which tick() starts (after the one in flight, if any). Returns a ticket for
-    // wait_saved(). New SAs must be held meanwhile (GatewayOptions::hold_new_sas).
-    uint64_t request_save(Gateway &gw);
+    // write, which tick() starts (after the one in flight, if any): a journal entry with
+    // `change` and the reservations of the SAs it made (or, without a change, the whole
+    // file). Returns a ticket for wait_saved(). New SAs must be held meanwhile
+    // (GatewayOptions::hold_new_sas).
+    uint64_t request_save(Gateway &gw, const ConfigChange *change = nullptr);
     // On another thread: waits until a write that covers `ticket` is done; its result.
     Result<void> wait_saved(uint64_t ticket);
     // request_save() and wait_saved() in one, for the data thread while nothing else runs
@@ -79,15 +84,18 @@ private:
     // One SA as the data thread saw it, in the order of the configuration's SAs.
     struct Sample {
         std::weak_ptr<Sa> sa;
+        SaKey key;
         uint64_t serial = 0;
         uint64_t oseq = 0, reserved = 0;
         bool fresh = false;  // not bound yet: held, its start comes from the ledger
         ReplayWindow::Snapshot window;
         bool has_window = false;
     };
-    // What the writer thread turns into a GatewayState and grants.
+    // What the writer thread turns into a GatewayState (whole) or a journal entry, and
+    // grants.
     struct Job {
-        std::shared_ptr<const Config> config;
+        bool whole = true;                  // else only the SAs the changes made are sampled
+        std::vector<ConfigChange> changes;  // since the last job, in order
         std::vector<Sample> sas;
         std::vector<std::pair<std::string, IfaceRole>> ifaces;
         uint64_t now = 0;
@@ -105,7 +113,9 @@ private:
     };
 
     StateKeeper(std::string path, PrivateFileLock lock, const ReservePolicy &policy);
-    Job sample(Gateway &gw, uint64_t now);
+    Job sample(Gateway &gw, uint64_t now, bool whole);
+    void reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Grant> &grants);
+    Result<void> write_journal(Job &job, std::vector<Grant> &grants);
     void start(Job job);
     void finish(const Result<void> &r, std::vector<Grant> &grants);
     Result<void> wait_idle();
@@ -120,8 +130,9 @@ private:
     std::string netns_ = netns_name();  // recorded in the file: another namespace's is refused
 
     // The data thread's.
-    std::shared_ptr<const Config> config_;  // as of the last request_save()
-    std::atomic<bool> wake_{false};         // set by an SA at its low-water mark
+    bool started_ = false;               // saved once: periodic saves may follow
+    std::vector<ConfigChange> changes_;  // not yet handed to the writer
+    std::atomic<bool> wake_{false};      // set by an SA at its low-water mark
     uint64_t last_look_ = 0, retry_at_ = 0;
     uint64_t saved_activity_ = UINT64_MAX;
     bool busy_ = false;  // a job handed over and not yet taken back
@@ -130,7 +141,9 @@ private:
     uint64_t in_flight_ = 0;  // the ticket of the job handed over
     bool want_ = false;       // a request came while busy_
 
-    // The writer thread's.
+    // The writer thread's (set_config() before it starts).
+    Config config_;  // as of the last job, with the reservations given
+    Journal journal_;
     SeqLedger ledger_;
     std::unordered_map<uint64_t, Track> tracks_;
     uint64_t round_ = 0;
