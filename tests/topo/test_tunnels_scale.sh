@@ -67,7 +67,8 @@ if "$TOOL" storm --tunnels $N --rate 2 --seconds 8 --flows 8 --build "$build" --
     t0=$(field "$dir/storm.json" 'r["flow"]["tunnel0_lost"]')
     sent=$(field "$dir/storm.json" 'r["flow"]["tunnel0_sent"]')
     [ "$t0" = 0 ] && [ "$sent" -gt 1000 ] && pass "storm: 0 of $sent datagrams lost through tunnel 0" ||
-        fail "storm: no datagram lost through tunnel 0" "$t0 of $sent lost"
+        fail "storm: no datagram lost through tunnel 0" \
+            "$t0 of $sent lost; the gateways dropped $(field "$dir/storm.json" 'r["drops"]')"
     gone=$(field "$dir/storm.json" 'r["sent_with_deleted_sa"]')
     [ "$gone" = 0 ] && pass "storm: no packet for an SA gwB does not have" ||
         fail "storm: no packet for an SA gwB does not have" "$gone ($(field "$dir/storm.json" 'r["gwB_unknown_sa"]'))"
