@@ -26,7 +26,8 @@ cleanup() {
     for ns in "${!DPID[@]}"; do kill -9 "${DPID[$ns]}" 2>/dev/null; done
     for ns in $A $B $C; do
         ip netns del "$ns" 2>/dev/null
-        rm -f "/run/xesp/xesp-$ns.sock" "/var/lib/xesp/xesp-$ns.state"
+        rm -f "/run/xesp/xesp-$ns.sock" "/var/lib/xesp/xesp-$ns.state" \
+            "/var/lib/xesp/xesp-$ns.state.journal"
     done
     rm -rf "$WORK"
 }
@@ -93,13 +94,14 @@ check "sa list in $B answers, without it" \
     bash -c "out=\$(ip netns exec $B env -u XESP_SOCKET '$XESP' sa list) && [ -z \"\$out\" ]"
 check "the state files are two" test -f "/var/lib/xesp/xesp-$A.state" -a -f "/var/lib/xesp/xesp-$B.state"
 check "$A's holds the SA, $B's not" \
-    bash -c "grep -q 'spi 0x0*1000' /var/lib/xesp/xesp-$A.state && ! grep -q 'spi 0x0*1000' /var/lib/xesp/xesp-$B.state"
+    bash -c "cat /var/lib/xesp/xesp-$A.state* | grep -q 'spi 0x0*1000' && ! cat /var/lib/xesp/xesp-$B.state* | grep -q 'spi 0x0*1000'"
 check "each records its namespace" \
     bash -c "grep -q '\"netns\": \"$A\"' /var/lib/xesp/xesp-$A.state && grep -q '\"netns\": \"$B\"' /var/lib/xesp/xesp-$B.state"
 
 check "no daemon in $C: sa list fails" bash -c "! ip netns exec $C env -u XESP_SOCKET '$XESP' sa list 2>'$WORK/err'"
 check "naming the socket it tried" grep -q "/run/xesp/xesp-$C.sock" "$WORK/err"
-check "and no state or socket appears for $C" test ! -e "/var/lib/xesp/xesp-$C.state"
+check "and no state or socket appears for $C" \
+    test ! -e "/var/lib/xesp/xesp-$C.state" -a ! -e "/var/lib/xesp/xesp-$C.state.journal"
 
 stop_daemon $A
 refused() {

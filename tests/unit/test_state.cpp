@@ -84,26 +84,44 @@ TEST_CASE("reservation: an SA never sends beyond its bound, and counts what it h
     CHECK_FALSE(s.seq_exhausted());
 }
 
-TEST_CASE("reservation: the SA asks for more at its low-water mark and when held back", "[state]")
+TEST_CASE("reservation: the SA lists itself once at its low-water mark, again after more",
+          "[state]")
 {
     auto sa = Sa::create(make_sa(gcm(), Mode::Tunnel, 4), Backend::Auto);
     REQUIRE(sa);
     Sa &s = **sa;
-    std::atomic<bool> wake{false};
-    s.bind_reservation(0, &wake);
+    SaNotify notify;
+    s.bind_reservation(0, &notify);
     s.reserve_to(10, 5);
     uint64_t seq = 0;
     for (int i = 0; i < 4; i++)
         REQUIRE(s.next_seq(&seq));
-    CHECK_FALSE(wake.load());
+    CHECK_FALSE(notify.wake.load());
     REQUIRE(s.next_seq(&seq));  // number 5: the low-water mark
-    CHECK(wake.exchange(false));
+    CHECK(notify.wake.exchange(false));
+    REQUIRE(notify.asking.size() == 1);
+    CHECK(notify.asking[0].key.spi == s.config().spi);
+    CHECK(notify.asking[0].serial == s.serial());
     for (int i = 0; i < 5; i++)
         REQUIRE(s.next_seq(&seq));
-    CHECK_FALSE(wake.load());       // once per mark
-    CHECK_FALSE(s.next_seq(&seq));  // held back: asks again
-    CHECK(wake.load());
+    CHECK_FALSE(s.next_seq(&seq));  // held back at the bound: still listed once
     CHECK(seq == 10);
+    CHECK(notify.asking.size() == 1);
+    CHECK_FALSE(notify.wake.load());
+    s.reserve_to(20, 15);  // the owner's answer: the next mark lists it again
+    REQUIRE(s.next_seq(&seq));
+    CHECK(seq == 11);
+    for (int i = 0; i < 4; i++)
+        REQUIRE(s.next_seq(&seq));
+    CHECK(notify.asking.size() == 2);
+
+    // A replay window that moves is listed once until the owner saves it.
+    s.window_moved();
+    s.window_moved();
+    CHECK(notify.moved.size() == 1);
+    s.window_saved();
+    s.window_moved();
+    CHECK(notify.moved.size() == 2);
 }
 
 TEST_CASE("reservation: a new SA starts where the ledger says its key stopped", "[state]")
@@ -446,6 +464,14 @@ TEST_CASE("state journal: changes and reservations on top of the file, a torn la
         auto torn = load_state(path);
         REQUIRE(torn);
         expect(**torn);
+        // Opened again (a restart), the journal drops it: the next entry starts a line.
+        auto reopened = Journal::open(journal_path(path));
+        REQUIRE(reopened);
+        CHECK(reopened->size() == line.size());
+        REQUIRE(reopened->append(line));
+        auto after = load_state(path);
+        REQUIRE(after);
+        expect(**after);
     }
     SECTION("a bad line before the last refuses the file")
     {

@@ -106,6 +106,7 @@ static bool decap_one(Sa &sa, Pkt &p, const CryptoOp &op, uint64_t seq)
     // Only now, authenticated, may the packet move the window (RFC 4303 3.4.3).
     switch (sa.replay().update(seq)) {
     case ReplayWindow::Verdict::Ok:
+        sa.window_moved();
         break;
     case ReplayWindow::Verdict::Replay:
         p.set_drop(Drop::InReplay);

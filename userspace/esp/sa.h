@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "userspace/base/counters.h"
 #include "userspace/crypto/crypto.h"
@@ -22,6 +23,21 @@ inline uint32_t smaller_mtu(uint32_t a, uint32_t b)
 {
     return a && (!b || a < b) ? a : b;
 }
+
+// What SAs tell the owner of their sequence reservations (the daemon's state keeper), on the
+// thread that runs them: which reached their low-water mark or bound, and whose replay window
+// moved since the owner last looked. Each SA is listed once until the owner takes note
+// (Sa::reserve_to, Sa::window_saved), so the owner's work follows the SAs that move, not
+// the number of SAs.
+struct SaNotify {
+    struct Entry {
+        SaKey key;
+        uint64_t serial;
+    };
+    std::atomic<bool> wake{false};  // asking has grown
+    std::vector<Entry> asking;
+    std::vector<Entry> moved;
+};
 
 class Sa {
 public:
@@ -79,7 +95,7 @@ public:
     // the SA once, before the SA sends anything (bind_reservation(), which may move the
     // counter up to where an earlier SA with the same key stopped), and raises the bound each
     // time the record is on disk (reserve_to()). When the counter reaches `low_water`, or the
-    // bound, the SA sets *wake for the owner (once per reserve_to(), or per packet held back).
+    // bound, the SA lists itself for the owner (SaNotify::asking, once per reserve_to()).
     // Unbound, as `xesp pcap` uses it, an SA is limited only by the sequence space.
     bool reservation_bound() const { return bound_; }
     // Held since it was made: not bound yet, nothing reserved (hold()).
@@ -90,11 +106,11 @@ public:
         if (!bound_)
             reserved_.store(oseq_, std::memory_order_release);
     }
-    void bind_reservation(uint64_t start, std::atomic<bool> *wake = nullptr)
+    void bind_reservation(uint64_t start, SaNotify *notify = nullptr)
     {
         if (start > oseq_)
             oseq_ = start;
-        wake_ = wake;
+        notify_ = notify;
         low_water_ = UINT64_MAX;
         reserved_.store(oseq_, std::memory_order_release);
         bound_ = true;
@@ -104,9 +120,19 @@ public:
         if (last > reserved_.load(std::memory_order_relaxed))
             reserved_.store(last, std::memory_order_release);
         low_water_ = low_water;
+        asked_ = false;
     }
     uint64_t reserved() const { return reserved_.load(std::memory_order_acquire); }
     ReplayWindow &replay() { return replay_; }
+    // The window moved (a packet accepted): listed once for the owner, until window_saved().
+    void window_moved()
+    {
+        if (notify_ && !window_listed_) [[unlikely]] {
+            window_listed_ = true;
+            notify_->moved.push_back({SaKey{cfg_.dst, cfg_.spi}, serial_});
+        }
+    }
+    void window_saved() { window_listed_ = false; }
     const ReplayWindow &replay() const { return replay_; }
 
     Counters &counters() { return counters_; }
@@ -169,15 +195,19 @@ private:
     void ask_for_more()
     {
         low_water_ = UINT64_MAX;
-        if (wake_)
-            wake_->store(true, std::memory_order_relaxed);
+        if (notify_ && !asked_) {
+            asked_ = true;
+            notify_->asking.push_back({SaKey{cfg_.dst, cfg_.spi}, serial_});
+            notify_->wake.store(true, std::memory_order_relaxed);
+        }
     }
 
     uint64_t oseq_ = 0;
     std::atomic<uint64_t> reserved_{UINT64_MAX};  // the last number the SA may send
     uint64_t low_water_ = UINT64_MAX;             // ask for more from here
-    std::atomic<bool> *wake_ = nullptr;
+    SaNotify *notify_ = nullptr;
     bool bound_ = false;
+    bool asked_ = false, window_listed_ = false;
     ReplayWindow replay_;
     Counters counters_;
     uint64_t life_bytes_ = 0, life_packets_ = 0;

@@ -42,6 +42,8 @@ void ClassifierSync::rollback(std::vector<Undo> &undo)
                 (void)prog_.remove_sa(u->key.dst, u->key.spi);
                 sas_.erase(u->key);
             }
+        } else if (u->kind == Undo::ReplacedPolicy) {
+            (void)prog_.replace_policy(u->new_id, *u->now, u->id, *u->policy);
         } else if (u->policy) {
             (void)prog_.replace_policy(u->id, *u->now, u->id, *u->policy);
         } else {
@@ -61,12 +63,32 @@ Result<void> ClassifierSync::stage(const Engine::Prepared &p)
     for (const auto &put : p.sa_puts)
         if (auto r = stage_sa(put.sa->config(), put.id, undo); !r)
             return failed(r);
+    // A policy deleted and added again in one change (a new id): the new one takes the old
+    // one's entry at once, as the classifier holds one policy per selector and direction.
+    std::unordered_map<PolicyKey, const Engine::Prepared::PolicyDel *, ConfigKeyHash> dels;
+    for (const auto &del : p.policy_dels)
+        dels[PolicyKey{del.old->sel, del.old->dir}] = &del;
     for (const auto &put : p.policy_puts) {
-        auto r = put.old ? prog_.replace_policy(put.id, *put.old, put.id, *put.policy)
-                         : prog_.add_policy(put.id, *put.policy);
+        auto again = put.old ? dels.end() : dels.find(PolicyKey{put.policy->sel, put.policy->dir});
+        Result<void> r;
+        if (put.old)
+            r = prog_.replace_policy(put.id, *put.old, put.id, *put.policy);
+        else if (again != dels.end())
+            r = prog_.replace_policy(again->second->id, *again->second->old, put.id, *put.policy);
+        else
+            r = prog_.add_policy(put.id, *put.policy);
         if (!r)
             return failed(r);
-        undo.push_back({Undo::PutPolicy, {}, std::nullopt, put.id, put.old, put.policy});
+        if (again != dels.end())
+            undo.push_back({Undo::ReplacedPolicy,
+                            {},
+                            std::nullopt,
+                            again->second->id,
+                            again->second->old,
+                            put.policy,
+                            put.id});
+        else
+            undo.push_back({Undo::PutPolicy, {}, std::nullopt, put.id, put.old, put.policy});
     }
     return {};
 }
@@ -83,7 +105,7 @@ void ClassifierSync::commit(const Engine::Prepared &p)
         sas_.erase(it);
     }
     for (const auto &del : p.policy_dels)
-        (void)prog_.remove_policy(del.id);
+        (void)prog_.remove_policy(del.id);  // replaced already (stage): fails, harmlessly
 }
 
 }  // namespace xesp

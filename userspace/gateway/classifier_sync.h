@@ -41,12 +41,13 @@ private:
     };
     // One undoable step of stage().
     struct Undo {
-        enum Kind { PutSa, PutPolicy } kind;
+        enum Kind { PutSa, PutPolicy, ReplacedPolicy } kind;
         SaKey key;
         std::optional<SaEntry> sa;  // before: none, or what it was
         uint32_t id = 0;
         Spd::Policy policy;  // the policy before (null: none) and after
         Spd::Policy now;
+        uint32_t new_id = 0;  // ReplacedPolicy: the id `now` has (`id` is policy's)
     };
     Result<void> stage_sa(const SaConfig &c, uint32_t id, std::vector<Undo> &undo);
     void rollback(std::vector<Undo> &undo);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +89,21 @@ Result<void> load_sequences(const nlohmann::json &j, GatewayState &st)
     return {};
 }
 
+bool unhex(const std::string &hex, std::vector<uint8_t> &out)
+{
+    if (hex.size() % 2)
+        return false;
+    for (size_t i = 0; i < hex.size(); i += 2) {
+        char *end = nullptr;
+        std::string byte = hex.substr(i, 2);
+        unsigned long v = std::strtoul(byte.c_str(), &end, 16);
+        if (end != byte.c_str() + 2)
+            return false;
+        out.push_back(uint8_t(v));
+    }
+    return true;
+}
+
 std::string hex_of(const uint8_t *p, size_t n)
 {
     static const char digits[] = "0123456789abcdef";
@@ -119,12 +135,15 @@ Result<void> load_journal(const std::string &path, GatewayState &st)
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     size_t pos = 0, lineno = 0;
     Result<void> out;
+    WindowIndex windows;
+    for (size_t i = 0; i < st.replay.size(); i++)
+        windows[SaKey{st.replay[i].dst, st.replay[i].spi}] = i;
     while (pos < text.size()) {
         size_t nl = text.find('\n', pos);
         lineno++;
         if (nl == std::string::npos)
             break;  // cut short by a crash: never acknowledged
-        auto r = apply_journal_line(std::string_view(text).substr(pos, nl - pos), st);
+        auto r = apply_journal_line(std::string_view(text).substr(pos, nl - pos), st, &windows);
         if (!r) {
             out = make_error(path + ":" + std::to_string(lineno) + ": " + r.error().message);
             break;
@@ -161,6 +180,10 @@ std::string format_journal_entry(const JournalEntry &e)
     auto &res = j["reserved"] = nlohmann::json::array();
     for (const auto &[k, last] : e.reserved)
         res.push_back({k.dst.str(), k.spi, last});
+    auto &win = j["windows"] = nlohmann::json::array();
+    for (const SavedReplay &w : e.windows)
+        win.push_back(
+            {w.dst.str(), w.spi, w.window.top, hex_of(w.window.seen.data(), w.window.seen.size())});
     auto &led = j["used"] = nlohmann::json::object();
     for (const auto &[fp, r] : e.ledger)
         led[hex_of(fp.data(), fp.size())] = {r.last, r.round};
@@ -170,7 +193,7 @@ std::string format_journal_entry(const JournalEntry &e)
     return line;
 }
 
-Result<void> apply_journal_line(std::string_view line, GatewayState &st)
+Result<void> apply_journal_line(std::string_view line, GatewayState &st, WindowIndex *windows)
 {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     auto bad = [] { return make_error("not a journal entry"); };
@@ -228,6 +251,42 @@ Result<void> apply_journal_line(std::string_view line, GatewayState &st)
             sa->oseq_hi = uint32_t(last >> 32);
         }
     }
+    if (auto w = j.find("windows"); w != j.end()) {
+        if (!w->is_array())
+            return bad();
+        for (const auto &r : *w) {
+            auto dst = r.is_array() && r.size() == 4 && r[0].is_string()
+                           ? IpAddr::parse(r[0].get<std::string>())
+                           : std::nullopt;
+            if (!dst || !r[1].is_number_unsigned() || !r[2].is_number_unsigned() ||
+                !r[3].is_string())
+                return bad();
+            SavedReplay s{*dst, r[1].get<uint32_t>(), {}};
+            s.window.top = r[2].get<uint64_t>();
+            if (!unhex(r[3].get_ref<const std::string &>(), s.window.seen))
+                return bad();
+            SaKey key{s.dst, s.spi};
+            if (SaConfig *sa = st.config.sas.find(key)) {
+                sa->seq = uint32_t(s.window.top);
+                sa->seq_hi = uint32_t(s.window.top >> 32);
+            }
+            auto at = windows ? windows->find(key) : WindowIndex::iterator();
+            if (windows && at != windows->end()) {
+                st.replay[at->second] = std::move(s);
+                continue;
+            }
+            auto same = std::find_if(st.replay.begin(), st.replay.end(), [&](const SavedReplay &x) {
+                return !windows && x.dst == key.dst && x.spi == key.spi;
+            });
+            if (same != st.replay.end()) {
+                *same = std::move(s);
+                continue;
+            }
+            if (windows)
+                (*windows)[key] = st.replay.size();
+            st.replay.push_back(std::move(s));
+        }
+    }
     for (const auto &[fp, r] : j["used"].items())
         if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
             !r[1].is_number_unsigned() ||
@@ -236,58 +295,71 @@ Result<void> apply_journal_line(std::string_view line, GatewayState &st)
     return out;
 }
 
-Journal &Journal::operator=(Journal &&o) noexcept
-{
-    if (this != &o) {
-        if (fd_ >= 0)
-            ::close(fd_);
-        fd_ = o.fd_;
-        size_ = o.size_;
-        path_ = std::move(o.path_);
-        o.fd_ = -1;
-    }
-    return *this;
-}
-
-Journal::~Journal()
-{
-    if (fd_ >= 0)
-        ::close(fd_);
-}
-
 Result<Journal> Journal::open(const std::string &path)
 {
     Journal j;
     j.path_ = path;
-    j.fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (j.fd_ < 0)
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
         return make_error(sys_error("cannot open the state journal", path), errno);
-    off_t end = ::lseek(j.fd_, 0, SEEK_END);
+    off_t end = ::lseek(fd, 0, SEEK_END);
     j.size_ = end > 0 ? uint64_t(end) : 0;
+    ::close(fd);
+    // A last line cut short by a crash is dropped, or the next entry would be glued to it.
+    if (j.size_) {
+        std::ifstream in(path, std::ios::binary);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        size_t keep = text.rfind('\n');
+        keep = keep == std::string::npos ? 0 : keep + 1;
+        wipe(text);
+        if (keep != j.size_) {
+            if (::truncate(path.c_str(), off_t(keep)) != 0)
+                return make_error(sys_error("cannot cut the state journal", path), errno);
+            j.size_ = keep;
+        }
+    }
     return j;
 }
 
 Result<void> Journal::append(std::string_view line)
 {
+    int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return make_error(sys_error("cannot open the state journal", path_), errno);
     size_t done = 0;
+    Result<void> r;
     while (done < line.size()) {
-        ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+        ssize_t n = ::write(fd, line.data() + done, line.size() - done);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            return make_error(sys_error("cannot write the state journal", path_), errno);
+        if (n <= 0) {
+            r = make_error(sys_error("cannot write the state journal", path_), errno);
+            break;
+        }
         done += size_t(n);
     }
-    size_ += line.size();
-    if (::fdatasync(fd_) != 0)
-        return make_error(sys_error("cannot sync the state journal", path_), errno);
-    return {};
+    if (!r && done && ::ftruncate(fd, off_t(size_)) == 0)  // no half line left behind
+        done = 0;
+    size_ += done;
+    if (r && ::fdatasync(fd) != 0)
+        r = make_error(sys_error("cannot sync the state journal", path_), errno);
+    ::close(fd);
+    return r;
 }
 
 Result<void> Journal::reset()
 {
-    if (::ftruncate(fd_, 0) != 0 || ::fdatasync(fd_) != 0)
+    if (size_ == 0)
+        return {};
+    int fd = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno != ENOENT)
         return make_error(sys_error("cannot empty the state journal", path_), errno);
+    bool synced = fd < 0 || ::fdatasync(fd) == 0;
+    int err = errno;
+    if (fd >= 0)
+        ::close(fd);
+    if (!synced)
+        return make_error(sys_error("cannot empty the state journal", path_), err);
     size_ = 0;
     return {};
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,31 +62,31 @@ Result<void> save_state(const std::string &path, const GatewayState &state);
 // file as a bad file does.
 struct JournalEntry {
     ConfigChange change;
-    std::vector<std::pair<SaKey, uint64_t>> reserved;  // last number each new SA may send
+    std::vector<std::pair<SaKey, uint64_t>> reserved;  // last number an SA may send now
     std::vector<std::pair<KeyFingerprint, SeqLedger::Record>> ledger;
+    std::vector<SavedReplay> windows;  // replay windows that moved
 };
 std::string journal_path(const std::string &state_path);
 std::string format_journal_entry(const JournalEntry &e);  // one line, '\n' included; keys
-// Applies entry `line` (without its '\n') to st.
-Result<void> apply_journal_line(std::string_view line, GatewayState &st);
+// Applies entry `line` (without its '\n') to st. `windows`, if given, indexes st.replay by
+// key (kept up to date).
+using WindowIndex = std::unordered_map<SaKey, size_t, ConfigKeyHash>;
+Result<void> apply_journal_line(std::string_view line, GatewayState &st,
+                                WindowIndex *windows = nullptr);
 
-// The journal's open file: appends are fsynced; reset() empties it once the whole file has
-// been written.
+// The journal file: each append opens it, writes, fsyncs and closes it again (an open file
+// would keep its filesystem from being remounted read-only); reset() empties it once the
+// whole file has been written.
 class Journal {
 public:
-    Journal() = default;
-    Journal(Journal &&o) noexcept : fd_(o.fd_), size_(o.size_) { o.fd_ = -1; }
-    Journal &operator=(Journal &&o) noexcept;
-    ~Journal();
-    static Result<Journal> open(const std::string &path);
+    static Result<Journal> open(const std::string &path);  // checks it can be created
     Result<void> append(std::string_view line);
     Result<void> reset();
     uint64_t size() const { return size_; }
 
 private:
-    int fd_ = -1;
-    uint64_t size_ = 0;
     std::string path_;
+    uint64_t size_ = 0;
 };
 
 // `configured` (a config file read at start) with the sequence numbers of each SA that `saved`

@@ -13,6 +13,10 @@ namespace {
 
 constexpr uint64_t kLookNs = kSecondNs;   // counters and replay windows moved?
 constexpr uint64_t kRetryNs = kSecondNs;  // after a failed write
+// The journal is folded into a whole write when it outgrows this, or this much per SA: about
+// the size of the whole file.
+constexpr uint64_t kJournalMin = uint64_t(4) << 20;
+constexpr uint64_t kJournalPerSa = 512;
 
 uint64_t seq_limit(const SaConfig &c)
 {
@@ -74,16 +78,7 @@ void StateKeeper::writer()
         std::vector<Grant> grants;
         Result<void> r;
         try {
-            for (const ConfigChange &ch : job.changes)
-                apply_change(config_, ch);
-            if (job.whole) {
-                GatewayState st = plan(job, grants);
-                r = save_state(path_, st);
-                if (r)  // all of it is in the file now
-                    r = journal_.reset();
-            } else {
-                r = write_journal(job, grants);
-            }
+            r = write(job, grants);
         } catch (const std::exception &e) {  // a write that fails must not end the daemon
             r = make_error("state file " + path_ + ": " + e.what());
         }
@@ -98,12 +93,12 @@ void StateKeeper::writer()
 // key; recorded in sc (replay-oseq, replay-seq) and the ledger.
 void StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Grant> &grants)
 {
-    auto [it, added] = tracks_.try_emplace(s.serial);
+    auto [it, added] = tracks_.try_emplace(s.key);
     Track &t = it->second;
     uint64_t limit = seq_limit(sc);
     uint64_t start = 0, oseq = s.oseq;
-    if (added)
-        t = Track{ledger_.fingerprint(sc.xf), oseq, now, 0, 0};
+    if (added || t.serial != s.serial)
+        t = Track{s.serial, ledger_.fingerprint(sc.xf), oseq, now, 0, 0};
     if (s.fresh) {
         start = std::max(oseq, std::min(limit, ledger_.floor(t.fp)));
         oseq = start;
@@ -128,49 +123,45 @@ void StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Gra
     sc.seq_hi = uint32_t(top >> 32);
 }
 
-// What the file is to hold, and the bounds it grants: every SA's reservation.
-GatewayState StateKeeper::plan(Job &job, std::vector<Grant> &grants)
+// A job, on the writer thread: its changes and samples into the writer's view of the state,
+// then a journal entry, or the whole file (a whole job; or when the journal has grown as big
+// as a whole file would be: that empties it).
+Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
 {
-    round_++;
-    ledger_.new_round();
-    // The SAs of the configuration with the engine's: by key. One the engine has and the
-    // configuration not yet (a change between the two) stays held until the next save.
-    std::unordered_map<SaKey, Sample *, ConfigKeyHash> samples;
-    samples.reserve(job.sas.size());
-    for (Sample &s : job.sas)
-        samples[s.key] = &s;
-    GatewayState st;
-    for (SaConfig &sc : config_.sas) {
-        auto found = samples.find(SaKey{sc.dst, sc.spi});
-        if (found == samples.end())
-            continue;
-        Sample &s = *found->second;
-        reserve(s, sc, job.now, grants);
-        if (s.has_window)
-            st.replay.push_back({sc.dst, sc.spi, std::move(s.window)});
+    for (const ConfigChange &ch : job.changes) {
+        for (const SaKey &k : ch.del_sas) {
+            windows_.erase(k);
+            tracks_.erase(k);
+        }
+        for (const SaConfig &c : ch.put_sas)
+            if (const SaConfig *old = config_.sas.find(SaKey{c.dst, c.spi});
+                old && !same_keys(*old, c))
+                windows_.erase(SaKey{c.dst, c.spi});  // other keys: what was seen is not
+        apply_change(config_, ch);
     }
-    st.config = config_;
-    std::erase_if(tracks_, [&](const auto &kv) { return kv.second.round != round_; });
-    ledger_.forget_oldest(job.sas.size() + kLedgerRetiredKeys);
-    st.ledger = ledger_;
-    st.ifaces = std::move(job.ifaces);
-    st.netns = netns_;
-    return st;
-}
-
-// The changes and the bounds of the SAs they made, as journal entries: one a change, the
-// bounds with the last.
-Result<void> StateKeeper::write_journal(Job &job, std::vector<Grant> &grants)
-{
+    if (job.whole)
+        ifaces_ = std::move(job.ifaces);
     JournalEntry e;
     for (Sample &s : job.sas) {
         SaConfig *sc = config_.sas.find(s.key);
         if (!sc)
             continue;  // deleted by a later change of the same job
-        reserve(s, *sc, job.now, grants);
-        e.reserved.emplace_back(s.key, uint64_t(sc->oseq_hi) << 32 | sc->oseq);
-        KeyFingerprint fp = ledger_.fingerprint(sc->xf);
-        e.ledger.emplace_back(fp, ledger_.records().at(fp));
+        if (s.renew) {
+            reserve(s, *sc, job.now, grants);
+            e.reserved.emplace_back(s.key, uint64_t(sc->oseq_hi) << 32 | sc->oseq);
+            KeyFingerprint fp = ledger_.fingerprint(sc->xf);
+            e.ledger.emplace_back(fp, ledger_.records().at(fp));
+        }
+        sc->seq = uint32_t(s.window.top);
+        sc->seq_hi = uint32_t(s.window.top >> 32);
+        if (s.has_window) {
+            e.windows.push_back({s.key.dst, s.key.spi, s.window});
+            windows_[s.key] = std::move(s.window);
+        }
+    }
+    if (job.whole) {
+        std::erase_if(tracks_, [&](const auto &kv) { return kv.second.round != round_; });
+        return write_whole();
     }
     std::string text;
     for (size_t i = 0; i < job.changes.size(); i++) {
@@ -179,6 +170,7 @@ Result<void> StateKeeper::write_journal(Job &job, std::vector<Grant> &grants)
         if (i + 1 == job.changes.size()) {
             line.reserved = std::move(e.reserved);
             line.ledger = std::move(e.ledger);
+            line.windows = std::move(e.windows);
         }
         text += format_journal_entry(line);
     }
@@ -186,7 +178,34 @@ Result<void> StateKeeper::write_journal(Job &job, std::vector<Grant> &grants)
         text = format_journal_entry(e);
     auto r = journal_.append(text);
     OPENSSL_cleanse(text.data(), text.size());
-    return r;
+    if (!r)
+        return r;
+    if (journal_.size() > std::max<uint64_t>(kJournalMin, kJournalPerSa * config_.sas.size()))
+        return write_whole();
+    return {};
+}
+
+// The whole file from the writer's view: every SA with its reservation and window, the ledger
+// (a round: every SA's key recorded, the oldest others forgotten), the interfaces. Then the
+// journal is empty.
+Result<void> StateKeeper::write_whole()
+{
+    round_++;
+    ledger_.new_round();
+    GatewayState st;
+    for (const SaConfig &sc : config_.sas) {
+        ledger_.record(ledger_.fingerprint(sc.xf), uint64_t(sc.oseq_hi) << 32 | sc.oseq);
+        if (auto w = windows_.find(SaKey{sc.dst, sc.spi}); w != windows_.end())
+            st.replay.push_back({sc.dst, sc.spi, w->second});
+    }
+    ledger_.forget_oldest(config_.sas.size() + kLedgerRetiredKeys);
+    st.config = config_;
+    st.ledger = ledger_;
+    st.ifaces = ifaces_;
+    st.netns = netns_;
+    if (auto r = save_state(path_, st); !r)
+        return r;
+    return journal_.reset();  // all of it is in the file now
 }
 
 void StateKeeper::restore_replay(Gateway &gw)
@@ -219,8 +238,10 @@ void StateKeeper::restore_replay(Gateway &gw)
     loaded_.reset();
 }
 
-// What the writer needs of the SAs, read on the data thread: no hashing, no ledger. A new SA
-// is held here, before it has sent anything. Whole: every SA; else those the changes made.
+// What the writer needs of the SAs, read on the data thread: no hashing, no ledger. Whole:
+// every SA. Else the SAs the changes made (held here, before they have sent anything, until
+// the write records their start), those at their low-water mark and those whose window moved
+// (SaNotify): the work follows what moved, not the number of SAs.
 StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now, bool whole)
 {
     Job job;
@@ -229,20 +250,7 @@ StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now, bool whole)
     changes_.clear();
     job.now = now;
     job.ticket = requested_;
-    std::vector<std::shared_ptr<Sa>> made;
-    if (!whole)
-        for (const ConfigChange &ch : job.changes)
-            for (const SaConfig &c : ch.put_sas)
-                if (auto sa = gw.sa(SaKey{c.dst, c.spi}))
-                    made.push_back(std::move(sa));
-    const auto &sas = whole ? gw.sas() : made;
-    job.sas.reserve(sas.size());
-    for (const auto &ref : sas) {
-        if (!ref)
-            continue;
-        Sa &sa = *ref;
-        if (!whole && sa.reservation_bound())
-            continue;  // put again as it was: it runs on
+    auto take = [&](Sa &sa, const std::shared_ptr<Sa> &ref, bool renew, bool window) {
         Sample &s = job.sas.emplace_back();
         s.sa = ref;
         s.key = SaKey{sa.config().dst, sa.config().spi};
@@ -250,17 +258,59 @@ StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now, bool whole)
         s.fresh = !sa.reservation_bound();
         if (s.fresh)
             sa.hold();  // held since it was made, when the gateway holds new SAs
+        s.renew = renew || s.fresh;
         s.oseq = sa.oseq();
         s.reserved = sa.reserved();
-        s.has_window = sa.replay().window() != 0;
+        s.has_window = window && sa.replay().window() != 0;
         if (s.has_window)
             s.window = sa.replay().snapshot();
         else
             s.window.top = sa.replay().highest();
+        sa.window_saved();
+    };
+    if (whole) {
+        need_whole_ = false;
+        notify_.asking.clear();
+        notify_.moved.clear();
+        notify_.wake.store(false, std::memory_order_relaxed);
+        job.sas.reserve(gw.sas().size());
+        for (const auto &ref : gw.sas())
+            if (ref)
+                take(*ref, ref, true, true);
+        for (const auto &i : gw.ifaces())
+            if (!i.local)  // made afresh at each start
+                job.ifaces.emplace_back(i.name, i.role);
+        return job;
     }
-    for (const auto &i : gw.ifaces())
-        if (!i.local)  // made afresh at each start
-            job.ifaces.emplace_back(i.name, i.role);
+    // Each SA once, whatever lists it.
+    std::unordered_map<const Sa *, size_t> at;
+    auto note = [&](const SaKey &k, uint64_t serial, bool renew, bool window) {
+        std::shared_ptr<Sa> sa = gw.sa(k);
+        if (!sa || (serial && sa->serial() != serial))
+            return;  // gone, or another SA under the key now
+        auto [it, added] = at.try_emplace(sa.get(), job.sas.size());
+        if (added) {
+            take(*sa, sa, renew, window);
+            return;
+        }
+        Sample &s = job.sas[it->second];
+        s.renew |= renew;
+        if (window && !s.has_window && sa->replay().window() != 0) {
+            s.has_window = true;
+            s.window = sa->replay().snapshot();
+        }
+    };
+    for (const ConfigChange &ch : job.changes)
+        for (const SaConfig &c : ch.put_sas)
+            note(SaKey{c.dst, c.spi}, 0, false, false);  // new ones are fresh: renewed
+    for (const SaNotify::Entry &e : notify_.asking)
+        note(e.key, e.serial, true, false);
+    for (const SaNotify::Entry &e : notify_.moved)
+        note(e.key, e.serial, false, true);
+    notify_.asking.clear();
+    notify_.moved.clear();
+    // Put again as it was, an SA runs on: only its sample's window, if listed, matters.
+    std::erase_if(job.sas, [](const Sample &s) { return !s.renew && !s.has_window; });
     return job;
 }
 
@@ -293,7 +343,7 @@ void StateKeeper::finish(const Result<void> &r, std::vector<Grant> &grants)
                 "out (out-seq-unreserved)",
                 r.error().message.c_str());
         failing_ = true;
-        saved_activity_ = UINT64_MAX;  // the windows are not on disk: write them again
+        need_whole_ = true;  // what the failed write held: all of it again
         return;
     }
     if (failing_)
@@ -303,7 +353,7 @@ void StateKeeper::finish(const Result<void> &r, std::vector<Grant> &grants)
     for (const Grant &g : grants)
         if (std::shared_ptr<Sa> sa = g.sa.lock()) {
             if (!sa->reservation_bound())
-                sa->bind_reservation(g.start, &wake_);
+                sa->bind_reservation(g.start, &notify_);
             sa->reserve_to(g.last, g.low_water);
         }
 }
@@ -360,16 +410,6 @@ Result<void> StateKeeper::save_now(Gateway &gw)
     return r;
 }
 
-// A sum that moves whenever any SA's counters or replay window move.
-uint64_t StateKeeper::activity(const Gateway &gw) const
-{
-    uint64_t sum = 0;
-    for (const auto &sa : gw.sas())
-        if (sa)
-            sum += sa->oseq() + sa->replay().highest() + sa->counters().packets;
-    return sum;
-}
-
 void StateKeeper::tick(Gateway &gw, uint64_t now)
 {
     if (busy_) {
@@ -394,15 +434,18 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
     }
     if (now < retry_at_ || !started_)
         return;
-    bool due = wake_.exchange(false, std::memory_order_relaxed);
+    if (need_whole_) {
+        start(sample(gw, now, true));
+        return;
+    }
+    // SAs at their low-water mark at once; moved replay windows once a second.
+    bool due = notify_.wake.exchange(false, std::memory_order_relaxed);
     if (now - last_look_ >= kLookNs) {
         last_look_ = now;
-        uint64_t a = activity(gw);
-        due |= a != saved_activity_;
-        saved_activity_ = a;
+        due |= !notify_.moved.empty();
     }
     if (due)
-        start(sample(gw, now, true));
+        start(sample(gw, now, false));
 }
 
 }  // namespace xesp

@@ -1,31 +1,35 @@
 // Keeps the daemon's state file (state.h) and the sequence reservations it carries
-// (seq_reserve.h) up to date without stalling the data path. The data thread only reads its
-// SAs' counters and windows and hands out bounds; everything that costs (fingerprints, the
-// ledger, rates, formatting, the write) happens on the writer thread.
+// (seq_reserve.h) up to date without stalling the data path, at the cost of what moves: a
+// change, an SA at its low-water mark, a replay window that moved. The data thread only reads
+// the counters and windows of those SAs (SaNotify lists them) and hands out bounds;
+// everything that costs (fingerprints, the ledger, rates, formatting, the write) happens on
+// the writer thread, which keeps its own view of the whole state.
 //
 //   data thread                                  writer thread
-//   an SA's counter reaches its low-water mark
-//   (Sa::next_seq sets a flag: one compare per
-//   packet), or a second passed and counters or
+//   a change (request_save), an SA at its
+//   low-water mark (Sa::next_seq lists it: one
+//   compare per packet), or a second passed and
 //   replay windows moved:
-//   tick(): a sample of every SA (counter,       -> rates, ledger floors for new SAs, bounds;
-//           bound, replay window) handed over       the configuration with those numbers,
-//                                                   format, write the temporary, fsync,
-//                                                   rename, fsync the directory
+//   tick(): a sample of those SAs (counter,      -> rates, ledger floors for new SAs, bounds,
+//           bound, replay window) handed over       into its view; a journal entry, appended
+//                                                   and fsynced (or, when the journal has
+//                                                   grown as big as the file, the whole file:
+//                                                   temporary, fsync, rename, and the journal
+//                                                   emptied)
 //   tick(): write done? -> publish the new bounds <-
 //           (new SAs: their start first), or on
 //           failure keep the old ones: the SAs
-//           stop at them
+//           stop at them, and the next write
+//           samples every SA
 //
 // A new SA is held (Sa::hold: it sends nothing) from the moment it is made (the gateway makes
-// them held) until a write records its start, the higher of its configured counter and the ledger's
-// record for its key. A bound is oseq + max(min_ahead, 4 s at the SA's rate) and the
-// low-water mark sits 2 s at that rate (or min_ahead / 2) below it, so under load the file is
-// rewritten about every two seconds per busy SA and an SA never waits for it. A configuration
-// change asks for a write at once (request_save(), on the data thread, right after the change
-// went live; save_now() when nothing else runs), and whoever made the change waits for it on
-// its own thread (wait_saved()). After a failed periodic write the next attempt waits a
-// second.
+// them held) until a write records its start, the higher of its configured counter and the
+// ledger's record for its key. A bound is oseq + max(min_ahead, 4 s at the SA's rate) and the
+// low-water mark sits 2 s at that rate (or min_ahead / 2) below it, so under load an SA asks
+// about every two seconds and never waits for the write. A configuration change asks for a
+// write at once (request_save(), on the data thread, right after the change went live;
+// save_now(), a whole write, at start and stop), and whoever made the change waits for it on
+// its own thread (wait_saved()). After a failed write the next attempt waits a second.
 #pragma once
 
 #include <atomic>
@@ -88,6 +92,7 @@ private:
         uint64_t serial = 0;
         uint64_t oseq = 0, reserved = 0;
         bool fresh = false;  // not bound yet: held, its start comes from the ledger
+        bool renew = true;   // a new bound (else only its window moved)
         ReplayWindow::Snapshot window;
         bool has_window = false;
     };
@@ -105,7 +110,8 @@ private:
         std::weak_ptr<Sa> sa;
         uint64_t start, last, low_water;  // start: for a fresh SA, else 0
     };
-    struct Track {  // the writer's, by SA serial
+    struct Track {            // the writer's, by SA key
+        uint64_t serial = 0;  // of the SA it tracks (an update makes another)
         KeyFingerprint fp{};
         uint64_t oseq = 0, at = 0;  // the counter at the last write, and when
         uint64_t rate = 0;          // numbers a second, a slowly decaying peak
@@ -115,13 +121,12 @@ private:
     StateKeeper(std::string path, PrivateFileLock lock, const ReservePolicy &policy);
     Job sample(Gateway &gw, uint64_t now, bool whole);
     void reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Grant> &grants);
-    Result<void> write_journal(Job &job, std::vector<Grant> &grants);
+    Result<void> write(Job &job, std::vector<Grant> &grants);
+    Result<void> write_whole();
     void start(Job job);
     void finish(const Result<void> &r, std::vector<Grant> &grants);
     Result<void> wait_idle();
-    uint64_t activity(const Gateway &gw) const;
     void writer();
-    GatewayState plan(Job &job, std::vector<Grant> &grants);  // on the writer thread
 
     std::string path_;
     PrivateFileLock lock_;
@@ -132,10 +137,10 @@ private:
     // The data thread's.
     bool started_ = false;               // saved once: periodic saves may follow
     std::vector<ConfigChange> changes_;  // not yet handed to the writer
-    std::atomic<bool> wake_{false};      // set by an SA at its low-water mark
+    SaNotify notify_;                    // what the bound SAs ask for
     uint64_t last_look_ = 0, retry_at_ = 0;
-    uint64_t saved_activity_ = UINT64_MAX;
-    bool busy_ = false;  // a job handed over and not yet taken back
+    bool need_whole_ = false;  // a write failed: sample every SA again
+    bool busy_ = false;        // a job handed over and not yet taken back
     bool failing_ = false;
     uint64_t requested_ = 0;  // tickets given by request_save()
     uint64_t in_flight_ = 0;  // the ticket of the job handed over
@@ -143,9 +148,11 @@ private:
 
     // The writer thread's (set_config() before it starts).
     Config config_;  // as of the last job, with the reservations given
+    std::unordered_map<SaKey, ReplayWindow::Snapshot, ConfigKeyHash> windows_;
+    std::vector<std::pair<std::string, IfaceRole>> ifaces_;
     Journal journal_;
     SeqLedger ledger_;
-    std::unordered_map<uint64_t, Track> tracks_;
+    std::unordered_map<SaKey, Track, ConfigKeyHash> tracks_;
     uint64_t round_ = 0;
 
     // Shared with the writer thread, under mu_.
