@@ -90,11 +90,13 @@ Result<void> ClassifierSync::stage(const Engine::Prepared &p)
         else
             undo.push_back({Undo::PutPolicy, {}, std::nullopt, put.id, put.old, put.policy});
     }
+    staged_ = std::move(undo);
     return {};
 }
 
 void ClassifierSync::commit(const Engine::Prepared &p)
 {
+    staged_.clear();
     // A failed delete leaves an entry naming an id the engine no longer has: its packets are
     // looked up again, and find no state, which is what a deleted SA or policy means anyway.
     for (const auto &del : p.sa_dels) {

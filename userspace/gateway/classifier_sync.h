@@ -30,6 +30,8 @@ public:
     explicit ClassifierSync(XdpProgram &prog) : prog_(prog) {}
 
     Result<void> stage(const Engine::Prepared &p);
+    // Takes back the last stage() (the change is not published after all).
+    void unstage() { rollback(staged_); }
     void commit(const Engine::Prepared &p);
 
     size_t sas() const { return sas_.size(); }
@@ -53,6 +55,7 @@ private:
     void rollback(std::vector<Undo> &undo);
 
     XdpProgram &prog_;
+    std::vector<Undo> staged_;  // how to take back the last stage()
     // The inbound SAs in the classifier's SA map (only inbound ESP is classified by SA).
     std::unordered_map<SaKey, SaEntry, ConfigKeyHash> sas_;
 };

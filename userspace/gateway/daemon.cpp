@@ -105,15 +105,16 @@ public:
 protected:
     Result<void> commit(const ConfigChange &change) override
     {
-        auto ch = gw_.prepare(change);
+        // The change is in the journal, and its new SAs bound to their reservations, before
+        // any packet sees it: the answer means it survives a crash.
+        Gateway::BeforePublish record;
+        if (keeper_)
+            record = [&](const std::vector<std::shared_ptr<Sa>> &made) {
+                return keeper_->record_change(change, made);
+            };
+        auto ch = gw_.prepare(change, record);
         if (!ch)
             return ch.error();
-        uint64_t ticket = 0;
-        data_.call([&] {
-            gw_.install(**ch);
-            if (keeper_)
-                ticket = keeper_->request_save(gw_, &change);
-        });
         gw_.finish(std::move(*ch));
         for (const SaKey &k : change.del_sas)
             if (const SaConfig *old = config().sas.find(k))
@@ -124,7 +125,6 @@ protected:
         auto r = ConfigHandler::commit(change);
         for (const SaConfig &c : change.put_sas)
             keys_.add(c);
-        wait_saved(ticket);
         std::string warnings;
         for (const SaConfig &c : change.put_sas)
             warnings += keys_.warning_for(c, config());

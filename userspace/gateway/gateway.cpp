@@ -154,7 +154,8 @@ void Gateway::relink_engine()
     engine_->set_links(engine_options());
 }
 
-Result<std::unique_ptr<Gateway::Change>> Gateway::prepare(const ConfigChange &change)
+Result<std::unique_ptr<Gateway::Change>> Gateway::prepare(const ConfigChange &change,
+                                                          const BeforePublish &before)
 {
     auto ch = std::make_unique<Change>();
     // The SAs first: the slow part, and nothing the data thread sees. Then the maps, so that
@@ -165,6 +166,16 @@ Result<std::unique_ptr<Gateway::Change>> Gateway::prepare(const ConfigChange &ch
     if (auto r = sync_->stage(*p); !r) {
         engine_->abandon(std::move(*p));
         return r.error();
+    }
+    if (before) {
+        std::vector<std::shared_ptr<Sa>> made;
+        for (const auto &put : p->sa_puts)
+            made.push_back(put.sa);
+        if (auto r = before(made); !r) {
+            sync_->unstage();
+            engine_->abandon(std::move(*p));
+            return r.error();
+        }
     }
     engine_->commit(std::move(*p));
     ch->done = std::move(*p);

@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -129,7 +130,11 @@ public:
     struct Change {
         Engine::Prepared done;
     };
-    Result<std::unique_ptr<Change>> prepare(const ConfigChange &ch);
+    // `before`, if given, runs once the change is ready and before it is published, with the
+    // SAs it makes (no other thread sees them yet); if it fails, nothing changes.
+    using BeforePublish = std::function<Result<void>(const std::vector<std::shared_ptr<Sa>> &made)>;
+    Result<std::unique_ptr<Change>> prepare(const ConfigChange &ch,
+                                            const BeforePublish &before = {});
     void install(Change &ch);
     void finish(std::unique_ptr<Change> ch);
     Result<void> apply(const ConfigChange &ch);

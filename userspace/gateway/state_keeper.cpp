@@ -69,11 +69,11 @@ void StateKeeper::writer()
 {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-        cv_.wait(lk, [this] { return stop_ || job_; });
-        if (!job_)
+        cv_.wait(lk, [this] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty())
             return;
-        Job job = std::move(*job_);
-        job_.reset();
+        Job job = std::move(jobs_.front());
+        jobs_.pop_front();
         lk.unlock();
         std::vector<Grant> grants;
         Result<void> r;
@@ -83,9 +83,15 @@ void StateKeeper::writer()
             r = make_error("state file " + path_ + ": " + e.what());
         }
         lk.lock();
-        result_ = std::move(r);
-        grants_ = std::move(grants);
-        cv_.notify_all();
+        if (job.control) {
+            control_result_ = std::move(r);
+            control_grants_ = std::move(grants);
+            done_cv_.notify_all();
+        } else {
+            result_ = std::move(r);
+            grants_ = std::move(grants);
+            cv_.notify_all();
+        }
     }
 }
 
@@ -319,7 +325,7 @@ void StateKeeper::start(Job job)
     in_flight_ = job.ticket;
     {
         std::lock_guard<std::mutex> g(mu_);
-        job_ = std::move(job);
+        jobs_.push_back(std::move(job));
     }
     busy_ = true;
     cv_.notify_all();
@@ -378,6 +384,50 @@ Result<void> StateKeeper::wait_idle()
 void StateKeeper::set_config(Config config)
 {
     config_ = std::move(config);
+}
+
+Result<void> StateKeeper::record_change(const ConfigChange &change,
+                                        const std::vector<std::shared_ptr<Sa>> &made)
+{
+    Job job;
+    job.whole = false;
+    job.control = true;
+    job.changes.push_back(change);
+    job.now = now_ns();
+    for (const auto &sa : made) {
+        Sample &s = job.sas.emplace_back();
+        s.sa = sa;
+        s.key = SaKey{sa->config().dst, sa->config().spi};
+        s.serial = sa->serial();
+        s.fresh = !sa->reservation_bound();
+        s.renew = true;
+        s.oseq = sa->oseq();
+        s.reserved = sa->reserved();
+        s.window.top = sa->replay().highest();
+    }
+    std::vector<Grant> grants;
+    Result<void> r;
+    {
+        std::unique_lock<std::mutex> lk(mu_);
+        jobs_.push_back(std::move(job));
+        cv_.notify_all();
+        done_cv_.wait(lk, [&] { return control_result_.has_value() || stop_; });
+        if (!control_result_)
+            return make_error("state file " + path_ + ": the daemon stopped before writing it");
+        r = std::move(*control_result_);
+        control_result_.reset();
+        grants.swap(control_grants_);
+    }
+    if (!r)
+        return r;
+    // Not published yet: this thread alone sees these SAs.
+    for (const Grant &g : grants)
+        if (std::shared_ptr<Sa> sa = g.sa.lock()) {
+            if (!sa->reservation_bound())
+                sa->bind_reservation(g.start, &notify_);
+            sa->reserve_to(g.last, g.low_water);
+        }
+    return {};
 }
 
 uint64_t StateKeeper::request_save(Gateway &, const ConfigChange *change)

@@ -35,6 +35,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,11 +71,15 @@ public:
     // The configuration the gateway starts with, before the first save (the changes then
     // come with request_save()).
     void set_config(Config config);
-    // After every change of configuration or interfaces, on the data thread: asks for a
-    // write, which tick() starts (after the one in flight, if any): a journal entry with
-    // `change` and the reservations of the SAs it made (or, without a change, the whole
-    // file). Returns a ticket for wait_saved(). New SAs must be held meanwhile
-    // (GatewayOptions::hold_new_sas).
+    // A configuration change, on the thread that makes changes, before it is published: the
+    // change and the reservations of the SAs it makes go into the journal, and once that is
+    // on disk those SAs are bound to them (no other thread can see them yet): a new SA may
+    // send from its first packet, and a rekey's new outbound SA takes its flow over at once.
+    // On error nothing is bound, and the change must not be published.
+    Result<void> record_change(const ConfigChange &change,
+                               const std::vector<std::shared_ptr<Sa>> &made);
+    // After every change of interfaces, on the data thread: asks for a whole write, which
+    // tick() starts (after the one in flight, if any). Returns a ticket for wait_saved().
     uint64_t request_save(Gateway &gw, const ConfigChange *change = nullptr);
     // On another thread: waits until a write that covers `ticket` is done; its result.
     Result<void> wait_saved(uint64_t ticket);
@@ -100,6 +105,7 @@ private:
     // grants.
     struct Job {
         bool whole = true;                  // else only the SAs the changes made are sampled
+        bool control = false;               // record_change()'s: its result goes to that thread
         std::vector<ConfigChange> changes;  // since the last job, in order
         std::vector<Sample> sas;
         std::vector<std::pair<std::string, IfaceRole>> ifaces;
@@ -158,7 +164,9 @@ private:
     // Shared with the writer thread, under mu_.
     std::mutex mu_;
     std::condition_variable cv_;
-    std::optional<Job> job_;              // to write
+    std::deque<Job> jobs_;                        // to write, in order
+    std::optional<Result<void>> control_result_;  // of record_change()'s job, with its grants
+    std::vector<Grant> control_grants_;
     std::optional<Result<void>> result_;  // of the last write, not yet taken
     std::vector<Grant> grants_;           // with result_
     bool stop_ = false;
