@@ -159,6 +159,24 @@ Backend resolve_backend(Backend requested, const Transform &xf)
     return backend_supports(Backend::IpsecMb, xf) ? Backend::IpsecMb : Backend::OpenSsl;
 }
 
+size_t SaCipher::run_many(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt)
+{
+    size_t k = 1;
+    while (k < n && ciphers[k] == this)
+        k++;
+    if (encrypt)
+        this->encrypt(ops, k);
+    else
+        decrypt(ops, k);
+    return k;
+}
+
+void crypt_burst(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt)
+{
+    for (size_t i = 0; i < n;)
+        i += ciphers[i]->run_many(ciphers + i, ops + i, n - i, encrypt);
+}
+
 Result<std::unique_ptr<SaCipher>> make_cipher(Backend backend, const Transform &xf, bool esn)
 {
     if (const char *why = transform_problem(xf))
