@@ -4,6 +4,8 @@
 
 #include <openssl/rand.h>
 
+#include <cstring>
+
 #include "userspace/base/wire.h"
 #include "userspace/esp/esp_burst.h"
 
@@ -65,6 +67,28 @@ uint32_t write_trailer(uint8_t *end, uint32_t plain_len, uint8_t block, uint8_t 
     end[pad] = uint8_t(pad);
     end[pad + 1] = next_header;
     return padded;
+}
+
+// Random IVs for AES-CBC (RFC 3602 2.4: unpredictable), from a pool of the calling thread
+// refilled by one RAND_bytes() call. A call per burst of one SA cost more than the packet
+// (OpenSSL finds its generator and takes a lock each time), and with traffic spread over many
+// SAs a burst of one SA is often one packet.
+bool random_ivs(uint8_t *out, size_t n)
+{
+    thread_local struct {
+        uint8_t bytes[4096];
+        size_t used = sizeof bytes;
+    } pool;
+    if (n > sizeof pool.bytes)
+        return RAND_bytes(out, int(n)) == 1;
+    if (pool.used + n > sizeof pool.bytes) {
+        if (RAND_bytes(pool.bytes, int(sizeof pool.bytes)) != 1)
+            return false;
+        pool.used = 0;
+    }
+    std::memcpy(out, pool.bytes + pool.used, n);
+    pool.used += n;
+    return true;
 }
 
 }  // namespace
@@ -185,7 +209,7 @@ void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
     n = esp_detail::burst_room(pkts, n, b, Drop::OutCryptoError);
     uint8_t ivs[kMaxBurst * 16];
     bool random_iv = !sa.aead() && sa.iv_len();
-    if (random_iv && RAND_bytes(ivs, int(n * sa.iv_len())) != 1) {
+    if (random_iv && !random_ivs(ivs, n * sa.iv_len())) {
         for (size_t i = 0; i < n; i++)
             pkts[i]->set_drop(Drop::OutCryptoError);
         return;
