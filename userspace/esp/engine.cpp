@@ -593,11 +593,12 @@ void Engine::account(Pkt &p, Sa *sa)
 // counted. n <= kMaxBurst.
 //
 // With traffic spread over many SAs every group may be a single packet whose SA is not in
-// cache. So grouping reads nothing of an SA: it finds the group through a small hash of the
-// SA's address and asks for the SA's runtime part (Sa::prefetch_state()) as it meets a new
-// one; preparing a group asks for its cipher's keys, which the crypto reads a little later;
-// and the crypto gets one call per direction whatever the number of SAs, so that a backend
-// that works on several packets side by side fills its lanes across SAs (crypt_burst()).
+// cache. So the caller asks for each SA's runtime part as it classifies the packet
+// (Sa::prefetch_state()); grouping finds the group through a small hash of the SA's address
+// and asks for the cipher's keys as it meets a new SA, which the crypto reads after every
+// group is prepared; and the crypto gets one call per direction whatever the number of SAs,
+// so that a backend that works on several packets side by side fills its lanes across SAs
+// (crypt_burst()).
 void Engine::dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *const *owner,
                       size_t n)
 {
@@ -625,7 +626,7 @@ void Engine::dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *c
         while (slot[h] && !(groups[slot[h] - 1].sa == sa && groups[slot[h] - 1].dirn == d))
             h = (h + 1) & (kSlots - 1);
         if (!slot[h]) {
-            sa->prefetch_state();
+            sa->prefetch_crypto();
             groups[ngroups] = Group{sa, d, 0, 0, 0, 0};
             slot[h] = uint8_t(++ngroups);
         }
@@ -650,7 +651,6 @@ void Engine::dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *c
     for (size_t g = 0; g < ngroups; g++) {
         Group &gr = groups[g];
         Pkt **gp = sorted + gr.first;
-        gr.sa->prefetch_crypto();
         if (gr.sa->following()) [[unlikely]]
             gr.sa->take_over();
         bool out = gr.dirn == Dirn::Encap;
@@ -702,6 +702,8 @@ void Engine::process(Pkt *const *pkts, size_t n)
         for (size_t i = 0; i < k; i++) {
             pkts[i]->verdict = Verdict::Pass;
             dirn[i] = classify(t, *pkts[i], &owner[i]);
+            if (dirn[i] != Dirn::None)
+                owner[i]->prefetch_state();  // read by dispatch(), after the whole burst
         }
         dispatch(t, pkts, dirn, owner, k);
         pkts += k;
@@ -816,6 +818,8 @@ void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t 
             dirn[i] = cls[i].kind == Classified::Decap   ? resolve_decap(t, p, cls[i], &owner[i])
                       : cls[i].kind == Classified::Encap ? resolve_encap(t, p, cls[i], &owner[i])
                                                          : Dirn::None;  // Pass
+            if (dirn[i] != Dirn::None)
+                owner[i]->prefetch_state();  // read by dispatch(), after the whole burst
         }
         dispatch(t, pkts, dirn, owner, k);
         pkts += k;
