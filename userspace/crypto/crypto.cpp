@@ -159,6 +159,40 @@ Backend resolve_backend(Backend requested, const Transform &xf)
     return backend_supports(Backend::IpsecMb, xf) ? Backend::IpsecMb : Backend::OpenSsl;
 }
 
+size_t SaCipher::run_many(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt)
+{
+    size_t k = 1;
+    while (k < n && ciphers[k] == this)
+        k++;
+    if (encrypt)
+        this->encrypt(ops, k);
+    else
+        decrypt(ops, k);
+    return k;
+}
+
+void crypt_burst(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt)
+{
+    // The keys of the op kAhead places on are brought to the first-level cache while this one
+    // runs: with many SAs, a burst's keys together are more than that cache holds.
+    constexpr size_t kAhead = 2;
+    auto prefetch = [&](size_t i) {
+        if (i < n && ciphers[i] != ciphers[i - 1]) {
+            SaCipher::Hot h = ciphers[i]->hot();
+            for (size_t off = 0; off < h.len; off += 64)
+                __builtin_prefetch(static_cast<const char *>(h.p) + off);
+        }
+    };
+    for (size_t i = 1; i < kAhead; i++)
+        prefetch(i);
+    for (size_t i = 0; i < n;) {
+        size_t k = ciphers[i]->run_many(ciphers + i, ops + i, n - i, encrypt);
+        for (size_t j = i; j < i + k; j++)
+            prefetch(j + kAhead);
+        i += k;
+    }
+}
+
 Result<std::unique_ptr<SaCipher>> make_cipher(Backend backend, const Transform &xf, bool esn)
 {
     if (const char *why = transform_problem(xf))

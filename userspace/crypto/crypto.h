@@ -48,7 +48,31 @@ public:
     // unspecified and must not be used.
     virtual void decrypt(CryptoOp *ops, size_t n) = 0;
     virtual Backend backend() const = 0;
+
+    // The bytes encrypt() and decrypt() read for every op (the object, expanded keys and hash
+    // states), for an SA to prefetch: with many SAs they are seldom in cache.
+    struct Hot {
+        const void *p;
+        size_t len;
+    };
+    virtual Hot hot() const = 0;
+
+    // For crypt_burst(): runs ops[0, k) with ciphers[0, k) for the longest run from the start
+    // that this cipher's backend takes in one go (ciphers[0] is this cipher) and returns k.
+    // This one takes the ops of ciphers[0] alone, as encrypt() or decrypt().
+    virtual size_t run_many(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt);
+    // Ciphers with the same non-null lane group have a run_many() that takes any of them.
+    const void *lane_group() const { return lane_group_; }
+
+protected:
+    const void *lane_group_ = nullptr;
 };
+
+// The ops of many SAs in one call: ops[i] with ciphers[i], as each cipher's encrypt() or
+// decrypt() would. A backend that works on several packets side by side (intel-ipsec-mb's job
+// API, for AES-CBC and HMAC) fills its lanes with packets of different SAs: with traffic spread
+// over many SAs, one SA's packets in a burst are few.
+void crypt_burst(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt);
 
 // Whether a backend implements a transform (key sizes and ICV length included).
 bool backend_supports(Backend backend, const Transform &xf);

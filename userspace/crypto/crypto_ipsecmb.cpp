@@ -81,7 +81,7 @@ public:
             IMB_AES256_GCM_PRE(mgr, xf.enc_key.data(), &key_);
             break;
         }
-        key_bytes_ = xf.enc_key.size();
+        key_bytes_ = uint8_t(xf.enc_key.size());
     }
     ~MbGcm() override
     {
@@ -92,18 +92,20 @@ public:
     void encrypt(CryptoOp *ops, size_t n) override { run(ops, n, true); }
     void decrypt(CryptoOp *ops, size_t n) override { run(ops, n, false); }
     Backend backend() const override { return Backend::IpsecMb; }
+    Hot hot() const override { return {this, sizeof *this}; }
 
 private:
     void run(CryptoOp *ops, size_t n, bool encrypt);
     aes_gcm_enc_dec_t function(const IMB_MGR *mgr, bool encrypt) const;
 
+    // What run() reads besides the keys, on the object's first line with the vtable pointer.
+    std::array<uint8_t, 4> salt_;
+    uint8_t key_bytes_ = 0;
+    uint8_t icv_len_;
+    bool esn_;
     // Round keys and GHASH key powers. The header aligns the type only when LINUX is defined;
     // the vector code needs the alignment regardless.
     alignas(64) gcm_key_data key_;
-    std::array<uint8_t, 4> salt_;
-    size_t key_bytes_ = 0;
-    uint8_t icv_len_;
-    bool esn_;
 };
 
 aes_gcm_enc_dec_t MbGcm::function(const IMB_MGR *mgr, bool encrypt) const
@@ -198,21 +200,42 @@ public:
         OPENSSL_cleanse(opad_.data(), opad_.size());
     }
 
-    void encrypt(CryptoOp *ops, size_t n) override { run(ops, n, true); }
-    void decrypt(CryptoOp *ops, size_t n) override { run(ops, n, false); }
+    void encrypt(CryptoOp *ops, size_t n) override { run_jobs(nullptr, this, ops, n, true); }
+    void decrypt(CryptoOp *ops, size_t n) override { run_jobs(nullptr, this, ops, n, false); }
     Backend backend() const override { return Backend::IpsecMb; }
+    Hot hot() const override { return {this, sizeof *this}; }
+    // Every MbEncAuth: each job carries its own keys, so the lanes fill across SAs.
+    size_t run_many(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt) override
+    {
+        size_t k = 1;
+        while (k < n && ciphers[k]->lane_group() == lane_group_)
+            k++;
+        run_jobs(ciphers, this, ops, k, encrypt);
+        return k;
+    }
 
 private:
-    static constexpr size_t kSlots = 64;  // jobs in flight per round
+    // Jobs in flight per round, each with a slot for its digest: scratch of the calling
+    // thread (a manager's jobs are all completed before a call returns), not 8 KB per SA.
+    static constexpr size_t kSlots = 64;
     struct Slot {
         alignas(16) uint8_t digest[64];
         uint8_t received_icv[64];
+        const MbEncAuth *owner;
     };
+    static Slot *thread_slots()
+    {
+        thread_local std::array<Slot, kSlots> slots;
+        return slots.data();
+    }
+    static const char kLaneGroup;
 
     void precompute_hmac(IMB_MGR *mgr, const KeyBytes &key);
-    void run(CryptoOp *ops, size_t n, bool encrypt);
-    void submit(IMB_MGR *mgr, CryptoOp &op, Slot &slot, bool encrypt);
-    void complete(const IMB_JOB *job);
+    // ops[i] with ciphers[i], or all with `one` when ciphers is null.
+    static void run_jobs(SaCipher *const *ciphers, MbEncAuth *one, CryptoOp *ops, size_t n,
+                         bool encrypt);
+    void submit(IMB_MGR *mgr, CryptoOp &op, Slot &slot, bool encrypt) const;
+    static void complete(const IMB_JOB *job);
     uint8_t *icv_of(const CryptoOp &op) const
     {
         return op.esp + kEspHeaderLen + iv_len_ + op.payload_len;
@@ -222,7 +245,6 @@ private:
     alignas(16) std::array<uint32_t, 60> dec_keys_{};
     alignas(16) std::array<uint8_t, 64> ipad_{};  // hash state after key ^ ipad
     alignas(16) std::array<uint8_t, 64> opad_{};  // hash state after key ^ opad
-    std::array<Slot, kSlots> slots_;
     IMB_CIPHER_MODE cipher_mode_;
     IMB_KEY_SIZE_BYTES key_size_ = IMB_KEY_128_BYTES;
     HashInfo hash_;
@@ -235,6 +257,7 @@ MbEncAuth::MbEncAuth(IMB_MGR *mgr, const Transform &xf, bool esn)
         : cipher_mode_(xf.enc == EncAlg::AesCbc ? IMB_CIPHER_CBC : IMB_CIPHER_NULL),
           hash_(hash_info(xf.auth)), iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
 {
+    lane_group_ = &kLaneGroup;
     if (cipher_mode_ == IMB_CIPHER_CBC) {
         switch (xf.enc_key.size()) {
         case 16:
@@ -302,23 +325,29 @@ void MbEncAuth::precompute_hmac(IMB_MGR *mgr, const KeyBytes &key)
     OPENSSL_cleanse(block, sizeof block);
 }
 
-void MbEncAuth::run(CryptoOp *ops, size_t n, bool encrypt)
+const char MbEncAuth::kLaneGroup = 0;
+
+void MbEncAuth::run_jobs(SaCipher *const *ciphers, MbEncAuth *one, CryptoOp *ops, size_t n,
+                         bool encrypt)
 {
     IMB_MGR *mgr = thread_mgr();
     for (size_t i = 0; i < n; i++)
         ops[i].ok = false;
     if (!mgr)
         return;
+    Slot *slots = thread_slots();
     for (size_t base = 0; base < n; base += kSlots) {
         const size_t count = std::min(kSlots, n - base);
-        for (size_t i = 0; i < count; i++)
-            submit(mgr, ops[base + i], slots_[i], encrypt);
+        for (size_t i = 0; i < count; i++) {
+            const MbEncAuth *c = ciphers ? static_cast<MbEncAuth *>(ciphers[base + i]) : one;
+            c->submit(mgr, ops[base + i], slots[i], encrypt);
+        }
         while (const IMB_JOB *job = IMB_FLUSH_JOB(mgr))
             complete(job);
     }
 }
 
-void MbEncAuth::submit(IMB_MGR *mgr, CryptoOp &op, Slot &slot, bool encrypt)
+void MbEncAuth::submit(IMB_MGR *mgr, CryptoOp &op, Slot &slot, bool encrypt) const
 {
     // CBC works on whole blocks, and ESP padding (RFC 4303 2.4) makes every payload whole.
     if (cipher_mode_ == IMB_CIPHER_CBC && (op.payload_len == 0 || op.payload_len % 16 != 0))
@@ -354,6 +383,7 @@ void MbEncAuth::submit(IMB_MGR *mgr, CryptoOp &op, Slot &slot, bool encrypt)
     job->u.HMAC._hashed_auth_key_xor_opad = opad_.data();
     job->user_data = &op;
     job->user_data2 = &slot;
+    slot.owner = this;
 
     for (const IMB_JOB *done = IMB_SUBMIT_JOB(mgr); done; done = IMB_GET_COMPLETED_JOB(mgr))
         complete(done);
@@ -363,16 +393,18 @@ void MbEncAuth::complete(const IMB_JOB *job)
 {
     CryptoOp &op = *static_cast<CryptoOp *>(job->user_data);
     const Slot &slot = *static_cast<const Slot *>(job->user_data2);
-    uint8_t *icv = icv_of(op);
+    const MbEncAuth &c = *slot.owner;
+    const uint8_t icv_len = c.icv_len_;
+    uint8_t *icv = c.icv_of(op);
     const bool done = job->status == IMB_STATUS_COMPLETED;
     if (job->cipher_direction == IMB_DIR_ENCRYPT) {
-        std::memcpy(icv, slot.digest, icv_len_);
+        std::memcpy(icv, slot.digest, icv_len);
         op.ok = done;
         return;
     }
-    op.ok = done && CRYPTO_memcmp(slot.digest, slot.received_icv, icv_len_) == 0;
-    if (esn_)
-        std::memcpy(icv, slot.received_icv, icv_len_);
+    op.ok = done && CRYPTO_memcmp(slot.digest, slot.received_icv, icv_len) == 0;
+    if (c.esn_)
+        std::memcpy(icv, slot.received_icv, icv_len);
 }
 
 }  // namespace

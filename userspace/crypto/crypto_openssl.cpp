@@ -119,6 +119,8 @@ public:
             ops[i].ok = run(dec_.get(), ops[i], false);
     }
     Backend backend() const override { return Backend::OpenSsl; }
+    // The object only: the contexts' key schedules are OpenSSL's, out of reach.
+    Hot hot() const override { return {this, sizeof *this}; }
 
 private:
     bool run(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt);
@@ -313,6 +315,8 @@ public:
             ops[i].ok = open(ops[i]);
     }
     Backend backend() const override { return Backend::OpenSsl; }
+    // The object only: the contexts' key schedules are OpenSSL's, out of reach.
+    Hot hot() const override { return {this, sizeof *this}; }
 
 private:
     bool seal(const CryptoOp &op);

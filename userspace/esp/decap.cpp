@@ -18,9 +18,9 @@ using esp_detail::set_ip_total;
 
 void esp_decap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
 {
-    b.n = 0;
+    n = esp_detail::burst_room(pkts, n, b, Drop::InCryptoError);
     const uint32_t overhead = kEspHdrLen + sa.iv_len() + sa.icv_len();
-    for (size_t i = 0; i < n && i < kMaxBurst; i++) {
+    for (size_t i = 0; i < n; i++) {
         Pkt &p = *pkts[i];
         if (p.l4 + kEspHdrLen > p.len) {
             p.set_drop(Drop::InTruncated);
@@ -54,6 +54,7 @@ void esp_decap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
         }
         b.ops[b.n] = CryptoOp{esp, payload_len, uint32_t(seq >> 32), false};
         b.pkts[b.n] = &p;
+        b.cipher[b.n] = &sa.cipher();
         b.seq[b.n] = seq;
         b.n++;
     }
@@ -173,7 +174,7 @@ static bool decap_one(Sa &sa, Pkt &p, const CryptoOp &op, uint64_t seq)
         if (sa.natt())
             nat_oa_fixup(start, keep, p.len, next_header, sa.config().encap->oaddr);
     }
-    if (sa.config().sel) {
+    if (sa.has_selector()) {
         FlowKey k;
         const Selector &sel = *sa.config().sel;
         if (!parse_flow(p.ip(), p.len, &k) ||
@@ -187,9 +188,9 @@ static bool decap_one(Sa &sa, Pkt &p, const CryptoOp &op, uint64_t seq)
     return true;
 }
 
-void esp_decap_finish(Sa &sa, EspBurst &b)
+void esp_decap_finish(Sa &sa, EspBurst &b, size_t from, size_t to)
 {
-    for (size_t i = 0; i < b.n; i++)
+    for (size_t i = from; i < to; i++)
         decap_one(sa, *b.pkts[i], b.ops[i], b.seq[i]);
 }
 

@@ -4,6 +4,8 @@
 
 #include <openssl/rand.h>
 
+#include <cstring>
+
 #include "userspace/base/wire.h"
 #include "userspace/esp/esp_burst.h"
 
@@ -65,6 +67,28 @@ uint32_t write_trailer(uint8_t *end, uint32_t plain_len, uint8_t block, uint8_t 
     end[pad] = uint8_t(pad);
     end[pad + 1] = next_header;
     return padded;
+}
+
+// Random IVs for AES-CBC (RFC 3602 2.4: unpredictable), from a pool of the calling thread
+// refilled by one RAND_bytes() call. A call per burst of one SA cost more than the packet
+// (OpenSSL finds its generator and takes a lock each time), and with traffic spread over many
+// SAs a burst of one SA is often one packet.
+bool random_ivs(uint8_t *out, size_t n)
+{
+    thread_local struct {
+        uint8_t bytes[4096];
+        size_t used = sizeof bytes;
+    } pool;
+    if (n > sizeof pool.bytes)
+        return RAND_bytes(out, int(n)) == 1;
+    if (pool.used + n > sizeof pool.bytes) {
+        if (RAND_bytes(pool.bytes, int(sizeof pool.bytes)) != 1)
+            return false;
+        pool.used = 0;
+    }
+    std::memcpy(out, pool.bytes + pool.used, n);
+    pool.used += n;
+    return true;
 }
 
 }  // namespace
@@ -169,7 +193,7 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
     put32(esp + 4, uint32_t(seq));
     // RFC 4106 3.1 / RFC 7634 2: the IV must never repeat for a key; the 64-bit sequence
     // number never does (next_seq() stops before it wraps). CBC needs unpredictable IVs.
-    if (sa.config().xf.is_aead())
+    if (sa.aead())
         put64(esp + kEspHdrLen, seq);
     else if (sa.iv_len())
         std::memcpy(esp + kEspHdrLen, iv_random, sa.iv_len());
@@ -182,11 +206,10 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
 
 void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
 {
-    b.n = 0;
-    n = n < kMaxBurst ? n : kMaxBurst;
+    n = esp_detail::burst_room(pkts, n, b, Drop::OutCryptoError);
     uint8_t ivs[kMaxBurst * 16];
-    bool random_iv = !sa.config().xf.is_aead() && sa.iv_len();
-    if (random_iv && RAND_bytes(ivs, int(n * sa.iv_len())) != 1) {
+    bool random_iv = !sa.aead() && sa.iv_len();
+    if (random_iv && !random_ivs(ivs, n * sa.iv_len())) {
         for (size_t i = 0; i < n; i++)
             pkts[i]->set_drop(Drop::OutCryptoError);
         return;
@@ -197,14 +220,15 @@ void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
         if (!encap_one(sa, p, ivs + i * sa.iv_len(), &b.ops[b.n]))
             continue;
         b.pkts[b.n] = &p;
+        b.cipher[b.n] = &sa.cipher();
         b.seq[b.n] = inner_len;  // finish() charges the inner length to the lifetime
         b.n++;
     }
 }
 
-void esp_encap_finish(Sa &sa, EspBurst &b)
+void esp_encap_finish(Sa &sa, EspBurst &b, size_t from, size_t to)
 {
-    for (size_t i = 0; i < b.n; i++) {
+    for (size_t i = from; i < to; i++) {
         Pkt &p = *b.pkts[i];
         if (!b.ops[i].ok) {
             p.set_drop(Drop::OutCryptoError);

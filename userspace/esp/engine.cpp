@@ -585,47 +585,99 @@ void Engine::account(Pkt &p, Sa *sa)
 }
 
 // The part of process() and process_classified() after classification: packets that go to an
-// SA are grouped by SA and direction (keeping their order within a group), each group goes
-// through ESP in one burst, decrypted packets through the inbound policy check, and every
-// packet is counted. n <= kMaxBurst.
+// SA are grouped by SA and direction (keeping their order within a group); each group's
+// packets are prepared for ESP, the crypto runs for all groups at once, then each group is
+// finished, decrypted packets go through the inbound policy check, and every packet is
+// counted. n <= kMaxBurst.
+//
+// With traffic spread over many SAs every group may be a single packet whose SA is not in
+// cache. So the caller asks for each SA's runtime part as it classifies the packet
+// (Sa::prefetch_state()); grouping finds the group through a small hash of the SA's address
+// and asks for the cipher's keys as it meets a new SA, which the crypto reads after every
+// group is prepared; and the crypto gets one call per direction whatever the number of SAs,
+// so that a backend that works on several packets side by side fills its lanes across SAs
+// (crypt_burst()).
 void Engine::dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *const *owner,
                       size_t n)
 {
     struct Group {
         Sa *sa;
         Dirn dirn;
-        size_t n;
-        Pkt *pkts[kMaxBurst];
+        uint8_t n;         // packets
+        uint8_t first;     // index of the first in `sorted`
+        uint8_t from, to;  // its ops in the burst of its direction
     };
+    constexpr size_t kSlots = 2 * kMaxBurst;  // hash slots: at most half full
+    static_assert(kMaxBurst <= UINT8_MAX && (kSlots & (kSlots - 1)) == 0);
     Group groups[kMaxBurst];
+    uint8_t slot[kSlots];  // group index + 1; 0 = free
+    uint8_t group_of[kMaxBurst];
+    std::memset(slot, 0, sizeof slot);
     size_t ngroups = 0;
     for (size_t i = 0; i < n; i++) {
-        Pkt &p = *pkts[i];
-        Sa *sa = owner[i];
         Dirn d = dirn[i];
         if (d == Dirn::None)
             continue;
-        if (d == Dirn::Encap && too_big(*sa, p))
-            continue;
-        size_t g = 0;
-        while (g < ngroups && !(groups[g].sa == sa && groups[g].dirn == d))
-            g++;
-        if (g == ngroups)
-            groups[ngroups++] = Group{sa, d, 0, {}};
-        groups[g].pkts[groups[g].n++] = &p;
+        Sa *sa = owner[i];
+        uint64_t key = uint64_t(reinterpret_cast<uintptr_t>(sa)) | uint64_t(d == Dirn::Decap);
+        size_t h = size_t(((key >> 6) ^ key) * 0x9e3779b97f4a7c15ull >> 57) & (kSlots - 1);
+        while (slot[h] && !(groups[slot[h] - 1].sa == sa && groups[slot[h] - 1].dirn == d))
+            h = (h + 1) & (kSlots - 1);
+        if (!slot[h]) {
+            sa->prefetch_crypto();
+            groups[ngroups] = Group{sa, d, 0, 0, 0, 0};
+            slot[h] = uint8_t(++ngroups);
+        }
+        group_of[i] = uint8_t(slot[h] - 1);
+        groups[slot[h] - 1].n++;
     }
+    size_t total = 0;
+    for (size_t g = 0; g < ngroups; g++) {
+        groups[g].first = uint8_t(total);
+        total += groups[g].n;
+        groups[g].n = 0;
+    }
+    Pkt *sorted[kMaxBurst];
+    for (size_t i = 0; i < n; i++) {
+        if (dirn[i] != Dirn::None) {
+            Group &gr = groups[group_of[i]];
+            sorted[gr.first + gr.n++] = pkts[i];
+        }
+    }
+
+    EspBurst enc, dec;
     for (size_t g = 0; g < ngroups; g++) {
         Group &gr = groups[g];
+        Pkt **gp = sorted + gr.first;
         if (gr.sa->following()) [[unlikely]]
             gr.sa->take_over();
-        if (gr.dirn == Dirn::Encap) {
-            esp_encap_burst(*gr.sa, gr.pkts, gr.n);
-        } else {
-            esp_decap_burst(*gr.sa, gr.pkts, gr.n);
+        bool out = gr.dirn == Dirn::Encap;
+        EspBurst &b = out ? enc : dec;
+        gr.from = uint8_t(b.n);
+        if (out) {
+            size_t k = 0;  // the group without the packets too big for the tunnel
             for (size_t i = 0; i < gr.n; i++)
-                if (gr.pkts[i]->verdict == Verdict::Decrypted)
-                    inbound_policy_check(t, *gr.sa, *gr.pkts[i]);
+                if (!too_big(*gr.sa, *gp[i]))
+                    gp[k++] = gp[i];
+            esp_encap_prepare(*gr.sa, gp, k, b);
+        } else {
+            esp_decap_prepare(*gr.sa, gp, gr.n, b);
         }
+        gr.to = uint8_t(b.n);
+    }
+    crypt_burst(enc.cipher, enc.ops, enc.n, true);
+    crypt_burst(dec.cipher, dec.ops, dec.n, false);
+    for (size_t g = 0; g < ngroups; g++) {
+        Group &gr = groups[g];
+        if (gr.dirn == Dirn::Encap) {
+            esp_encap_finish(*gr.sa, enc, gr.from, gr.to);
+            continue;
+        }
+        esp_decap_finish(*gr.sa, dec, gr.from, gr.to);
+        Pkt **gp = sorted + gr.first;
+        for (size_t i = 0; i < gr.n; i++)
+            if (gp[i]->verdict == Verdict::Decrypted)
+                inbound_policy_check(t, *gr.sa, *gp[i]);
     }
     for (size_t i = 0; i < n; i++) {
         Pkt &p = *pkts[i];
@@ -648,6 +700,8 @@ void Engine::process(Pkt *const *pkts, size_t n)
         for (size_t i = 0; i < k; i++) {
             pkts[i]->verdict = Verdict::Pass;
             dirn[i] = classify(t, *pkts[i], &owner[i]);
+            if (dirn[i] != Dirn::None)
+                owner[i]->prefetch_state();  // read by dispatch(), after the whole burst
         }
         dispatch(t, pkts, dirn, owner, k);
         pkts += k;
@@ -762,6 +816,8 @@ void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t 
             dirn[i] = cls[i].kind == Classified::Decap   ? resolve_decap(t, p, cls[i], &owner[i])
                       : cls[i].kind == Classified::Encap ? resolve_encap(t, p, cls[i], &owner[i])
                                                          : Dirn::None;  // Pass
+            if (dirn[i] != Dirn::None)
+                owner[i]->prefetch_state();  // read by dispatch(), after the whole burst
         }
         dispatch(t, pkts, dirn, owner, k);
         pkts += k;

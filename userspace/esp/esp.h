@@ -23,23 +23,27 @@ namespace xesp {
 
 constexpr size_t kMaxBurst = 64;
 
-// Per-burst scratch: the crypto ops and what the serial steps carry between them.
+// Per-burst scratch: the crypto ops and what the serial steps carry between them. prepare()
+// appends from n on, so that one burst may carry the packets of several SAs to the cipher
+// (crypt_burst()); finish() takes back one SA's range [from, to).
 struct EspBurst {
     CryptoOp ops[kMaxBurst];
+    SaCipher *cipher[kMaxBurst];  // each op's: its SA's
     Pkt *pkts[kMaxBurst];
     uint64_t seq[kMaxBurst];
     size_t n = 0;
 };
 
-// Encapsulation. prepare() takes plaintext IP packets (l3/len) and fills b with the ones that
-// go to the cipher (the others get verdict Drop with a reason); finish() runs after encrypt().
+// Encapsulation. prepare() takes plaintext IP packets (l3/len) and adds to b the ones that go
+// to the cipher (the others get verdict Drop with a reason; so do those that no longer fit in
+// b); finish() runs after encrypt().
 void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b);
-void esp_encap_finish(Sa &sa, EspBurst &b);
+void esp_encap_finish(Sa &sa, EspBurst &b, size_t from, size_t to);
 
 // Decapsulation. Each packet's l4 is the offset of its ESP header (behind UDP for NAT-T);
 // the IP header has already been checked by the classifier and len trimmed to it.
 void esp_decap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b);
-void esp_decap_finish(Sa &sa, EspBurst &b);
+void esp_decap_finish(Sa &sa, EspBurst &b, size_t from, size_t to);
 
 // Both steps and the crypto call in one, on the calling thread.
 void esp_encap_burst(Sa &sa, Pkt *const *pkts, size_t n);

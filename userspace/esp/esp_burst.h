@@ -21,6 +21,16 @@ inline void set_ip_total(uint8_t *ip, uint32_t total)
     }
 }
 
+// What does not fit in a burst any more is dropped, never passed: prepare() takes at most
+// kMaxBurst - b.n packets and returns how many.
+inline size_t burst_room(Pkt *const *pkts, size_t n, const EspBurst &b, Drop drop)
+{
+    size_t room = kMaxBurst - b.n;
+    for (size_t i = room; i < n; i++)
+        pkts[i]->set_drop(drop);
+    return n < room ? n : room;
+}
+
 // The three steps on this thread, kMaxBurst packets at a time.
 template <class Prepare, class Crypt, class Finish>
 void run_bursts(Sa &sa, Pkt *const *pkts, size_t n, Prepare prepare, Crypt crypt, Finish finish)
@@ -28,9 +38,10 @@ void run_bursts(Sa &sa, Pkt *const *pkts, size_t n, Prepare prepare, Crypt crypt
     EspBurst b;
     while (n) {
         size_t k = n < kMaxBurst ? n : kMaxBurst;
+        b.n = 0;
         prepare(sa, pkts, k, b);
         (sa.cipher().*crypt)(b.ops, b.n);
-        finish(sa, b);
+        finish(sa, b, 0, b.n);
         pkts += k;
         n -= k;
     }

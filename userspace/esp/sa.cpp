@@ -1,6 +1,7 @@
 #include "userspace/esp/sa.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "userspace/base/clock.h"
 #include "userspace/base/wire.h"
@@ -23,11 +24,23 @@ Result<std::unique_ptr<Sa>> Sa::create(const SaConfig &cfg, Backend backend)
     sa->cfg_ = cfg;
     static std::atomic<uint64_t> serials{0};
     sa->serial_ = ++serials;
-    sa->cipher_ = std::move(*cipher);
+    sa->cipher_owner_ = std::move(*cipher);
+    sa->cipher_ = sa->cipher_owner_.get();
+    SaCipher::Hot hot = sa->cipher_->hot();
+    sa->crypt_hot_ = static_cast<const char *>(hot.p);
+    sa->crypt_hot_len_ = uint16_t(std::min<size_t>(hot.len, kMaxCryptHot));
     sa->spi_be_ = htonl(cfg.spi);
     sa->iv_len_ = cfg.xf.iv_len();
     sa->icv_len_ = cfg.xf.icv_len;
     sa->block_ = cfg.xf.block_size();
+    sa->tunnel_ = cfg.mode == Mode::Tunnel;
+    sa->natt_ = cfg.encap.has_value();
+    sa->esn_ = cfg.esn;
+    sa->aead_ = cfg.xf.is_aead();
+    sa->selector_ = cfg.sel.has_value();
+    sa->hard_packets_ = cfg.lifetime.hard_packets;
+    sa->hard_bytes_ = cfg.lifetime.hard_bytes;
+    sa->set_next_limits();
     sa->oseq_ = cfg.esn ? (uint64_t(cfg.oseq_hi) << 32 | cfg.oseq) : cfg.oseq;
     sa->replay_.init(cfg.replay_window, cfg.esn,
                      cfg.esn ? (uint64_t(cfg.seq_hi) << 32 | cfg.seq) : cfg.seq);
@@ -67,6 +80,23 @@ void Sa::build_outer()
     }
 }
 
+// The runtime part is where sa.h says, every packet's fields within its kHotBytes. Sa is not
+// standard-layout (private members, a std::function), which offsetof tolerates in GCC and
+// Clang as long as there is no virtual base.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+void Sa::check_layout()
+{
+    static_assert(alignof(Sa) == 64);
+    static_assert(offsetof(Sa, outer_) == 0);
+    static_assert(offsetof(Sa, cipher_) == 64);
+    static_assert(offsetof(Sa, hard_packets_) == 128);
+    static_assert(offsetof(Sa, replay_) + sizeof(ReplayWindow) <= 192);
+    static_assert(offsetof(Sa, counters_) == 192);
+    static_assert(offsetof(Sa, counters_) + offsetof(Counters, bytes) + 8 <= Sa::kHotBytes);
+}
+#pragma GCC diagnostic pop
+
 void Sa::expire(bool hard)
 {
     bool &flag = hard ? hard_expired_ : soft_expired_;
@@ -101,19 +131,19 @@ void Sa::check_time(uint64_t now)
         expire(true);
 }
 
-bool Sa::over_hard(uint64_t bytes) const
+// The lowest packet and byte counts at which charge() has something to do: the soft limits
+// until they are crossed, then the hard ones.
+void Sa::set_next_limits()
 {
     const Lifetime &l = cfg_.lifetime;
-    return hard_expired_ || life_packets_ + 1 > l.hard_packets ||
-           life_bytes_ + bytes > l.hard_bytes;
+    next_packets_ = std::min(soft_expired_ ? UINT64_MAX : l.soft_packets,
+                             hard_expired_ ? UINT64_MAX : l.hard_packets);
+    next_bytes_ = std::min(soft_expired_ ? UINT64_MAX : l.soft_bytes,
+                           hard_expired_ ? UINT64_MAX : l.hard_bytes);
 }
 
-bool Sa::charge(uint64_t bytes)
+bool Sa::crossed_limit()
 {
-    life_packets_++;
-    life_bytes_ += bytes;
-    counters_.packets++;
-    counters_.bytes += bytes;
     const Lifetime &l = cfg_.lifetime;
     bool crossed_soft = false;
     if (!soft_expired_ && (life_packets_ >= l.soft_packets || life_bytes_ >= l.soft_bytes)) {
@@ -122,6 +152,7 @@ bool Sa::charge(uint64_t bytes)
     }
     if (!hard_expired_ && (life_packets_ >= l.hard_packets || life_bytes_ >= l.hard_bytes))
         expire(true);
+    set_next_limits();
     return crossed_soft;
 }
 
@@ -146,6 +177,7 @@ void Sa::take_over()
     if (pred_->oseq_ > oseq_)
         oseq_ = pred_->oseq_;
     pred_.reset();
+    following_ = false;
 }
 
 }  // namespace xesp

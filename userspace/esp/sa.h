@@ -1,6 +1,11 @@
 // An SA as the data path sees it: its configuration (control part) next to the runtime part
 // the per-packet code touches (VPP's ipsec_sa_t split): prepared cipher, sequence numbers,
 // replay window, lifetimes, counters and a prebuilt outer header.
+//
+// The runtime part comes first and starts on a cache line: the four lines from there hold
+// every field a packet reads or writes, copies of the configured ones included, so that a
+// packet of an SA that is not in cache costs those lines and the cipher's keys, which the
+// engine asks for ahead of time (prefetch_state(), prefetch_crypto()).
 #pragma once
 
 #include <array>
@@ -50,16 +55,36 @@ public:
     uint64_t serial() const { return serial_; }
     Backend backend() const { return cipher_->backend(); }
 
-    // Hot fields, read by esp.cpp.
+    // Hot fields, read by encap.cpp and decap.cpp.
     SaCipher &cipher() { return *cipher_; }
     uint32_t spi_be() const { return spi_be_; }
     uint8_t iv_len() const { return iv_len_; }
     uint8_t icv_len() const { return icv_len_; }
     uint8_t block() const { return block_; }
-    bool esn() const { return cfg_.esn; }
-    bool tunnel() const { return cfg_.mode == Mode::Tunnel; }
-    bool natt() const { return cfg_.encap.has_value(); }
-    uint8_t outer_family() const { return cfg_.src.family; }
+    bool esn() const { return esn_; }
+    bool tunnel() const { return tunnel_; }
+    bool natt() const { return natt_; }
+    bool aead() const { return aead_; }
+    bool has_selector() const { return selector_; }                   // config().sel is set
+    uint8_t outer_family() const { return uint8_t(outer_[0] >> 4); }  // the template's version
+
+    // Ask for the runtime part (prefetch_state()), then for what the cipher reads
+    // (prefetch_crypto(), which reads the runtime part to find it), to be brought into cache
+    // without waiting for them: for a packet of this SA a little later. With thousands of SAs
+    // and traffic spread over them, each SA is cold when its packet comes.
+    static constexpr size_t kHotBytes = 4 * 64;
+    static constexpr size_t kMaxCryptHot = 2048;
+    void prefetch_state() const
+    {
+        const char *hot = reinterpret_cast<const char *>(this);
+        for (size_t off = 0; off < kHotBytes; off += 64)
+            __builtin_prefetch(hot + off, 1);
+    }
+    void prefetch_crypto() const
+    {
+        for (size_t off = 0; off < crypt_hot_len_; off += 64)
+            __builtin_prefetch(crypt_hot_ + off);
+    }
 
     // Outer IP (+ UDP for NAT-T) header template for tunnel mode; length fields left 0.
     const uint8_t *outer_template() const { return outer_.data(); }
@@ -73,7 +98,7 @@ public:
     // fails too, and the SA sends again once the owner reserves more.
     bool next_seq(uint64_t *seq)
     {
-        uint64_t limit = cfg_.esn ? UINT64_MAX : UINT32_MAX;
+        uint64_t limit = esn_ ? UINT64_MAX : UINT32_MAX;
         if (oseq_ >= limit) [[unlikely]] {
             expire(true);  // the SA is spent: hard-expire it, as the kernel does
             return false;
@@ -88,7 +113,7 @@ public:
         return true;
     }
     uint64_t oseq() const { return oseq_; }
-    bool seq_exhausted() const { return oseq_ >= (cfg_.esn ? UINT64_MAX : UINT32_MAX); }
+    bool seq_exhausted() const { return oseq_ >= (esn_ ? UINT64_MAX : UINT32_MAX); }
 
     // The sequence reservation. An owner that keeps sequence numbers across restarts (the
     // daemon's state file) makes each SA send only numbers it has durably recorded: it binds
@@ -99,7 +124,7 @@ public:
     // Unbound, as `xesp pcap` uses it, an SA is limited only by the sequence space.
     bool reservation_bound() const { return bound_; }
     // Held since it was made: not bound yet, nothing reserved (hold()).
-    bool held() const { return !bound_ && reserved_.load(std::memory_order_relaxed) <= oseq_; }
+    bool held() const { return reserved_.load(std::memory_order_relaxed) <= oseq_ && !bound_; }
     // Before binding: the SA sends nothing (out-seq-unreserved) until bind_reservation().
     void hold()
     {
@@ -111,6 +136,7 @@ public:
         if (start > oseq_)
             oseq_ = start;
         notify_ = notify;
+        window_listed_ = notify == nullptr;
         low_water_ = UINT64_MAX;
         reserved_.store(oseq_, std::memory_order_release);
         bound_ = true;
@@ -127,7 +153,7 @@ public:
     // The window moved (a packet accepted): listed once for the owner, until window_saved().
     void window_moved()
     {
-        if (notify_ && !window_listed_) [[unlikely]] {
+        if (!window_listed_ && notify_) [[unlikely]] {
             window_listed_ = true;
             notify_->moved.push_back({SaKey{cfg_.dst, cfg_.spi}, serial_});
         }
@@ -142,9 +168,22 @@ public:
     // never counts. charge() returns true when this packet crossed the soft limit.
     bool hard_expired() const { return hard_expired_; }
     bool soft_expired() const { return soft_expired_; }
-    bool charge(uint64_t bytes);
+    bool charge(uint64_t bytes)
+    {
+        life_packets_++;
+        life_bytes_ += bytes;
+        counters_.packets++;
+        counters_.bytes += bytes;
+        if (life_packets_ >= next_packets_ || life_bytes_ >= next_bytes_) [[unlikely]]
+            return crossed_limit();
+        return false;
+    }
     // A packet over the hard limit is refused before any work is done on it.
-    bool over_hard(uint64_t bytes) const;
+    bool over_hard(uint64_t bytes) const
+    {
+        return hard_expired_ || life_packets_ + 1 > hard_packets_ ||
+               life_bytes_ + bytes > hard_bytes_;
+    }
 
     // Called once when a lifetime limit is crossed (soft or hard), as the kernel's expire message.
     using ExpireFn = std::function<void(const Sa &sa, bool hard)>;
@@ -164,8 +203,12 @@ public:
     // An SA put in place of `pred`, under the same keys (`sa update`): it continues pred's
     // sequence numbers and replay window, as the kernel's xfrm_state_update keeps them. The
     // engine calls take_over() before this SA's first packet, on the thread that ran pred's.
-    void follow(std::shared_ptr<Sa> pred) { pred_ = std::move(pred); }
-    bool following() const { return pred_ != nullptr; }
+    void follow(std::shared_ptr<Sa> pred)
+    {
+        following_ = pred != nullptr;
+        pred_ = std::move(pred);
+    }
+    bool following() const { return following_; }  // on line 0: asked for every burst
     void take_over();
 
     // Effective MTU inside the tunnel for a given egress MTU, worst-case padding included.
@@ -183,15 +226,9 @@ private:
     Sa() = default;
     void build_outer();
     void expire(bool hard);  // sets the flag and tells on_expire_, once each
-
-    SaConfig cfg_;
-    uint64_t serial_ = 0;
-    std::unique_ptr<SaCipher> cipher_;
-    uint32_t spi_be_ = 0;
-    uint8_t iv_len_ = 0, icv_len_ = 0, block_ = 4;
-    uint8_t outer_len_ = 0;
-    std::array<uint8_t, 48> outer_{};
-    uint32_t outer_csum_base_ = 0;
+    bool crossed_limit();    // charge() past next_packets_ or next_bytes_
+    void set_next_limits();
+    static void check_layout();  // static_asserts on the offsets below
     void ask_for_more()
     {
         low_water_ = UINT64_MAX;
@@ -202,18 +239,44 @@ private:
         }
     }
 
+    // The runtime part, in the order of the lines it takes (kHotBytes; the offsets are
+    // checked in sa.cpp). Line 0, read by every packet: the outer header template and what
+    // the headers need.
+    alignas(64) std::array<uint8_t, 48> outer_{};
+    uint32_t spi_be_ = 0;
+    uint32_t outer_csum_base_ = 0;
+    uint8_t iv_len_ = 0, icv_len_ = 0, block_ = 4, outer_len_ = 0;
+    bool tunnel_ : 1 = false, natt_ : 1 = false, esn_ : 1 = false, aead_ : 1 = false,
+                   selector_ : 1 = false;
+    bool following_ = false;      // follow(), until take_over()
+    bool window_listed_ = true;   // window_moved(), until window_saved(); none bound: true
+    // Line 1: the cipher and the output sequence and lifetime counts.
+    SaCipher *cipher_ = nullptr;       // owned by cipher_owner_
+    const char *crypt_hot_ = nullptr;  // what the cipher reads per packet (prefetch_crypto())
+    uint16_t crypt_hot_len_ = 0;
+    bool soft_expired_ = false, hard_expired_ = false;
+    uint32_t path_mtu_ = 0;
     uint64_t oseq_ = 0;
     std::atomic<uint64_t> reserved_{UINT64_MAX};  // the last number the SA may send
     uint64_t low_water_ = UINT64_MAX;             // ask for more from here
+    uint64_t life_packets_ = 0, life_bytes_ = 0;
+    // Line 2: the byte and packet limits (the configured ones, copied here), the replay
+    // window's state (its bitmap is elsewhere).
+    uint64_t hard_packets_ = UINT64_MAX, hard_bytes_ = UINT64_MAX;
+    // The next limit charge() has to act on: the soft one, then the hard one.
+    uint64_t next_packets_ = UINT64_MAX, next_bytes_ = UINT64_MAX;
+    ReplayWindow replay_;
+    // Line 3: the counters' packets and bytes (their drops follow, touched only by drops).
+    Counters counters_;
+
+    // The control part: read when an SA is made, changed or shown.
+    std::unique_ptr<SaCipher> cipher_owner_;
+    SaConfig cfg_;
+    uint64_t serial_ = 0;
     SaNotify *notify_ = nullptr;
     bool bound_ = false;
-    bool asked_ = false, window_listed_ = false;
-    ReplayWindow replay_;
-    Counters counters_;
-    uint64_t life_bytes_ = 0, life_packets_ = 0;
+    bool asked_ = false;
     uint64_t added_ns_ = 0, first_use_ns_ = 0;
-    bool soft_expired_ = false, hard_expired_ = false;
-    uint32_t path_mtu_ = 0;
     ExpireFn on_expire_;
     std::shared_ptr<Sa> pred_;  // follow()
 };

@@ -1,0 +1,197 @@
+// Traffic spread over many SAs: a burst whose packets belong to different SAs, encrypted and
+// decrypted in one call, must give what the same packets give one at a time.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <set>
+
+#include "tests/unit/esp_fixture.h"
+
+using namespace xesp;
+using namespace xesp::test;
+using namespace xesp::wire;
+
+namespace {
+
+constexpr size_t kTunnels = 40;
+
+std::string inner(int side, size_t tunnel)
+{
+    return "10." + std::to_string(side) + "." + std::to_string(tunnel) + ".0/24";
+}
+
+std::string host(int side, size_t tunnel)
+{
+    return "10." + std::to_string(side) + "." + std::to_string(tunnel) + ".7";
+}
+
+// Tunnel t, one way: transforms in turn, ESN on every third.
+SaConfig tunnel_sa(size_t t, bool from_a)
+{
+    const auto &xfs = all_transforms();
+    SaConfig c = make_sa(xfs[t % xfs.size()], Mode::Tunnel, 4, false, t % 3 == 0);
+    c.xf = make_transform(xfs[t % xfs.size()], uint8_t(t + (from_a ? 1 : 101)));
+    c.src = addr(from_a ? "192.0.2.1" : "192.0.2.2");
+    c.dst = addr(from_a ? "192.0.2.2" : "192.0.2.1");
+    c.spi = uint32_t((from_a ? 0x1000 : 0x2000) + t);
+    c.reqid = uint32_t((from_a ? 1000 : 2000) + t);
+    return c;
+}
+
+// Gateway A (side 1 behind it) or B (side 2), every tunnel both ways.
+Config gateway(bool a)
+{
+    Config c;
+    for (size_t t = 0; t < kTunnels; t++) {
+        SaConfig out = tunnel_sa(t, a), in = tunnel_sa(t, !a);
+        out.dir = Dir::Out;
+        in.dir = Dir::In;
+        c.sas.push_back(out);
+        c.sas.push_back(in);
+        PolicyConfig po;
+        po.sel.src = pfx(inner(a ? 1 : 2, t).c_str());
+        po.sel.dst = pfx(inner(a ? 2 : 1, t).c_str());
+        po.dir = Dir::Out;
+        po.tmpl = tmpl_for(out);
+        c.policies.push_back(po);
+        PolicyConfig pf;
+        pf.sel.src = po.sel.dst;
+        pf.sel.dst = po.sel.src;
+        pf.dir = Dir::Fwd;
+        pf.tmpl = tmpl_for(in);
+        c.policies.push_back(pf);
+    }
+    return c;
+}
+
+// Which tunnel each packet takes: runs of one tunnel (1 to 4 packets) between single packets
+// of others, so that a burst holds groups of every size.
+std::vector<size_t> spread(size_t n)
+{
+    std::vector<size_t> owner;
+    for (size_t i = 0; owner.size() < n; i++) {
+        size_t t = (i * 7) % kTunnels;
+        for (size_t k = 0; k < 1 + i % 4 && owner.size() < n; k++)
+            owner.push_back(t);
+    }
+    return owner;
+}
+
+std::vector<Pkt *> pointers(std::vector<Frame> &frames)
+{
+    std::vector<Pkt *> p;
+    for (Frame &f : frames)
+        p.push_back(&f.pkt);
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("a burst spread over many SAs gives the packets of one SA at a time", "[spread]")
+{
+    const size_t n = 300;
+    const std::vector<size_t> owner = spread(n);
+    // B's plaintext to A, encrypted by B one packet at a time: what A decrypts.
+    auto b = make_engine(gateway(false));
+    std::vector<std::vector<uint8_t>> to_a_plain, from_a_plain;
+    std::vector<Frame> from_b;
+    for (size_t i = 0; i < n; i++) {
+        size_t t = owner[i];
+        to_a_plain.push_back(udp_packet(4, host(2, t).c_str(), host(1, t).c_str(), 40 + i % 200));
+        from_b.emplace_back(to_a_plain.back());
+        REQUIRE(run(*b, from_b.back()) == Verdict::Encrypted);
+        from_a_plain.push_back(udp_packet(4, host(1, t).c_str(), host(2, t).c_str(), 30 + i % 300));
+    }
+    // A's input: plaintext for B and ESP from B, mixed, packet i of each at 2i and 2i + 1.
+    std::vector<Frame> burst, single;
+    for (size_t i = 0; i < n; i++) {
+        burst.emplace_back(from_a_plain[i]);
+        burst.push_back(from_b[i]);
+        burst.back().pkt.frame = burst.back().buf.data();
+    }
+    single = burst;
+    for (Frame &f : single)
+        f.pkt.frame = f.buf.data();
+    for (Frame &f : burst)
+        f.pkt.frame = f.buf.data();
+
+    auto a_burst = make_engine(gateway(true)), a_single = make_engine(gateway(true));
+    auto pb = pointers(burst);
+    a_burst->process(pb.data(), pb.size());  // in bursts of kMaxBurst
+    for (Frame &f : single)
+        run(*a_single, f);
+
+    std::vector<uint32_t> seq(kTunnels, 0);
+    for (size_t i = 0; i < 2 * n; i++) {
+        const size_t t = owner[i / 2];
+        const bool out = i % 2 == 0;
+        const SaConfig sa = tunnel_sa(t, true);
+        INFO("packet " << i << " tunnel " << t << " "
+                       << all_transforms()[t % all_transforms().size()].name);
+        REQUIRE(burst[i].pkt.verdict == single[i].pkt.verdict);
+        if (!out) {
+            CHECK(burst[i].pkt.verdict == Verdict::Decrypted);
+            CHECK(burst[i].bytes() == to_a_plain[i / 2]);
+            continue;
+        }
+        REQUIRE(burst[i].pkt.verdict == Verdict::Encrypted);
+        const std::vector<uint8_t> got = burst[i].bytes();
+        // SPI and sequence number: the tunnel's own, in the order of its packets.
+        const uint8_t *esp = got.data() + kIpv4Len;
+        CHECK(get32(esp) == sa.spi);
+        CHECK(get32(esp + 4) == ++seq[t]);
+        if (sa.xf.is_aead())  // the IV is the sequence number: the same bytes
+            CHECK(got == single[i].bytes());
+        // B decrypts it to what A was given.
+        Frame back(got);
+        REQUIRE(run(*b, back) == Verdict::Decrypted);
+        CHECK(back.bytes() == from_a_plain[i / 2]);
+    }
+    for (size_t id = 0; id < a_burst->sas().all().size(); id++) {
+        CHECK(a_burst->sas().all()[id]->counters().packets ==
+              a_single->sas().all()[id]->counters().packets);
+        CHECK(a_burst->sas().all()[id]->oseq() == a_single->sas().all()[id]->oseq());
+    }
+    CHECK(a_burst->stats().encrypted == n);
+    CHECK(a_burst->stats().decrypted == n);
+    CHECK(a_burst->stats().dropped == 0);
+}
+
+TEST_CASE("packets that no longer fit in a shared burst are dropped, never passed", "[spread]")
+{
+    auto a = make_engine(gateway(true));
+    Sa &out = *a->sas().all()[0];
+    std::vector<Frame> frames;
+    for (int i = 0; i < 3; i++)
+        frames.emplace_back(udp_packet(4, host(1, 0).c_str(), host(2, 0).c_str(), 100));
+    auto p = pointers(frames);
+    EspBurst b;
+    b.n = kMaxBurst - 1;  // another SA's packets took the rest
+    esp_encap_prepare(out, p.data(), p.size(), b);
+    CHECK(b.n == kMaxBurst);
+    CHECK(frames[0].pkt.verdict == Verdict::Pass);  // prepared, waits for the cipher
+    for (int i = 1; i < 3; i++) {
+        CHECK(frames[i].pkt.verdict == Verdict::Drop);
+        CHECK(frames[i].pkt.drop == Drop::OutCryptoError);
+    }
+}
+
+TEST_CASE("AES-CBC IVs drawn from the pool never repeat, across SAs and refills", "[spread]")
+{
+    auto a = make_engine(gateway(true));
+    std::set<std::vector<uint8_t>> seen;
+    size_t cbc = 0;
+    // 16-byte IVs: enough packets to empty a 4 KB pool several times over.
+    for (size_t i = 0; i < 3000; i++) {
+        const size_t t = i % kTunnels;
+        const SaConfig sa = tunnel_sa(t, true);
+        if (sa.xf.enc != EncAlg::AesCbc)
+            continue;
+        Frame f(udp_packet(4, host(1, t).c_str(), host(2, t).c_str(), 64));
+        REQUIRE(run(*a, f) == Verdict::Encrypted);
+        const uint8_t *iv = f.pkt.ip() + kIpv4Len + kEspHdrLen;
+        CHECK(seen.insert(std::vector<uint8_t>(iv, iv + 16)).second);
+        cbc++;
+    }
+    CHECK(cbc * 16 > 3 * 4096);
+}
