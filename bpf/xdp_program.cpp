@@ -224,14 +224,14 @@ Result<void> XdpProgram::remove_policy(uint32_t policy_id)
 }
 
 Result<void> XdpProgram::replace_policy(uint32_t old_id, const PolicyConfig &old, uint32_t new_id,
-                                        const PolicyConfig &p)
+                                        const PolicyConfig &p, bool keep_place)
 {
     // The new policy takes the old one's place among equal priorities, as in the SPD.
     std::optional<uint32_t> order = tuples_.order_of(old_id);
     auto rm = tuples_.remove(old_id);
     if (!rm)
         return rm.error();
-    auto add = tuples_.add(new_id, p, order);
+    auto add = tuples_.add(new_id, p, keep_place ? order : std::nullopt);
     if (!add) {
         (void)tuples_.add(old_id, old, order);  // it was there a moment ago: cannot fail
         return add.error();

@@ -50,8 +50,8 @@ enum class IfaceRole : uint32_t { Protected = XESP_ROLE_PROTECTED, Public = XESP
 struct XdpOptions {
     IfaceRole default_role = IfaceRole::Protected;  // interfaces without set_iface_role()
     bool fib_lookup = true;                         // next hop in ENCAP metadata
-    uint32_t max_sas = 131072;
-    uint32_t max_policy_entries = 262144;  // policies plus their portless shadows
+    uint32_t max_sas = 262144;                      // 100,000 tunnels: 200,000 SAs
+    uint32_t max_policy_entries = 262144;           // policies plus their portless shadows
 };
 
 class XdpProgram {
@@ -82,9 +82,10 @@ public:
     // Policy `old_id` (configured as `old`) becomes `new_id` (configured as `p`, same selector
     // and direction) with no moment in between where neither applies: the new entries are
     // written over the old ones before anything is deleted. It keeps the old one's place among
-    // policies of equal priority, as `ip xfrm policy update` does. On error nothing changed.
+    // policies of equal priority, as `ip xfrm policy update` does, or with keep_place false
+    // goes after all of them, as a policy deleted and added again. On error nothing changed.
     Result<void> replace_policy(uint32_t old_id, const PolicyConfig &old, uint32_t new_id,
-                                const PolicyConfig &p);
+                                const PolicyConfig &p, bool keep_place = true);
     size_t tuple_count() const { return tuples_.tuples(); }
     // How many times the tuple table was rewritten and made live (tests, diagnostics).
     uint64_t tuple_publishes() const { return publishes_; }

@@ -233,6 +233,29 @@ TEST_CASE("an SA updated under the same keys continues its sequence numbers", "[
     REQUIRE(run(*e, f) == Verdict::Encrypted);
     CHECK(wire::get32(f.pkt.ip() + 24) == 6);  // not 1: never a nonce twice under one key
 
+    SECTION("updated twice before a packet: the second still continues the first's numbers")
+    {
+        for (uint64_t hard : {2000u, 3000u}) {
+            EngineChange again;
+            SaConfig c = tunnel_sa(1);
+            c.lifetime.hard_packets = hard;
+            again.put_sas.push_back(c);
+            REQUIRE(e->change(again, Backend::Auto));
+        }
+        Frame g(udp_packet(4, "10.1.0.1", "10.200.1.1", 32));
+        REQUIRE(run(*e, g) == Verdict::Encrypted);
+        CHECK(wire::get32(g.pkt.ip() + 24) == 7);
+    }
+    SECTION("deleted and added again in one change (a flush and reload): numbers go on")
+    {
+        EngineChange reload;
+        reload.del_sas.push_back(SaKey{limited.dst, limited.spi});
+        reload.put_sas.push_back(limited);
+        REQUIRE(e->change(reload, Backend::Auto));
+        Frame g(udp_packet(4, "10.1.0.1", "10.200.1.1", 32));
+        REQUIRE(run(*e, g) == Verdict::Encrypted);
+        CHECK(wire::get32(g.pkt.ip() + 24) == 7);
+    }
     SECTION("the same SA put again is left running as it is")
     {
         EngineChange same;

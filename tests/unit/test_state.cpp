@@ -482,6 +482,36 @@ TEST_CASE("state journal: changes and reservations on top of the file, a torn la
         REQUIRE_FALSE(bad);
         CHECK(bad.error().message.find(".journal:2") != std::string::npos);
     }
+    SECTION("lines older than the file (a crash before the journal was emptied) are ignored")
+    {
+        GatewayState newer = st;
+        newer.journal = 1;  // the file written after the journal's lines
+        REQUIRE(save_state(path, newer));
+        auto b = load_state(path);
+        REQUIRE(b);
+        CHECK((*b)->config.sas.size() == 2);
+        CHECK((*b)->config.find_sa(fresh.dst, 0x1002) != nullptr);  // the old line not applied
+        CHECK((*b)->config.find_sa(fresh.dst, 0x2001) == nullptr);
+    }
+    SECTION("a window saved for an SA that is then deleted does not come back")
+    {
+        JournalEntry w;
+        ReplayWindow win;
+        win.init(64, false, 90);
+        w.windows.push_back({fresh.dst, 0x2001, win.snapshot()});
+        JournalEntry del;
+        del.change.del_sas.push_back(SaKey{fresh.dst, 0x2001});
+        auto j = Journal::open(journal_path(path));
+        REQUIRE(j);
+        REQUIRE(j->append(format_journal_entry(w)));
+        auto with = load_state(path);
+        REQUIRE(with);
+        CHECK((*with)->replay.size() == 1);
+        REQUIRE(j->append(format_journal_entry(del)));
+        auto without = load_state(path);
+        REQUIRE(without);
+        CHECK((*without)->replay.empty());
+    }
     SECTION("emptied once the file is whole")
     {
         auto j = Journal::open(journal_path(path));

@@ -297,6 +297,11 @@ Result<Engine::Prepared> Engine::prepare(const EngineChange &ch, Backend backend
                 (*made)->follow(t.sas.ref(id));
         } else {
             id = sa_ids_.take();
+            // Deleted and put again under the same keys (a flush and reload): a new id, the
+            // newest of its flow, but the same sequence numbers and replay window go on.
+            if (Sa *gone = dels.count(k) ? t.sas.find_in(c.dst, c.spi) : nullptr;
+                gone && same_keys(gone->config(), c))
+                (*made)->follow(t.sas.ref(t.sas.id_of(*gone)));
         }
         p.sa_puts.push_back(
             {id, fresh ? sa_order_ + p.sa_puts.size() : 0, std::move(*made), fresh});
@@ -726,7 +731,9 @@ Engine::Dirn Engine::resolve_decap(const Tables &t, Pkt &p, const Classified &c,
     }
     const uint8_t *ip = p.ip();
     Sa *s = t.sas.by_id(c.id);
-    if (!s || s->config().spi != get32(ip + c.l4) || s->config().dst != h.dst()) {
+    if (!s)  // an id a change has just removed: looked up again in these tables
+        return classify(t, p, sa);
+    if (s->config().spi != get32(ip + c.l4) || s->config().dst != h.dst()) {
         p.set_drop(Drop::InNoStates);
         return Dirn::None;
     }
@@ -759,7 +766,9 @@ Sa *Engine::out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h)
 Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, const Classified &c, Sa **sa)
 {
     const PolicyConfig *pol = t.spd.by_id(c.id);
-    if (!pol || pol->dir != Dir::Out) {
+    if (!pol)  // an id a change has just removed: looked up again in these tables
+        return classify(t, p, sa);
+    if (pol->dir != Dir::Out) {
         p.set_drop(Drop::OutNoStates);  // not a policy that protects: nothing to encrypt with
         return Dirn::None;
     }

@@ -172,6 +172,8 @@ void Sa::take_over()
 {
     if (!pred_)
         return;
+    if (pred_->following())  // updated again before a packet came: its own first
+        pred_->take_over();
     replay_.catch_up(pred_->replay_);
     // Same keys: a number pred sent must never be sent again under them.
     if (pred_->oseq_ > oseq_)

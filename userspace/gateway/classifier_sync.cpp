@@ -1,5 +1,7 @@
 #include "userspace/gateway/classifier_sync.h"
 
+#include "userspace/base/log.h"
+
 namespace xesp {
 
 Result<void> ClassifierSync::stage_sa(const SaConfig &c, uint32_t id, std::vector<Undo> &undo)
@@ -53,6 +55,40 @@ void ClassifierSync::rollback(std::vector<Undo> &undo)
     undo.clear();
 }
 
+bool ClassifierSync::relaxes(const PolicyConfig &p)
+{
+    return !p.tmpl && p.action == Action::Allow;
+}
+
+// One policy of a change into the maps. A policy deleted and added again in the same change
+// (a new id) takes the old one's entry at once, as the classifier holds one policy per
+// selector and direction, and goes after its equals, as the engine puts it.
+Result<void> ClassifierSync::put_policy(const Engine::Prepared &p,
+                                        const Engine::Prepared::PolicyPut &put,
+                                        std::vector<Undo> *undo)
+{
+    const Engine::Prepared::PolicyDel *again = nullptr;
+    if (!put.old)
+        for (const auto &del : p.policy_dels)
+            if (del.old->sel == put.policy->sel && del.old->dir == put.policy->dir)
+                again = &del;
+    Result<void> r;
+    if (put.old)
+        r = prog_.replace_policy(put.id, *put.old, put.id, *put.policy);
+    else if (again)
+        r = prog_.replace_policy(again->id, *again->old, put.id, *put.policy, false);
+    else
+        r = prog_.add_policy(put.id, *put.policy);
+    if (!r || !undo)
+        return r;
+    if (again)
+        undo->push_back(
+            {Undo::ReplacedPolicy, {}, std::nullopt, again->id, again->old, put.policy, put.id});
+    else
+        undo->push_back({Undo::PutPolicy, {}, std::nullopt, put.id, put.old, put.policy});
+    return r;
+}
+
 Result<void> ClassifierSync::stage(const Engine::Prepared &p)
 {
     std::vector<Undo> undo;
@@ -63,33 +99,13 @@ Result<void> ClassifierSync::stage(const Engine::Prepared &p)
     for (const auto &put : p.sa_puts)
         if (auto r = stage_sa(put.sa->config(), put.id, undo); !r)
             return failed(r);
-    // A policy deleted and added again in one change (a new id): the new one takes the old
-    // one's entry at once, as the classifier holds one policy per selector and direction.
-    std::unordered_map<PolicyKey, const Engine::Prepared::PolicyDel *, ConfigKeyHash> dels;
-    for (const auto &del : p.policy_dels)
-        dels[PolicyKey{del.old->sel, del.old->dir}] = &del;
-    for (const auto &put : p.policy_puts) {
-        auto again = put.old ? dels.end() : dels.find(PolicyKey{put.policy->sel, put.policy->dir});
-        Result<void> r;
-        if (put.old)
-            r = prog_.replace_policy(put.id, *put.old, put.id, *put.policy);
-        else if (again != dels.end())
-            r = prog_.replace_policy(again->second->id, *again->second->old, put.id, *put.policy);
-        else
-            r = prog_.add_policy(put.id, *put.policy);
-        if (!r)
-            return failed(r);
-        if (again != dels.end())
-            undo.push_back({Undo::ReplacedPolicy,
-                            {},
-                            std::nullopt,
-                            again->second->id,
-                            again->second->old,
-                            put.policy,
-                            put.id});
-        else
-            undo.push_back({Undo::PutPolicy, {}, std::nullopt, put.id, put.old, put.policy});
-    }
+    // What lets traffic through unprotected (an allow policy without a template: bypass) is
+    // written only once the change is published (commit()): until then the engine still
+    // has the policies it replaces, and the gateway stays closed.
+    for (const auto &put : p.policy_puts)
+        if (!relaxes(*put.policy))
+            if (auto r = put_policy(p, put, &undo); !r)
+                return failed(r);
     staged_ = std::move(undo);
     return {};
 }
@@ -97,6 +113,10 @@ Result<void> ClassifierSync::stage(const Engine::Prepared &p)
 void ClassifierSync::commit(const Engine::Prepared &p)
 {
     staged_.clear();
+    for (const auto &put : p.policy_puts)
+        if (relaxes(*put.policy))  // cannot fail closed any more: an error leaves the old
+            if (auto r = put_policy(p, put, nullptr); !r)
+                log(LogLevel::Error, "classifier: %s", r.error().message.c_str());
     // A failed delete leaves an entry naming an id the engine no longer has: its packets are
     // looked up again, and find no state, which is what a deleted SA or policy means anyway.
     for (const auto &del : p.sa_dels) {

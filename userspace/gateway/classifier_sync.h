@@ -10,9 +10,10 @@
 // A change is made in two steps around Engine::commit(), so that no packet ever finds neither
 // the old nor the new entry of something that stays:
 //   stage(p)     before: writes what p adds or changes (an updated policy or SA overwrites
-//                its entry in place, under the same id); on error undoes it, and the maps are
-//                as before;
-//   commit(p)    after: deletes what p removes.
+//                its entry in place, under the same id), except bypass policies; on error
+//                undoes it, and the maps are as before;
+//   commit(p)    after: writes p's bypass policies (never before the engine has them: that
+//                would let plaintext through early), deletes what p removes.
 // Both run on the thread that makes changes.
 #pragma once
 
@@ -52,6 +53,9 @@ private:
         uint32_t new_id = 0;  // ReplacedPolicy: the id `now` has (`id` is policy's)
     };
     Result<void> stage_sa(const SaConfig &c, uint32_t id, std::vector<Undo> &undo);
+    static bool relaxes(const PolicyConfig &p);
+    Result<void> put_policy(const Engine::Prepared &p, const Engine::Prepared::PolicyPut &put,
+                            std::vector<Undo> *undo);
     void rollback(std::vector<Undo> &undo);
 
     XdpProgram &prog_;

@@ -164,6 +164,7 @@ std::string journal_path(const std::string &state_path)
 std::string format_journal_entry(const JournalEntry &e)
 {
     nlohmann::json j = nlohmann::json::object();
+    j["gen"] = e.generation;
     auto &puts = j["put_sas"] = nlohmann::json::array();
     for (const SaConfig &c : e.change.put_sas)
         puts.push_back(format_sa(c, true));
@@ -204,14 +205,37 @@ Result<void> apply_journal_line(std::string_view line, GatewayState &st, WindowI
             return bad();
     if (!j.contains("used") || !j["used"].is_object())
         return bad();
+    if (auto g = j.find("gen");
+        g != j.end() && (!g->is_number_unsigned() || g->get<uint64_t>() != st.journal))
+        return g->is_number_unsigned() ? Result<void>() : bad();  // before the file: in it
     Result<void> out;
+    // A window saved for an SA that is gone, or back under other keys, is not its window.
+    auto forget_window = [&](const SaKey &k) {
+        if (windows) {
+            auto at = windows->find(k);
+            if (at == windows->end())
+                return;
+            size_t i = at->second, last = st.replay.size() - 1;
+            windows->erase(at);
+            if (i != last) {
+                st.replay[i] = std::move(st.replay[last]);
+                (*windows)[SaKey{st.replay[i].dst, st.replay[i].spi}] = i;
+            }
+            st.replay.pop_back();
+            return;
+        }
+        std::erase_if(st.replay,
+                      [&](const SavedReplay &r) { return r.dst == k.dst && r.spi == k.spi; });
+    };
     for (const auto &d : j["del_sas"]) {
         auto dst = d.is_array() && d.size() == 2 && d[0].is_string()
                        ? IpAddr::parse(d[0].get<std::string>())
                        : std::nullopt;
         if (!dst || !d[1].is_number_unsigned())
             return bad();
-        st.config.sas.erase(SaKey{*dst, d[1].get<uint32_t>()});  // gone already: fine
+        SaKey k{*dst, d[1].get<uint32_t>()};
+        st.config.sas.erase(k);  // gone already: fine
+        forget_window(k);
     }
     for (const auto &d : j["del_policies"]) {
         if (!d.is_string())
@@ -228,6 +252,9 @@ Result<void> apply_journal_line(std::string_view line, GatewayState &st, WindowI
         wipe(p.get_ref<std::string &>());
         if (!cmd || cmd->object != Command::Object::Sa)
             return cmd ? bad() : make_error(cmd.error().message);
+        const SaConfig *before = st.config.sas.find(SaKey{cmd->sa.dst, cmd->sa.spi});
+        if (before && !same_keys(*before, cmd->sa))
+            forget_window(SaKey{cmd->sa.dst, cmd->sa.spi});
         st.config.sas.push_back(cmd->sa);  // replaces one of the same key where it is
     }
     for (const auto &p : j["put_policies"]) {
@@ -341,8 +368,11 @@ Result<void> Journal::append(std::string_view line)
     if (!r && done && ::ftruncate(fd, off_t(size_)) == 0)  // no half line left behind
         done = 0;
     size_ += done;
-    if (r && ::fdatasync(fd) != 0)
+    if (r && ::fdatasync(fd) != 0) {
         r = make_error(sys_error("cannot sync the state journal", path_), errno);
+        if (::ftruncate(fd, off_t(size_ - done)) == 0)  // refused: not to come back at a restart
+            size_ -= done;
+    }
     ::close(fd);
     return r;
 }
@@ -407,6 +437,11 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
             return bad("netns is not a string");
         st.netns = j["netns"].get<std::string>();
     }
+    if (auto g = j.find("journal"); g != j.end()) {
+        if (!g->is_number_unsigned())
+            return bad("journal is not a number");
+        st.journal = g->get<uint64_t>();
+    }
     if (auto r = load_journal(journal_path(path), st); !r)
         return bad(r.error().message);
     return std::optional<GatewayState>(std::move(st));
@@ -423,6 +458,7 @@ std::string format_state(const GatewayState &st)
             {{"name", name}, {"role", role == IfaceRole::Public ? "public" : "protected"}});
     if (st.netns)
         j["netns"] = *st.netns;
+    j["journal"] = st.journal;
     nlohmann::json used = nlohmann::json::object();
     static const char digits[] = "0123456789abcdef";
     auto hex = [](const uint8_t *p, size_t n) {

@@ -43,6 +43,10 @@ struct GatewayState {
     // The named network namespace (netns.h) of the daemon that wrote it, "" for none; absent
     // from files written before it was recorded. A daemon refuses another namespace's file.
     std::optional<std::string> netns;
+    // The journal generation: the journal lines written after this file carry it; a line of
+    // another generation is older than the file (a crash between writing the file and
+    // emptying the journal) and is ignored.
+    uint64_t journal = 0;
 };
 
 // The file, then its journal (below) on top; nullopt: no file.
@@ -65,6 +69,7 @@ struct JournalEntry {
     std::vector<std::pair<SaKey, uint64_t>> reserved;  // last number an SA may send now
     std::vector<std::pair<KeyFingerprint, SeqLedger::Record>> ledger;
     std::vector<SavedReplay> windows;  // replay windows that moved
+    uint64_t generation = 0;           // GatewayState::journal of the file it follows
 };
 std::string journal_path(const std::string &state_path);
 std::string format_journal_entry(const JournalEntry &e);  // one line, '\n' included; keys

@@ -42,6 +42,7 @@ Result<std::unique_ptr<StateKeeper>> StateKeeper::open(const std::string &path,
     std::unique_ptr<StateKeeper> k(new StateKeeper(path, std::move(*lock), policy));
     k->journal_ = std::move(*journal);
     if (*saved) {
+        k->generation_ = (*saved)->journal;
         k->ledger_ = (*saved)->ledger;
         k->loaded_ = std::move(*saved);
     }
@@ -131,9 +132,81 @@ void StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Gra
 
 // A job, on the writer thread: its changes and samples into the writer's view of the state,
 // then a journal entry, or the whole file (a whole job; or when the journal has grown as big
-// as a whole file would be: that empties it).
+// as a whole file would be: that empties it). A journal entry that cannot be written leaves
+// the view as it was (the change is refused); the ledger keeps what it recorded, which only
+// ever raises floors.
 Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
 {
+    // The SAs as the job leaves them, apart from the view until the entry is on disk.
+    std::unordered_map<SaKey, std::optional<SaConfig>, ConfigKeyHash> staged;
+    for (const ConfigChange &ch : job.changes) {
+        for (const SaKey &k : ch.del_sas)
+            staged[k].reset();
+        for (const SaConfig &c : ch.put_sas)
+            staged[SaKey{c.dst, c.spi}] = c;
+    }
+    auto find = [&](const SaKey &k) -> SaConfig * {
+        auto it = staged.find(k);
+        if (it != staged.end())
+            return it->second ? &*it->second : nullptr;
+        const SaConfig *now = config_.sas.find(k);
+        return now ? &*(staged[k] = *now) : nullptr;
+    };
+    std::vector<std::pair<SaKey, std::optional<Track>>> was;  // tracks, to put back
+    JournalEntry e;
+    for (Sample &s : job.sas) {
+        SaConfig *sc = find(s.key);
+        if (!sc)
+            continue;  // deleted by a later change of the same job
+        auto t = tracks_.find(s.key);
+        // Sampled before a change put another SA under the key: not this one's numbers.
+        if (!s.fresh && t != tracks_.end() && t->second.serial > s.serial)
+            continue;
+        if (s.renew) {
+            was.emplace_back(s.key,
+                             t == tracks_.end() ? std::nullopt : std::optional<Track>(t->second));
+            reserve(s, *sc, job.now, grants);
+            e.reserved.emplace_back(s.key, uint64_t(sc->oseq_hi) << 32 | sc->oseq);
+            KeyFingerprint fp = ledger_.fingerprint(sc->xf);
+            e.ledger.emplace_back(fp, ledger_.records().at(fp));
+        }
+        sc->seq = uint32_t(s.window.top);
+        sc->seq_hi = uint32_t(s.window.top >> 32);
+        if (s.has_window)
+            e.windows.push_back({s.key.dst, s.key.spi, s.window});
+    }
+    Result<void> r;
+    if (!job.whole) {
+        std::string text;
+        for (size_t i = 0; i < job.changes.size(); i++) {
+            JournalEntry line;
+            line.generation = generation_;
+            line.change = job.changes[i];
+            if (i + 1 == job.changes.size()) {
+                line.reserved = e.reserved;
+                line.ledger = e.ledger;
+                line.windows = e.windows;
+            }
+            std::string one = format_journal_entry(line);
+            text += one;
+            OPENSSL_cleanse(one.data(), one.size());
+        }
+        e.generation = generation_;
+        if (job.changes.empty())
+            text = format_journal_entry(e);
+        r = journal_.append(text);
+        OPENSSL_cleanse(text.data(), text.size());
+        if (!r) {
+            grants.clear();
+            for (auto &[k, t] : was)
+                if (t)
+                    tracks_[k] = *t;
+                else
+                    tracks_.erase(k);
+            return r;
+        }
+    }
+    // On disk (or about to be, whole): into the view.
     for (const ConfigChange &ch : job.changes) {
         for (const SaKey &k : ch.del_sas) {
             windows_.erase(k);
@@ -145,49 +218,19 @@ Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
                 windows_.erase(SaKey{c.dst, c.spi});  // other keys: what was seen is not
         apply_change(config_, ch);
     }
-    if (job.whole)
-        ifaces_ = std::move(job.ifaces);
-    JournalEntry e;
-    for (Sample &s : job.sas) {
-        SaConfig *sc = config_.sas.find(s.key);
-        if (!sc)
-            continue;  // deleted by a later change of the same job
-        if (s.renew) {
-            reserve(s, *sc, job.now, grants);
-            e.reserved.emplace_back(s.key, uint64_t(sc->oseq_hi) << 32 | sc->oseq);
-            KeyFingerprint fp = ledger_.fingerprint(sc->xf);
-            e.ledger.emplace_back(fp, ledger_.records().at(fp));
-        }
-        sc->seq = uint32_t(s.window.top);
-        sc->seq_hi = uint32_t(s.window.top >> 32);
-        if (s.has_window) {
-            e.windows.push_back({s.key.dst, s.key.spi, s.window});
-            windows_[s.key] = std::move(s.window);
-        }
-    }
+    for (auto &[k, sc] : staged)
+        if (sc)
+            config_.sas.replace(std::move(*sc));
+    for (SavedReplay &w : e.windows)
+        windows_[SaKey{w.dst, w.spi}] = std::move(w.window);
     if (job.whole) {
+        ifaces_ = std::move(job.ifaces);
         std::erase_if(tracks_, [&](const auto &kv) { return kv.second.round != round_; });
         return write_whole();
     }
-    std::string text;
-    for (size_t i = 0; i < job.changes.size(); i++) {
-        JournalEntry line;
-        line.change = std::move(job.changes[i]);
-        if (i + 1 == job.changes.size()) {
-            line.reserved = std::move(e.reserved);
-            line.ledger = std::move(e.ledger);
-            line.windows = std::move(e.windows);
-        }
-        text += format_journal_entry(line);
-    }
-    if (job.changes.empty())
-        text = format_journal_entry(e);
-    auto r = journal_.append(text);
-    OPENSSL_cleanse(text.data(), text.size());
-    if (!r)
-        return r;
     if (journal_.size() > std::max<uint64_t>(kJournalMin, kJournalPerSa * config_.sas.size()))
-        return write_whole();
+        if (auto w = write_whole(); !w)  // the entry is on disk: the change stands
+            log(LogLevel::Warning, "%s (the journal goes on growing)", w.error().message.c_str());
     return {};
 }
 
@@ -209,8 +252,10 @@ Result<void> StateKeeper::write_whole()
     st.ledger = ledger_;
     st.ifaces = ifaces_;
     st.netns = netns_;
+    st.journal = generation_ + 1;  // the journal's lines so far: older than the file
     if (auto r = save_state(path_, st); !r)
         return r;
+    generation_++;
     return journal_.reset();  // all of it is in the file now
 }
 

@@ -157,6 +157,7 @@ private:
     std::unordered_map<SaKey, ReplayWindow::Snapshot, ConfigKeyHash> windows_;
     std::vector<std::pair<std::string, IfaceRole>> ifaces_;
     Journal journal_;
+    uint64_t generation_ = 0;  // of the file and the journal lines that follow it
     SeqLedger ledger_;
     std::unordered_map<SaKey, Track, ConfigKeyHash> tracks_;
     uint64_t round_ = 0;
