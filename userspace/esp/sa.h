@@ -248,8 +248,8 @@ private:
     uint8_t iv_len_ = 0, icv_len_ = 0, block_ = 4, outer_len_ = 0;
     bool tunnel_ : 1 = false, natt_ : 1 = false, esn_ : 1 = false, aead_ : 1 = false,
                    selector_ : 1 = false;
-    bool following_ = false;      // follow(), until take_over()
-    bool window_listed_ = true;   // window_moved(), until window_saved(); none bound: true
+    bool following_ = false;     // follow(), until take_over()
+    bool window_listed_ = true;  // window_moved(), until window_saved(); none bound: true
     // Line 1: the cipher and the output sequence and lifetime counts.
     SaCipher *cipher_ = nullptr;       // owned by cipher_owner_
     const char *crypt_hot_ = nullptr;  // what the cipher reads per packet (prefetch_crypto())
