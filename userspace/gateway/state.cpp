@@ -36,6 +36,33 @@ void copy_sequence(SaConfig &to, const SaConfig &from)
     to.oseq_hi = from.oseq_hi;
 }
 
+bool unhex(const std::string &hex, std::vector<uint8_t> &out)
+{
+    if (hex.size() % 2)
+        return false;
+    for (size_t i = 0; i < hex.size(); i += 2) {
+        char *end = nullptr;
+        std::string byte = hex.substr(i, 2);
+        unsigned long v = std::strtoul(byte.c_str(), &end, 16);
+        if (end != byte.c_str() + 2)
+            return false;
+        out.push_back(uint8_t(v));
+    }
+    return true;
+}
+
+std::string hex_of(const uint8_t *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    std::string s;
+    s.reserve(2 * n);
+    for (size_t i = 0; i < n; i++) {
+        s += digits[p[i] >> 4];
+        s += digits[p[i] & 15];
+    }
+    return s;
+}
+
 // The ledger and the replay windows; absent from files older than them.
 Result<void> load_sequences(const nlohmann::json &j, GatewayState &st)
 {
@@ -74,46 +101,12 @@ Result<void> load_sequences(const nlohmann::json &j, GatewayState &st)
             s.dst = *dst;
             s.spi = r["spi"].get<uint32_t>();
             s.window.top = r["top"].get<uint64_t>();
-            const std::string &hex = r["seen"].get_ref<const std::string &>();
-            for (size_t i = 0; i < hex.size(); i += 2) {
-                char *end = nullptr;
-                std::string byte = hex.substr(i, 2);
-                unsigned long v = std::strtoul(byte.c_str(), &end, 16);
-                if (end != byte.c_str() + 2)
-                    return make_error("a replay entry's seen is not hex");
-                s.window.seen.push_back(uint8_t(v));
-            }
+            if (!unhex(r["seen"].get_ref<const std::string &>(), s.window.seen))
+                return make_error("a replay entry's seen is not hex");
             st.replay.push_back(std::move(s));
         }
     }
     return {};
-}
-
-bool unhex(const std::string &hex, std::vector<uint8_t> &out)
-{
-    if (hex.size() % 2)
-        return false;
-    for (size_t i = 0; i < hex.size(); i += 2) {
-        char *end = nullptr;
-        std::string byte = hex.substr(i, 2);
-        unsigned long v = std::strtoul(byte.c_str(), &end, 16);
-        if (end != byte.c_str() + 2)
-            return false;
-        out.push_back(uint8_t(v));
-    }
-    return true;
-}
-
-std::string hex_of(const uint8_t *p, size_t n)
-{
-    static const char digits[] = "0123456789abcdef";
-    std::string s;
-    s.reserve(2 * n);
-    for (size_t i = 0; i < n; i++) {
-        s += digits[p[i] >> 4];
-        s += digits[p[i] & 15];
-    }
-    return s;
 }
 
 Result<Command> parse_line(const std::string &line)
@@ -460,18 +453,8 @@ std::string format_state(const GatewayState &st)
         j["netns"] = *st.netns;
     j["journal"] = st.journal;
     nlohmann::json used = nlohmann::json::object();
-    static const char digits[] = "0123456789abcdef";
-    auto hex = [](const uint8_t *p, size_t n) {
-        std::string s;
-        s.reserve(2 * n);
-        for (size_t i = 0; i < n; i++) {
-            s += digits[p[i] >> 4];
-            s += digits[p[i] & 15];
-        }
-        return s;
-    };
     for (const auto &[fp, r] : st.ledger.records())
-        used[hex(fp.data(), fp.size())] = {r.last, r.round};
+        used[hex_of(fp.data(), fp.size())] = {r.last, r.round};
     j["sequences"] = {
         {"secret", st.ledger.secret_hex()}, {"round", st.ledger.round()}, {"used", used}};
     j["replay"] = nlohmann::json::array();
@@ -479,7 +462,7 @@ std::string format_state(const GatewayState &st)
         j["replay"].push_back({{"dst", r.dst.str()},
                                {"spi", r.spi},
                                {"top", r.window.top},
-                               {"seen", hex(r.window.seen.data(), r.window.seen.size())}});
+                               {"seen", hex_of(r.window.seen.data(), r.window.seen.size())}});
     std::string text = j.dump(1) + "\n";
     wipe(j["config"].get_ref<std::string &>());
     wipe(j["sequences"]["secret"].get_ref<std::string &>());
