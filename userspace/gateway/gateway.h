@@ -8,12 +8,12 @@
 //                                                          packets for the gateway itself)
 //
 // One thread runs the data path (poll_data, then housekeeping when idle). Configuration
-// changes are built on another thread while it runs (prepare: the new engine, sharing every
-// SA that stays, and the classifier's new entries) and go live between two bursts, when the
-// data thread swaps its pointers to them (install); so a packet sees either the old tables or
-// the new ones, and what a change costs the data path does not grow with the configuration.
-// The old engine is then freed on the preparing thread (finish). An SA is shared by the old
-// and the new engine, but only the data thread ever touches its runtime part.
+// changes are made on another thread while it runs, in place and at the cost of the change:
+// the engine's tables have two copies (rcu.h), the change is made to the one the data thread
+// is not reading and published with one store, and the data thread, a QSBR reader, sees all
+// of it from its next burst on; what the change removed is freed once it has passed the end
+// of a burst. The classifier's maps are written around that publish (classifier_sync.h). An
+// SA's runtime part is only ever touched by the data thread.
 //
 // Fail closed. The classifier is attached with a netlink attach, which outlives this process:
 // after a crash it keeps dropping what it would redirect (the sockets are gone, so the
