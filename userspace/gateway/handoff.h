@@ -1,6 +1,6 @@
 // Runs work on the data thread for another thread, between two bursts: how the control
-// thread hands the data thread a new engine (Gateway::install) or asks it for what only it
-// may read (its counters, its SAs' runtime state).
+// thread changes what only the data thread may touch (interfaces) or asks it for what only
+// it may read (its counters, its SAs' runtime state).
 //
 //   control thread                        data thread
 //   call(fn): fn posted, eventfd written   poll loop: serve() is one relaxed load per round;
