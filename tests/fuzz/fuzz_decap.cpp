@@ -132,7 +132,7 @@ struct Fixture {
     {
         for (size_t n = 0; n < kSaCount; n++) {
             Config cfg = sa_config(n);
-            const SaConfig &sa = cfg.sas.at(0);
+            const SaConfig &sa = cfg.sas.front();
             ciphers.push_back(std::move(*make_cipher(Backend::OpenSsl, sa.xf, sa.esn)));
             configs.push_back(std::move(cfg));
         }
