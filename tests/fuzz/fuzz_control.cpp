@@ -81,8 +81,10 @@ public:
     using ConfigHandler::ConfigHandler;
 
 protected:
-    Result<void> commit(Config next) override
+    Result<void> commit(const ConfigChange &change) override
     {
+        Config next = config();
+        apply_change(next, change);
         auto again = load_batch(to_batch(next, true), "again");
         if (!again)
             fail(("an accepted configuration does not load back: " + again.error().message).c_str(),
@@ -90,7 +92,10 @@ protected:
         if (!(*again == next))
             fail("an accepted configuration changes through to_batch -> load_batch", "",
                  to_batch(next, false));
-        return ConfigHandler::commit(std::move(next));
+        auto done = ConfigHandler::commit(change);
+        if (!(config() == next))
+            fail("a change makes another configuration than it says", "", to_batch(next, false));
+        return done;
     }
 };
 
