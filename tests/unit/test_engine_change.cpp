@@ -74,6 +74,14 @@ uint32_t spi_for(Engine &e, int i)
     return wire::get32(f.pkt.ip() + 20);
 }
 
+// The ESP sequence number of the next packet tunnel 1 sends.
+uint32_t next_seq(Engine &e)
+{
+    Frame f(udp_packet(4, "10.1.0.1", "10.200.1.1", 32));
+    REQUIRE(run(e, f) == Verdict::Encrypted);
+    return wire::get32(f.pkt.ip() + 24);
+}
+
 }  // namespace
 
 TEST_CASE("changes in place agree with an engine built afresh", "[engine][change]")
@@ -229,9 +237,7 @@ TEST_CASE("an SA updated under the same keys continues its sequence numbers", "[
     REQUIRE(now);
     CHECK(now->config().lifetime.hard_packets == 1000);
     CHECK(e->sa_id(*now) == id);  // in place: the classifier's id stays
-    Frame f(udp_packet(4, "10.1.0.1", "10.200.1.1", 32));
-    REQUIRE(run(*e, f) == Verdict::Encrypted);
-    CHECK(wire::get32(f.pkt.ip() + 24) == 6);  // not 1: never a nonce twice under one key
+    CHECK(next_seq(*e) == 6);     // not 1: never a nonce twice under one key
 
     SECTION("updated twice before a packet: the second still continues the first's numbers")
     {
@@ -242,9 +248,7 @@ TEST_CASE("an SA updated under the same keys continues its sequence numbers", "[
             again.put_sas.push_back(c);
             REQUIRE(e->change(again, Backend::Auto));
         }
-        Frame g(udp_packet(4, "10.1.0.1", "10.200.1.1", 32));
-        REQUIRE(run(*e, g) == Verdict::Encrypted);
-        CHECK(wire::get32(g.pkt.ip() + 24) == 7);
+        CHECK(next_seq(*e) == 7);
     }
     SECTION("deleted and added again in one change (a flush and reload): numbers go on")
     {
@@ -252,9 +256,7 @@ TEST_CASE("an SA updated under the same keys continues its sequence numbers", "[
         reload.del_sas.push_back(SaKey{limited.dst, limited.spi});
         reload.put_sas.push_back(limited);
         REQUIRE(e->change(reload, Backend::Auto));
-        Frame g(udp_packet(4, "10.1.0.1", "10.200.1.1", 32));
-        REQUIRE(run(*e, g) == Verdict::Encrypted);
-        CHECK(wire::get32(g.pkt.ip() + 24) == 7);
+        CHECK(next_seq(*e) == 7);
     }
     SECTION("the same SA put again is left running as it is")
     {

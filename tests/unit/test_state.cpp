@@ -436,12 +436,13 @@ TEST_CASE("state journal: changes and reservations on top of the file, a torn la
         CHECK(b.config.policies.front().priority == 7);
         CHECK(b.ledger.floor(b.ledger.fingerprint(fresh.xf)) == (uint64_t(1) << 32) + 5);
     };
-    {
+    auto append = [&](std::string_view text) {
         auto j = Journal::open(journal_path(path));
         REQUIRE(j);
-        REQUIRE(j->append(line));
-        CHECK(j->size() == line.size());
-    }
+        REQUIRE(j->append(text));
+        return j->size();
+    };
+    CHECK(append(line) == line.size());
     auto back = load_state(path);
     REQUIRE(back);
     REQUIRE(*back);
@@ -449,18 +450,14 @@ TEST_CASE("state journal: changes and reservations on top of the file, a torn la
 
     SECTION("the same entry twice (a crash between the whole write and emptying the journal)")
     {
-        auto j = Journal::open(journal_path(path));
-        REQUIRE(j);
-        REQUIRE(j->append(line));
+        append(line);
         auto again = load_state(path);
         REQUIRE(again);
         expect(**again);
     }
     SECTION("a last line cut short was never acknowledged: ignored")
     {
-        auto j = Journal::open(journal_path(path));
-        REQUIRE(j);
-        REQUIRE(j->append(line.substr(0, line.size() / 2)));
+        append(line.substr(0, line.size() / 2));
         auto torn = load_state(path);
         REQUIRE(torn);
         expect(**torn);
@@ -475,9 +472,7 @@ TEST_CASE("state journal: changes and reservations on top of the file, a torn la
     }
     SECTION("a bad line before the last refuses the file")
     {
-        auto j = Journal::open(journal_path(path));
-        REQUIRE(j);
-        REQUIRE(j->append("{\"put_sas\": 7}\n"));
+        append("{\"put_sas\": 7}\n");
         auto bad = load_state(path);
         REQUIRE_FALSE(bad);
         CHECK(bad.error().message.find(".journal:2") != std::string::npos);
@@ -501,13 +496,11 @@ TEST_CASE("state journal: changes and reservations on top of the file, a torn la
         w.windows.push_back({fresh.dst, 0x2001, win.snapshot()});
         JournalEntry del;
         del.change.del_sas.push_back(SaKey{fresh.dst, 0x2001});
-        auto j = Journal::open(journal_path(path));
-        REQUIRE(j);
-        REQUIRE(j->append(format_journal_entry(w)));
+        append(format_journal_entry(w));
         auto with = load_state(path);
         REQUIRE(with);
         CHECK((*with)->replay.size() == 1);
-        REQUIRE(j->append(format_journal_entry(del)));
+        append(format_journal_entry(del));
         auto without = load_state(path);
         REQUIRE(without);
         CHECK((*without)->replay.empty());
