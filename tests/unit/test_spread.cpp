@@ -195,3 +195,100 @@ TEST_CASE("AES-CBC IVs drawn from the pool never repeat, across SAs and refills"
     }
     CHECK(cbc * 16 > 3 * 4096);
 }
+
+TEST_CASE("a burst mixing every outcome of classification gives what one packet at a time gives",
+          "[spread]")
+{
+    // Beside the tunnels: a block policy, a bypass policy, a policy whose template has no SA,
+    // and a tunnel whose template names an SA of the other mode.
+    Config c = gateway(true);
+    auto out_policy = [&](size_t t) {
+        PolicyConfig p;
+        p.sel.src = pfx(inner(1, t).c_str());
+        p.sel.dst = pfx(inner(2, t).c_str());
+        p.dir = Dir::Out;
+        return p;
+    };
+    PolicyConfig block = out_policy(200), bypass = out_policy(201), missing = out_policy(202),
+                 wrong_mode = out_policy(203);
+    block.action = Action::Block;
+    missing.tmpl = tmpl_for(tunnel_sa(0, true));
+    missing.tmpl->reqid = 99999;
+    wrong_mode.tmpl = tmpl_for(tunnel_sa(1, true));
+    wrong_mode.tmpl->mode = Mode::Transport;
+    for (const PolicyConfig &p : {block, bypass, missing, wrong_mode})
+        c.policies.push_back(p);
+
+    std::vector<std::vector<uint8_t>> packets;
+    std::vector<bool> aead;  // the IV is the sequence number: burst and single give one text
+    auto b = make_engine(gateway(false));
+    for (size_t i = 0; i < 200; i++) {
+        size_t t = (i * 11) % kTunnels;
+        aead.push_back(tunnel_sa(t, true).xf.is_aead());
+        switch (i % 8) {
+        case 0:  // protected by tunnel t
+            packets.push_back(udp_packet(4, host(1, t).c_str(), host(2, t).c_str(), 50 + i));
+            break;
+        case 1: {  // ESP from B for tunnel t
+            Frame f(udp_packet(4, host(2, t).c_str(), host(1, t).c_str(), 60 + i));
+            REQUIRE(run(*b, f) == Verdict::Encrypted);
+            packets.push_back(f.bytes());
+            break;
+        }
+        case 2:  // block, bypass, no SA, the wrong mode
+            packets.push_back(udp_packet(4, host(1, 200 + i / 8 % 4).c_str(),
+                                         host(2, 200 + i / 8 % 4).c_str(), 40));
+            break;
+        case 3:  // plaintext a fwd policy says must come protected
+            packets.push_back(udp_packet(4, host(2, t).c_str(), host(1, t).c_str(), 40));
+            break;
+        case 4:  // no policy at all
+            packets.push_back(udp_packet(4, "10.9.0.1", "10.9.0.2", 40));
+            break;
+        case 5: {  // ESP for an SPI nobody has
+            Frame f(udp_packet(4, host(2, t).c_str(), host(1, t).c_str(), 60));
+            REQUIRE(run(*b, f) == Verdict::Encrypted);
+            std::vector<uint8_t> esp = f.bytes();
+            put32(esp.data() + kIpv4Len, 0xdead0000 + uint32_t(i));
+            packets.push_back(esp);
+            break;
+        }
+        case 6:  // IPv6 plaintext: no policy of its family
+            packets.push_back(udp_packet(6, "fd00::1", "fd00::2", 40));
+            break;
+        default:  // another protected packet, of the tunnel before
+            t = ((i - 7) * 11) % kTunnels;
+            aead.back() = tunnel_sa(t, true).xf.is_aead();
+            packets.push_back(udp_packet(4, host(1, t).c_str(), host(2, t).c_str(), 70 + i));
+        }
+    }
+    std::vector<Frame> burst, single;
+    for (const auto &p : packets) {
+        burst.emplace_back(p);
+        single.emplace_back(p);
+    }
+    auto a_burst = make_engine(c), a_single = make_engine(c);
+    auto pb = pointers(burst);
+    a_burst->process(pb.data(), pb.size());
+    for (Frame &f : single)
+        run(*a_single, f);
+    std::set<Verdict> verdicts;
+    std::set<Drop> drops;
+    for (size_t i = 0; i < packets.size(); i++) {
+        INFO("packet " << i);
+        REQUIRE(burst[i].pkt.verdict == single[i].pkt.verdict);
+        verdicts.insert(burst[i].pkt.verdict);
+        if (burst[i].pkt.verdict == Verdict::Drop) {
+            REQUIRE(burst[i].pkt.drop == single[i].pkt.drop);
+            drops.insert(burst[i].pkt.drop);
+        }
+        if (burst[i].pkt.verdict != Verdict::Encrypted || aead[i])
+            CHECK(burst[i].bytes() == single[i].bytes());
+    }
+    // Every outcome was there.
+    CHECK(verdicts ==
+          std::set<Verdict>{Verdict::Encrypted, Verdict::Decrypted, Verdict::Pass, Verdict::Drop});
+    CHECK(drops == std::set<Drop>{Drop::OutPolBlock, Drop::OutNoStates, Drop::InUnprotected});
+    CHECK(a_burst->stats().esp_unknown_spi == a_single->stats().esp_unknown_spi);
+    CHECK(a_burst->stats().esp_unknown_spi > 0);
+}

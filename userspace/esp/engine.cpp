@@ -13,19 +13,21 @@ using namespace wire;
 
 size_t SaKeyHash::operator()(const SaKey &k) const
 {
-    uint64_t h = k.spi * 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < k.dst.size(); i += 4)
-        h = (h ^ get32(k.dst.b.data() + i)) * 0x100000001b3ull;
-    return size_t(h ^ (h >> 29));
+    uint64_t a, b;
+    std::memcpy(&a, k.dst.b.data(), 8);
+    std::memcpy(&b, k.dst.b.data() + 8, 8);
+    return mix64(a ^ mix64(b ^ (uint64_t(k.spi) << 8 | k.dst.family)));
 }
 
 size_t SaKeyHash::operator()(const FlowSaKey &k) const
 {
-    uint64_t h = k.reqid * 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < k.src.size(); i += 4)
-        h = (h ^ get32(k.src.b.data() + i) ^ uint64_t(get32(k.dst.b.data() + i)) << 32) *
-            0x100000001b3ull;
-    return size_t(h ^ (h >> 29));
+    uint64_t w[4];
+    std::memcpy(w, k.src.b.data(), 16);
+    std::memcpy(w + 2, k.dst.b.data(), 16);
+    uint64_t h = mix64(uint64_t(k.reqid) << 16 | k.src.family << 8 | k.dst.family);
+    for (uint64_t x : w)
+        h = mix64(h ^ x);
+    return h;
 }
 
 uint32_t IdPool::take()
@@ -59,14 +61,14 @@ void SaTable::flow_add(const FlowSaKey &k, uint64_t order, Sa *sa)
 
 void SaTable::flow_remove(const FlowSaKey &k, Sa *sa)
 {
-    auto it = by_flow_.find(k);
-    if (it == by_flow_.end())
+    Flow *f = by_flow_.find(k);
+    if (!f)
         return;
-    std::erase_if(it->second.all, [&](const auto &e) { return e.second == sa; });
-    if (it->second.all.empty())
-        by_flow_.erase(it);
+    std::erase_if(f->all, [&](const auto &e) { return e.second == sa; });
+    if (f->all.empty())
+        by_flow_.erase(k);
     else
-        it->second.newest = it->second.all.back().second;
+        f->newest = f->all.back().second;
 }
 
 void SaTable::index(const Slot &s)
@@ -85,9 +87,9 @@ void SaTable::index(const Slot &s)
 void SaTable::unindex(const Slot &s)
 {
     const SaConfig &c = s.sa->config();
-    auto it = by_spi_.find(SaKey{c.dst, c.spi});
-    if (it != by_spi_.end() && it->second.sa == s.sa.get())
-        by_spi_.erase(it);
+    SaKey k{c.dst, c.spi};
+    if (const Found *f = by_spi_.find(k); f && f->sa == s.sa.get())
+        by_spi_.erase(k);
     if (c.dir != Dir::In) {
         flow_remove(FlowSaKey{c.src, c.dst, c.reqid}, s.sa.get());
         if (c.reqid)
@@ -138,8 +140,8 @@ uint32_t SaTable::add(std::shared_ptr<Sa> sa)
 uint32_t SaTable::id_of(const Sa &sa) const
 {
     const SaConfig &c = sa.config();
-    auto it = by_spi_.find(SaKey{c.dst, c.spi});
-    return it != by_spi_.end() && it->second.sa == &sa ? slots_[it->second.index].id : kNoId;
+    const Found *f = by_spi_.find(SaKey{c.dst, c.spi});
+    return f && f->sa == &sa ? slots_[f->index].id : kNoId;
 }
 
 const std::shared_ptr<Sa> &SaTable::ref(uint32_t id) const
@@ -151,46 +153,75 @@ const std::shared_ptr<Sa> &SaTable::ref(uint32_t id) const
 
 std::shared_ptr<Sa> SaTable::share(const SaConfig &cfg) const
 {
-    auto it = by_spi_.find(SaKey{cfg.dst, cfg.spi});
-    if (it == by_spi_.end() || !same_sa(it->second.sa->config(), cfg))
+    const Found *f = by_spi_.find(SaKey{cfg.dst, cfg.spi});
+    if (!f || !same_sa(f->sa->config(), cfg))
         return nullptr;
-    return slots_[it->second.index].sa;
+    return slots_[f->index].sa;
 }
 
 Sa *SaTable::find_in(const IpAddr &dst, uint32_t spi) const
 {
-    auto it = by_spi_.find(SaKey{dst, spi});
-    return it == by_spi_.end() ? nullptr : it->second.sa;
+    const Found *f = std::as_const(by_spi_).find(SaKey{dst, spi});
+    return f ? f->sa : nullptr;
+}
+
+SaTable::OutKey SaTable::out_key(const PolicyTmpl &tmpl, const FlowKey &flow) const
+{
+    // Transport templates may leave the addresses out: they are the packet's own.
+    OutKey k{FlowSaKey{tmpl.src.family ? tmpl.src : flow.src, tmpl.dst.family ? tmpl.dst : flow.dst,
+                       tmpl.reqid},
+             0, tmpl.spi, tmpl.mode};
+    if (k.spi) {
+        k.hash = by_spi_.hash(SaKey{k.flow.dst, k.spi});
+        by_spi_.prefetch(k.hash);
+    } else {
+        k.hash = by_flow_.hash(k.flow);
+        by_flow_.prefetch(k.hash);
+    }
+    return k;
+}
+
+Sa *SaTable::out_candidate(OutKey &k) const
+{
+    Sa *sa;
+    if (k.spi) {
+        const Found *f = by_spi_.find(SaKey{k.flow.dst, k.spi}, k.hash);
+        sa = f ? f->sa : nullptr;
+    } else {
+        k.found = by_flow_.find(k.flow, k.hash);
+        sa = k.found ? k.found->newest : nullptr;
+    }
+    if (sa)
+        sa->prefetch_state();
+    return sa;
+}
+
+Sa *SaTable::out_check(Sa *sa, const OutKey &k) const
+{
+    if (!sa)
+        return nullptr;
+    if (!k.spi) {
+        // Make before break: a new SA still held (its sequence numbers not yet on disk)
+        // leaves the flow to the one before it until it may send.
+        if (sa->held()) [[unlikely]] {
+            const auto &all = k.found->all;
+            for (size_t i = all.size() - 1; i-- > 0;)
+                if (!all[i].second->held()) {
+                    sa = all[i].second;
+                    break;
+                }
+        }
+        // The flow's key is the SA's source, and it holds no `dir in` SA.
+        return sa->tunnel() == (k.mode == Mode::Tunnel) ? sa : nullptr;
+    }
+    const SaConfig &c = sa->config();
+    return c.src == k.flow.src && c.mode == k.mode && c.dir != Dir::In ? sa : nullptr;
 }
 
 Sa *SaTable::find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const
 {
-    // Transport templates may leave the addresses out: they are the packet's own.
-    const IpAddr &src = tmpl.src.family ? tmpl.src : flow.src;
-    const IpAddr &dst = tmpl.dst.family ? tmpl.dst : flow.dst;
-    Sa *sa = nullptr;
-    if (tmpl.spi) {
-        sa = find_in(dst, tmpl.spi);
-    } else {
-        auto it = by_flow_.find(FlowSaKey{src, dst, tmpl.reqid});
-        if (it != by_flow_.end()) {
-            sa = it->second.newest;
-            // Make before break: a new SA still held (its sequence numbers not yet on disk)
-            // leaves the flow to the one before it until it may send.
-            if (sa->held()) [[unlikely]] {
-                const auto &all = it->second.all;
-                for (size_t i = all.size() - 1; i-- > 0;)
-                    if (!all[i].second->held()) {
-                        sa = all[i].second;
-                        break;
-                    }
-            }
-        }
-    }
-    if (sa &&
-        (sa->config().src != src || sa->config().mode != tmpl.mode || sa->config().dir == Dir::In))
-        return nullptr;
-    return sa;
+    OutKey k = out_key(tmpl, flow);
+    return out_check(out_candidate(k), k);
 }
 
 bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
@@ -440,9 +471,10 @@ static Engine::Dirn bad_length(Pkt &p, uint8_t proto)
     return Engine::Dirn::None;
 }
 
-Engine::Dirn Engine::classify(const Tables &t, Pkt &p, Sa **sa)
+Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa)
 {
     *sa = nullptr;
+    s.stage = Step::Done;
     uint8_t *ip = p.ip();
     IpHeader h;
     IpParse st = parse_ip(ip, p.len, &h);
@@ -478,29 +510,89 @@ Engine::Dirn Engine::classify(const Tables &t, Pkt &p, Sa **sa)
         return classify_esp(t, p, ip, off + kUdpLen, true, h.dst(), sa);
     }
 
-    FlowKey flow;
-    flow_from_header(h, &flow);
-    bool unsure = false;
-    const PolicyConfig *pol = t.spd.lookup(Dir::Out, flow, &unsure);
-    if (unsure && !(pol && pol->tmpl)) {
-        p.set_drop(Drop::FragmentUnclassifiable);
-        return Dirn::None;
+    flow_from_header(h, &s.flow);
+    t.spd.prefetch(Dir::Out, s.flow);
+    s.stage = Step::Policy;
+    return Dirn::None;
+}
+
+// One step of a packet's classification; each asks for what the next one reads. The steps
+// after Policy are the same for process() and process_classified(): the policy's template,
+// then the SA it names, then whether that SA may carry the packet.
+Engine::Dirn Engine::classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa)
+{
+    switch (s.stage) {
+    case Step::Done:
+        break;
+    case Step::Policy:
+        s.unsure = false;
+        s.pol = t.spd.lookup(Dir::Out, s.flow, &s.unsure);
+        if (s.pol) {
+            __builtin_prefetch(s.pol);
+            __builtin_prefetch(reinterpret_cast<const char *>(s.pol) + 64);
+        }
+        s.stage = Step::Tmpl;
+        break;
+    case Step::Tmpl: {
+        s.stage = Step::Done;
+        const PolicyConfig *pol = s.pol;
+        if (s.unsure && !(pol && pol->tmpl)) {
+            p.set_drop(Drop::FragmentUnclassifiable);
+            return Dirn::None;
+        }
+        if (!pol)
+            return check_unprotected(t, p, s.flow);
+        if (pol->action == Action::Block) {
+            p.set_drop(Drop::OutPolBlock);
+            return Dirn::None;
+        }
+        if (!pol->tmpl)
+            return Dirn::None;
+        s.out = t.sas.out_key(*pol->tmpl, s.flow);
+        s.stage = Step::OutSa;
+        break;
     }
-    if (!pol)
-        return check_unprotected(t, p, flow);
-    if (pol->action == Action::Block) {
-        p.set_drop(Drop::OutPolBlock);
-        return Dirn::None;
+    case Step::OutSa:
+        s.sa = t.sas.out_candidate(s.out);
+        s.stage = Step::Check;
+        break;
+    case Step::Check:
+        s.stage = Step::Done;
+        *sa = t.sas.out_check(s.sa, s.out);
+        if (!*sa) {
+            // Fail closed: the policy says protect, and there is nothing to protect it with.
+            p.set_drop(Drop::OutNoStates);
+            return Dirn::None;
+        }
+        return Dirn::Encap;
+    case Step::ById:
+        return resolve_encap(t, p, s, sa);
+    case Step::DecapId:
+        // The SA the classifier found: its runtime part, and the configuration the packet
+        // is checked against, are asked for; resolve_decap() reads them.
+        s.sa = t.sas.by_id(s.id);
+        if (s.sa) {
+            s.sa->prefetch_state();
+            __builtin_prefetch(&s.sa->config());
+            __builtin_prefetch(reinterpret_cast<const char *>(&s.sa->config()) + 64);
+            s.stage = Step::DecapCheck;
+            break;
+        }
+        s.stage = Step::Done;
+        return classify(t, p, sa);  // an id a change has just removed: looked up again
+    case Step::DecapCheck:
+        return resolve_decap(p, s, sa);
     }
-    if (!pol->tmpl)
-        return Dirn::None;
-    *sa = t.sas.find_out(*pol->tmpl, flow);
-    if (!*sa) {
-        // Fail closed: the policy says protect, and there is nothing to protect it with.
-        p.set_drop(Drop::OutNoStates);
-        return Dirn::None;
-    }
-    return Dirn::Encap;
+    return Dirn::None;
+}
+
+Engine::Dirn Engine::classify(const Tables &t, Pkt &p, Sa **sa)
+{
+    Step s;
+    Dirn d = classify_begin(t, p, s, sa);
+    while (s.stage != Step::Done)
+        d = classify_step(t, p, s, sa);
+    return d;
 }
 
 // Plaintext no outbound policy claims: if an inbound policy says it must arrive protected, it
@@ -695,58 +787,76 @@ void Engine::dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *c
     }
 }
 
+// A burst is classified in steps, each over every packet of the burst, so that the cache
+// misses of the packets overlap: with traffic spread over thousands of tunnels each lookup
+// (policy, template, SA) is a miss, and one packet after another would wait for each.
+void Engine::classify_burst(const Tables &t, Pkt *const *pkts, Step *steps, Dirn *dirn, Sa **owner,
+                            size_t n)
+{
+    for (bool more = true; more;) {
+        more = false;
+        for (size_t i = 0; i < n; i++) {
+            if (steps[i].stage == Step::Done)
+                continue;
+            dirn[i] = classify_step(t, *pkts[i], steps[i], &owner[i]);
+            more |= steps[i].stage != Step::Done;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        if (dirn[i] != Dirn::None)
+            owner[i]->prefetch_state();  // read by dispatch(), after the whole burst
+}
+
 void Engine::process(Pkt *const *pkts, size_t n)
 {
     const Tables &t = tables_.read();
     Dirn dirn[kMaxBurst];
     Sa *owner[kMaxBurst];
+    Step steps[kMaxBurst];
     while (n) {
         size_t k = n < kMaxBurst ? n : kMaxBurst;
         for (size_t i = 0; i < k; i++) {
             pkts[i]->verdict = Verdict::Pass;
-            dirn[i] = classify(t, *pkts[i], &owner[i]);
-            if (dirn[i] != Dirn::None)
-                owner[i]->prefetch_state();  // read by dispatch(), after the whole burst
+            dirn[i] = classify_begin(t, *pkts[i], steps[i], &owner[i]);
         }
+        classify_burst(t, pkts, steps, dirn, owner, k);
         dispatch(t, pkts, dirn, owner, k);
         pkts += k;
         n -= k;
     }
 }
 
-// ESP the classifier matched to SA c.id. The id is checked against the packet's own
-// (destination, SPI), the key it was found by: an id from before a reload may name another
-// SA now, or none.
-Engine::Dirn Engine::resolve_decap(const Tables &t, Pkt &p, const Classified &c, Sa **sa)
+// ESP the classifier matched to an SA (s.id, found in the step before: s.sa). The SA is
+// checked against the packet's own (destination, SPI), the key it was found by: an id from
+// before a reload may name another SA now.
+Engine::Dirn Engine::resolve_decap(Pkt &p, Step &s, Sa **sa)
 {
+    s.stage = Step::Done;
     IpHeader h;
-    if (!lengths_ok(parse_ip(p.ip(), p.len, &h)) || c.l4 < h.hdr_len) {
+    if (!lengths_ok(parse_ip(p.ip(), p.len, &h)) || s.l4 < h.hdr_len) {
         p.set_drop(Drop::InBadLength);
         return Dirn::None;
     }
     p.len = h.total;  // drop link-layer padding
-    if (c.l4 + kEspHdrLen > p.len) {
+    if (s.l4 + kEspHdrLen > p.len) {
         p.set_drop(Drop::InTruncated);
         return Dirn::None;
     }
-    const uint8_t *ip = p.ip();
-    Sa *s = t.sas.by_id(c.id);
-    if (!s)  // an id a change has just removed: looked up again in these tables
-        return classify(t, p, sa);
-    if (s->config().spi != get32(ip + c.l4) || s->config().dst != h.dst()) {
+    Sa *found = s.sa;  // by its id, in the step before
+    if (found->config().spi != get32(p.ip() + s.l4) || found->config().dst != h.dst()) {
         p.set_drop(Drop::InNoStates);
         return Dirn::None;
     }
-    *sa = s;
-    if (!inbound(*s)) {
+    *sa = found;
+    if (!inbound(*found)) {
         p.set_drop(Drop::InReflected);
         return Dirn::None;
     }
-    if (s->natt() != c.natt) {
+    if (found->natt() != s.natt) {
         p.set_drop(Drop::InEncapMismatch);
         return Dirn::None;
     }
-    p.l4 = c.l4;
+    p.l4 = s.l4;
     return Dirn::Decap;
 }
 
@@ -763,9 +873,12 @@ Sa *Engine::out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h)
     return t.sas.find_out(*pol.tmpl, flow);
 }
 
-Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, const Classified &c, Sa **sa)
+// An out policy the classifier found (c.id): its template then goes through the steps of
+// classify_step(). The policy's slot was asked for when the burst began.
+Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa)
 {
-    const PolicyConfig *pol = t.spd.by_id(c.id);
+    s.stage = Step::Done;
+    const PolicyConfig *pol = t.spd.by_id(s.id);
     if (!pol)  // an id a change has just removed: looked up again in these tables
         return classify(t, p, sa);
     if (pol->dir != Dir::Out) {
@@ -784,13 +897,14 @@ Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, const Classified &c,
         return Dirn::None;
     }
     p.len = h.total;
-    *sa = out_sa(t, *pol, h);
-    if (!*sa) {
-        // Fail closed: the policy says protect, and there is nothing to protect it with.
-        p.set_drop(Drop::OutNoStates);
-        return Dirn::None;
+    FlowKey flow;
+    if (!pol->tmpl->src.family || !pol->tmpl->dst.family) {
+        flow.src = h.src();
+        flow.dst = h.dst();
     }
-    return Dirn::Encap;
+    s.out = t.sas.out_key(*pol->tmpl, flow);
+    s.stage = Step::OutSa;
+    return Dirn::None;
 }
 
 uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
@@ -816,18 +930,28 @@ void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t 
     const Tables &t = tables_.read();
     Dirn dirn[kMaxBurst];
     Sa *owner[kMaxBurst];
+    Step steps[kMaxBurst];
     while (n) {
         size_t k = n < kMaxBurst ? n : kMaxBurst;
         for (size_t i = 0; i < k; i++) {
             Pkt &p = *pkts[i];
             p.verdict = Verdict::Pass;
             owner[i] = nullptr;
-            dirn[i] = cls[i].kind == Classified::Decap   ? resolve_decap(t, p, cls[i], &owner[i])
-                      : cls[i].kind == Classified::Encap ? resolve_encap(t, p, cls[i], &owner[i])
-                                                         : Dirn::None;  // Pass
-            if (dirn[i] != Dirn::None)
-                owner[i]->prefetch_state();  // read by dispatch(), after the whole burst
+            dirn[i] = Dirn::None;
+            steps[i].stage = Step::Done;
+            if (cls[i].kind == Classified::Decap) {
+                steps[i].id = cls[i].id;
+                steps[i].l4 = cls[i].l4;
+                steps[i].natt = cls[i].natt;
+                steps[i].stage = Step::DecapId;
+                t.sas.prefetch_id(cls[i].id);
+            } else if (cls[i].kind == Classified::Encap) {
+                steps[i].id = cls[i].id;
+                steps[i].stage = Step::ById;
+                t.spd.prefetch_id(cls[i].id);
+            }
         }
+        classify_burst(t, pkts, steps, dirn, owner, k);
         dispatch(t, pkts, dirn, owner, k);
         pkts += k;
         cls += k;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "userspace/base/flat_map.h"
 #include "userspace/base/rcu.h"
 #include "userspace/esp/sa_config.h"
 #include "userspace/esp/esp.h"
@@ -53,10 +54,32 @@ public:
 
     Sa *find_in(const IpAddr &dst, uint32_t spi) const;
     Sa *find_out(const PolicyTmpl &tmpl, const FlowKey &flow) const;
+    // find_out() in steps, for a burst whose packets each take a cache miss at every step:
+    // out_key() names what the template looks for (addresses the template leaves out are
+    // the packet's own, from `flow`) and asks for its slot; out_candidate() finds the SA and
+    // asks for its runtime part; out_check() decides. out_check(out_candidate(k), k) is
+    // find_out().
+    struct Flow;
+    struct OutKey {
+        FlowSaKey flow;
+        uint64_t hash;
+        uint32_t spi;  // the template's; 0: by flow
+        Mode mode;
+        const Flow *found = nullptr;  // out_candidate()'s, for out_check()
+    };
+    OutKey out_key(const PolicyTmpl &tmpl, const FlowKey &flow) const;
+    Sa *out_candidate(OutKey &k) const;
+    Sa *out_check(Sa *candidate, const OutKey &k) const;
     Sa *by_id(uint32_t id) const
     {
         size_t i = id & kIndexMask;
         return i < slots_.size() && slots_[i].id == id ? slots_[i].sa.get() : nullptr;
+    }
+    void prefetch_id(uint32_t id) const
+    {
+        size_t i = id & kIndexMask;
+        if (i < slots_.size())
+            __builtin_prefetch(&slots_[i]);
     }
     uint32_t id_of(const Sa &sa) const;  // kNoId if the SA is not in this table
     const std::shared_ptr<Sa> &ref(uint32_t id) const;
@@ -70,15 +93,16 @@ public:
     // The SAs with time limits (Sa::check_time).
     const std::vector<Sa *> &timed() const { return timed_; }
 
+    struct Flow {
+        Sa *newest = nullptr;
+        std::vector<std::pair<uint64_t, Sa *>> all;  // by order
+    };
+
 private:
     struct Slot {
         uint32_t id = kNoId;
         uint64_t order = 0;
         std::shared_ptr<Sa> sa;
-    };
-    struct Flow {
-        Sa *newest = nullptr;
-        std::vector<std::pair<uint64_t, Sa *>> all;  // by order
     };
     void index(const Slot &s);
     void unindex(const Slot &s);
@@ -90,11 +114,11 @@ private:
     size_t count_ = 0;
     uint32_t added_ = 0;  // add()'s next index
     struct Found {
-        Sa *sa;
-        uint32_t index;
+        Sa *sa = nullptr;
+        uint32_t index = 0;
     };
-    std::unordered_map<SaKey, Found, SaKeyHash> by_spi_;
-    std::unordered_map<FlowSaKey, Flow, SaKeyHash> by_flow_;
+    FlatMap<SaKey, Found, SaKeyHash> by_spi_;
+    FlatMap<FlowSaKey, Flow, SaKeyHash> by_flow_;
     std::vector<Sa *> timed_;
 };
 
@@ -308,9 +332,34 @@ private:
     };
     explicit Engine(Qsbr *readers) : tables_(readers) {}
 
+    // Where a packet's classification stands between the steps of a burst (classify_step).
+    struct Step {
+        enum Stage : uint8_t {
+            Done,
+            Policy,      // plaintext: look up its out policy
+            Tmpl,        // the policy found: its template
+            OutSa,       // the SA the template names
+            Check,       // whether that SA may carry the packet
+            ById,        // classified: the out policy `id`, then Tmpl's work, OutSa, Check
+            DecapId,     // classified: the SA `id`
+            DecapCheck,  // its packet checked against it
+        } stage = Done;
+        bool unsure = false;
+        bool natt = false;  // DecapId: behind UDP
+        uint16_t l4 = 0;    // DecapId: the ESP header's offset
+        uint32_t id = 0;    // ById, DecapId: what the XDP classifier found
+        FlowKey flow;
+        const PolicyConfig *pol = nullptr;
+        SaTable::OutKey out;
+        Sa *sa = nullptr;
+    };
     Dirn classify(const Tables &t, Pkt &p, Sa **sa);
-    Dirn resolve_decap(const Tables &t, Pkt &p, const Classified &c, Sa **sa);
-    Dirn resolve_encap(const Tables &t, Pkt &p, const Classified &c, Sa **sa);
+    Dirn classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa);
+    Dirn classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa);
+    void classify_burst(const Tables &t, Pkt *const *pkts, Step *steps, Dirn *dirn, Sa **owner,
+                        size_t n);
+    Dirn resolve_decap(Pkt &p, Step &s, Sa **sa);
+    Dirn resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa);
     Sa *out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h);
     void dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size_t n);
     Dirn classify_esp(const Tables &t, Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,

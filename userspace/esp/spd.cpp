@@ -27,17 +27,12 @@ bool has_ports(const Selector &s)
 
 size_t Spd::KeyHash::operator()(const Key &k) const
 {
-    // FNV-1a over the key's bytes, field by field (no padding read).
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&](const uint8_t *p, size_t n) {
-        for (size_t i = 0; i < n; i++)
-            h = (h ^ p[i]) * 1099511628211ull;
-    };
-    mix(k.src.data(), k.src.size());
-    mix(k.dst.data(), k.dst.size());
-    uint8_t rest[5] = {uint8_t(k.sport >> 8), uint8_t(k.sport), uint8_t(k.dport >> 8),
-                       uint8_t(k.dport), k.proto};
-    mix(rest, sizeof(rest));
+    uint64_t w[4];
+    std::memcpy(w, k.src.data(), 16);
+    std::memcpy(w + 2, k.dst.data(), 16);
+    uint64_t h = mix64(uint64_t(k.sport) << 24 | uint64_t(k.dport) << 8 | k.proto);
+    for (uint64_t x : w)
+        h = mix64(h ^ x);
     return size_t(h);
 }
 
@@ -56,10 +51,12 @@ Spd::Key Spd::portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_
 
 void Spd::cell_add(Cells &cells, const Key &k, Ranked r)
 {
-    auto [at, fresh] = cells.try_emplace(k, Cell{r, {}});
-    if (fresh)
+    auto [at, fresh] = cells.try_emplace(k);
+    Cell &c = *at;
+    if (fresh) {
+        c.best = r;
         return;
-    Cell &c = at->second;
+    }
     if (r.rank < c.best.rank)
         std::swap(r, c.best);
     c.more.push_back(r);
@@ -67,16 +64,16 @@ void Spd::cell_add(Cells &cells, const Key &k, Ranked r)
 
 void Spd::cell_remove(Cells &cells, const Key &k, Rank r)
 {
-    auto at = cells.find(k);
-    if (at == cells.end())
+    Cell *at = cells.find(k);
+    if (!at)
         return;
-    Cell &c = at->second;
+    Cell &c = *at;
     if (c.best.rank != r) {
         std::erase_if(c.more, [&](const Ranked &m) { return m.rank == r; });
         return;
     }
     if (c.more.empty()) {
-        cells.erase(at);
+        cells.erase(k);
         return;
     }
     auto next = std::min_element(c.more.begin(), c.more.end(),
@@ -182,25 +179,34 @@ const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
         if (!f.fragment) {
             if (b.best >= found.rank)
                 break;  // bins are in order of their best rank
-            auto it = b.exact.find(key_of(s, f.src, f.dst, f.proto, f.sport, f.dport));
-            if (it != b.exact.end() && it->second.best.rank < found.rank)
-                found = it->second.best;
+            const Cell *c = b.exact.find(key_of(s, f.src, f.dst, f.proto, f.sport, f.dport));
+            if (c && c->best.rank < found.rank)
+                found = c->best;
             continue;
         }
         // A fragment: no ports, so shapes with ports can only make it unsure.
         if (!s.sport && !s.dport) {
-            auto it = b.exact.find(key_of(s, f.src, f.dst, f.proto, 0, 0));
-            if (it != b.exact.end() && it->second.best.rank < found.rank)
-                found = it->second.best;
+            const Cell *c = b.exact.find(key_of(s, f.src, f.dst, f.proto, 0, 0));
+            if (c && c->best.rank < found.rank)
+                found = c->best;
         } else if (!b.portless.empty()) {
-            auto it = b.portless.find(portless_key(s, f.src, f.dst, f.proto));
-            if (it != b.portless.end() && it->second.best.rank < shadow.rank)
-                shadow = it->second.best;
+            const Cell *c = b.portless.find(portless_key(s, f.src, f.dst, f.proto));
+            if (c && c->best.rank < shadow.rank)
+                shadow = c->best;
         }
     }
     if (unsure && shadow.rank < found.rank)
         *unsure = true;
     return found.policy;
+}
+
+void Spd::prefetch(Dir dir, const FlowKey &f) const
+{
+    for (const Bin &b : bins_[size_t(dir)]) {
+        const Shape &s = b.shape;
+        if (s.family == f.src.family && s.family == f.dst.family)
+            b.exact.prefetch(b.exact.hash(key_of(s, f.src, f.dst, f.proto, f.sport, f.dport)));
+    }
 }
 
 const PolicyConfig *Spd::lookup_linear(Dir dir, const FlowKey &f, bool *unsure) const

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "userspace/base/flat_map.h"
 #include "userspace/esp/esp.h"
 #include "userspace/esp/sa_config.h"
 
@@ -44,6 +45,15 @@ public:
     // selectors cannot match it; if one of those that protects or blocks would have come
     // first, *unsure is set (RFC 4301 7: such a fragment cannot be classified safely).
     const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure = nullptr) const;
+    // Asks for what lookup() of a whole packet (not a fragment) will read, without waiting
+    // for it: for a burst, so that each packet's cache misses overlap the others'.
+    void prefetch(Dir dir, const FlowKey &flow) const;
+    void prefetch_id(uint32_t id) const
+    {
+        size_t i = id & kIndexMask;
+        if (i < by_index_.size())
+            __builtin_prefetch(&by_index_[i]);
+    }
     // The same by walking the policies in order: the definition lookup() must agree with, for
     // tests.
     const PolicyConfig *lookup_linear(Dir dir, const FlowKey &flow, bool *unsure = nullptr) const;
@@ -75,9 +85,9 @@ private:
     // A selector with its prefixes masked, or a packet's addresses masked to a shape; what a
     // shape does not look at is zero.
     struct Key {
-        std::array<uint8_t, 16> src, dst;
-        uint16_t sport, dport;
-        uint8_t proto;
+        std::array<uint8_t, 16> src{}, dst{};
+        uint16_t sport = 0, dport = 0;
+        uint8_t proto = 0;
         bool operator==(const Key &) const = default;
     };
     struct KeyHash {
@@ -96,7 +106,7 @@ private:
         Ranked best;
         std::vector<Ranked> more;
     };
-    using Cells = std::unordered_map<Key, Cell, KeyHash>;
+    using Cells = FlatMap<Key, Cell, KeyHash>;
     struct Bin {
         Shape shape;
         Rank best = kNone;  // of every policy in `exact`
