@@ -1,5 +1,6 @@
 #include "tools/gen/tx.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -76,15 +77,17 @@ uint32_t tx_queues(const std::string &dev)
 // the peer's RX queue of the same number), used in turn.
 Result<TxResult> tx_xsk(const TxOptions &o, const std::atomic<bool> &stop)
 {
-    auto umem = Umem::create({.frame_count = 4096, .fill_size = 64, .comp_size = 2048});
+    std::vector<std::vector<uint8_t>> frames = tx_frames(o);
+    // A UMEM frame for each distinct frame at least, so that every one is sent.
+    uint32_t count = 4096;
+    while (count < frames.size())
+        count *= 2;
+    auto umem = Umem::create({.frame_count = count, .fill_size = 64, .comp_size = 2048});
     if (!umem)
         return umem.error();
     FramePool pool(*umem);
     std::vector<uint64_t> all(pool.count());
     pool.alloc(all.data(), uint32_t(all.size()));
-    std::vector<std::vector<uint8_t>> frames;
-    for (uint32_t k = 0; k < o.flows; ++k)
-        frames.push_back(build_frame(o.ep, o.size, k));
     for (size_t i = 0; i < all.size(); ++i) {
         const auto &f = frames[i % frames.size()];
         std::memcpy(umem->frame(all[i]) + kFrameHeadroom - kEthBytes, f.data(), f.size());
@@ -92,7 +95,7 @@ Result<TxResult> tx_xsk(const TxOptions &o, const std::atomic<bool> &stop)
     pool.free(all.data(), uint32_t(all.size()));
 
     TxResult r;
-    r.queues = std::min(tx_queues(o.ep.dev), o.flows);
+    r.queues = std::min(tx_queues(o.ep.dev), uint32_t(frames.size()));
     std::vector<XskPort> ports;
     for (uint32_t q = 0; q < r.queues; ++q) {
         auto p = XskPort::open(*umem, pool, o.ep.dev,
@@ -153,10 +156,9 @@ Result<TxResult> tx_packet(const TxOptions &o, const std::atomic<bool> &stop)
         return make_error(o.ep.dev + ": bind(AF_PACKET): " + std::strerror(err), err);
     }
 
-    std::vector<std::vector<uint8_t>> frames;
-    for (uint32_t k = 0; k < o.flows; ++k)
-        frames.push_back(build_frame(o.ep, o.size, k));
-    // Messages cycle through the flows, each call going on where the last one stopped.
+    std::vector<std::vector<uint8_t>> frames = tx_frames(o);
+    const uint32_t nframes = uint32_t(frames.size());
+    // Messages cycle through the frames, each call going on where the last one stopped.
     iovec iov[kBurst];
     mmsghdr msgs[kBurst]{};
     TxResult r;
@@ -168,7 +170,7 @@ Result<TxResult> tx_packet(const TxOptions &o, const std::atomic<bool> &stop)
     while (!stop.load(std::memory_order_relaxed) && Clock::now() < end) {
         uint32_t burst = pacer.allow(r.sent + r.refused, kBurst);
         for (uint32_t i = 0; i < burst; ++i) {
-            auto &f = frames[(next + i) % o.flows];
+            auto &f = frames[(next + i) % nframes];
             iov[i] = {f.data(), f.size()};
             msgs[i].msg_hdr.msg_iov = &iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
@@ -182,11 +184,11 @@ Result<TxResult> tx_packet(const TxOptions &o, const std::atomic<bool> &stop)
                 return make_error(o.ep.dev + ": sendmmsg: " + std::strerror(err), err);
             }
             ++r.refused;
-            next = (next + 1) % o.flows;
+            next = (next + 1) % nframes;
             continue;
         }
         r.sent += uint64_t(n);
-        next = (next + uint32_t(n)) % o.flows;
+        next = (next + uint32_t(n)) % nframes;
     }
     r.seconds = since(t0);
     close(fd);
@@ -194,6 +196,20 @@ Result<TxResult> tx_packet(const TxOptions &o, const std::atomic<bool> &stop)
 }
 
 }  // namespace
+
+std::vector<std::vector<uint8_t>> tx_frames(const TxOptions &o)
+{
+    std::vector<std::vector<uint8_t>> frames;
+    uint32_t n = std::max(o.flows, o.pairs);
+    for (uint32_t k = 0; k < n; ++k) {
+        Endpoints ep = o.ep;
+        uint32_t step = (k % o.pairs) * o.pair_step;
+        ep.src = htonl(ntohl(ep.src) + step);
+        ep.dst = htonl(ntohl(ep.dst) + step);
+        frames.push_back(build_frame(ep, o.size, k % o.flows));
+    }
+    return frames;
+}
 
 const char *tx_method_name(TxMethod m)
 {

@@ -25,6 +25,10 @@ struct TxOptions {
     Endpoints ep;
     uint32_t size = kMinFrame;  // frame bytes with FCS
     uint32_t flows = 1;
+    // Address pairs: frame k goes from src + (k % pairs) * pair_step to dst + (k % pairs) *
+    // pair_step, so that traffic spreads over that many subnets (the tunnels of a gateway).
+    uint32_t pairs = 1;
+    uint32_t pair_step = 0;
     double seconds = 1;
     double rate = 0;  // frames per second; 0: as fast as possible
     TxMethod method = TxMethod::Xsk;
@@ -36,6 +40,10 @@ struct TxResult {
     double seconds = 0;
     uint32_t queues = 1;  // TX queues used (sockets, for AF_XDP)
 };
+
+// The distinct frames the options make, flows and address pairs combined: frame k has flow
+// k % flows and pair k % pairs.
+std::vector<std::vector<uint8_t>> tx_frames(const TxOptions &options);
 
 // Runs for options.seconds or until `stop` is set.
 Result<TxResult> run_tx(const TxOptions &options, const std::atomic<bool> &stop);

@@ -73,7 +73,7 @@ int fail(const std::string &cmd, const Error &e)
 struct TxArgs {
     std::string dev, src, dst, method = "auto";
     std::optional<std::string> dst_mac;
-    uint32_t size = 64, flows = 8;
+    uint32_t size = 64, flows = 8, pairs = 1, pair_step = 256;
     double seconds = 5, mpps = 0;
     bool json = false;
 };
@@ -87,6 +87,8 @@ int tx_main(const TxArgs &a)
     o.ep = *ep;
     o.size = a.size;
     o.flows = a.flows;
+    o.pairs = a.pairs;
+    o.pair_step = a.pair_step;
     o.seconds = a.seconds;
     o.rate = a.mpps * 1e6;
     o.method = a.method == "packet" ? TxMethod::Packet : TxMethod::Xsk;
@@ -95,13 +97,13 @@ int tx_main(const TxArgs &a)
         return fail("tx", r.error());
     uint64_t bytes = r->sent * a.size;
     if (a.json) {
-        std::printf("{\"dev\": \"%s\", \"method\": \"%s\", \"size\": %u, \"flows\": %u, "
-                    "\"queues\": %u, \"sent\": %llu, \"refused\": %llu, \"seconds\": %.3f, "
-                    "\"mpps\": %.4f, \"gbps\": %.4f}\n",
-                    a.dev.c_str(), tx_method_name(o.method), a.size, a.flows, r->queues,
-                    static_cast<unsigned long long>(r->sent),
-                    static_cast<unsigned long long>(r->refused), r->seconds,
-                    mpps(r->sent, r->seconds), gbps(bytes, r->seconds));
+        std::printf(
+            "{\"dev\": \"%s\", \"method\": \"%s\", \"size\": %u, \"flows\": %u, "
+            "\"pairs\": %u, \"queues\": %u, \"sent\": %llu, \"refused\": %llu, \"seconds\": %.3f, "
+            "\"mpps\": %.4f, \"gbps\": %.4f}\n",
+            a.dev.c_str(), tx_method_name(o.method), a.size, a.flows, a.pairs, r->queues,
+            static_cast<unsigned long long>(r->sent), static_cast<unsigned long long>(r->refused),
+            r->seconds, mpps(r->sent, r->seconds), gbps(bytes, r->seconds));
         return 0;
     }
     std::printf("xesp-gen tx: %s -> %s via %s (%s), %u B frames, %u flows, %s on %u queue(s): "
@@ -170,6 +172,15 @@ int main(int argc, char **argv)
                   "Source ports " + std::to_string(GEN_SRC_PORT_BASE) +
                       ".. +K-1, so that receive queues and gateway threads spread")
         ->check(CLI::Range(1, 4096))
+        ->capture_default_str();
+    t->add_option(
+         "--pairs", tx.pairs,
+         "Address pairs: the K-th frame goes from SRC + (K mod N) * STEP to DST + (K mod N) "
+         "* STEP, spreading the traffic over N subnets (a gateway's tunnels)")
+        ->check(CLI::Range(1, 4194304))
+        ->capture_default_str();
+    t->add_option("--pair-step", tx.pair_step, "STEP of --pairs: addresses between two pairs")
+        ->check(CLI::Range(1u, 1u << 24))
         ->capture_default_str();
     t->add_option("--mpps", tx.mpps,
                   "Offered rate in million frames per second, paced by sleeping (0: as fast as "
