@@ -122,6 +122,22 @@ bound=$(awk -v s="$(json_num "$work/paced" seconds)" 'BEGIN { printf "%d", 1000 
 check "--mpps 0.001: sent some, and no more than the rate allows ($sent <= $bound)" \
     "[ $rc = 0 ] && [ '${sent:-0}' -gt 0 ] && [ '${sent:-0}' -le '$bound' ]" "$(cat "$work/paced.err")"
 
+# --pairs 5 --pair-step 256: the frames go from 10.9.k.1 to 10.9.k.2 for k = 0..4, all five
+# (a capture on gb0, where nothing is attached).
+ip netns exec "$NS_B" tcpdump -i gb0 -n -U -w "$work/pairs.pcap" udp port 7009 2>"$work/tcpdump.err" &
+tcpdump_pid=$!
+for _ in $(seq 50); do grep -q listening "$work/tcpdump.err" 2>/dev/null && break; sleep 0.1; done
+ip netns exec "$NS_A" "$gen" tx --dev ga0 --src 10.9.0.1 --dst 10.9.0.2 --seconds 0.2 --mpps 0.01 \
+    --flows 1 --pairs 5 --pair-step 256 --json >"$work/pairs" 2>"$work/pairs.err"
+rc=$?
+sleep 0.3
+kill "$tcpdump_pid" 2>/dev/null
+wait "$tcpdump_pid" 2>/dev/null
+pairs=$(tcpdump -n -r "$work/pairs.pcap" 2>/dev/null | awk '{ print $3, $5 }' | sort -u | tr '\n' ';')
+want='10.9.0.1.20000 10.9.0.2.7009:;10.9.1.1.20000 10.9.1.2.7009:;10.9.2.1.20000 10.9.2.2.7009:;10.9.3.1.20000 10.9.3.2.7009:;10.9.4.1.20000 10.9.4.2.7009:;'
+check "--pairs 5: five address pairs, a subnet apart" "[ $rc = 0 ] && [ '$pairs' = '$want' ]" \
+    "got '$pairs'; $(head -c 300 "$work/pairs.err")"
+
 out=$(ip netns exec "$NS_A" "$gen" tx --dev ga0 --src 10.9.0.1 --dst 192.0.2.99 --seconds 0.1 2>&1)
 rc=$?
 check "no route: refused, saying so" "[ $rc != 0 ] && [[ \$out == *'no route to 192.0.2.99'* ]]" "$out"
