@@ -287,6 +287,7 @@ TEST_CASE("classified ids that name nothing fail closed", "[classified]")
                   Verdict::Decrypted);
             CHECK(g.bytes() == plain);
         }
+        CHECK(rx->stats().reclassified == 2);  // those two, none of the others
     }
     SECTION("an out policy whose SA is missing drops as out-no-state")
     {
@@ -325,6 +326,7 @@ TEST_CASE("classified ids that name nothing fail closed", "[classified]")
             CHECK(run_classified(*tx, f, Classified{Classified::Encap, id, kIpv4Len}) ==
                   Verdict::Encrypted);
         }
+        CHECK(tx->stats().reclassified == 2);
     }
     SECTION("a block policy drops; an allow policy without template passes")
     {

@@ -579,6 +579,7 @@ Engine::Dirn Engine::classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa)
             break;
         }
         s.stage = Step::Done;
+        stats_.reclassified++;
         return classify(t, p, sa);  // an id a change has just removed: looked up again
     case Step::DecapCheck:
         return resolve_decap(p, s, sa);
@@ -879,8 +880,10 @@ Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa)
 {
     s.stage = Step::Done;
     const PolicyConfig *pol = t.spd.by_id(s.id);
-    if (!pol)  // an id a change has just removed: looked up again in these tables
+    if (!pol) {  // an id a change has just removed: looked up again in these tables
+        stats_.reclassified++;
         return classify(t, p, sa);
+    }
     if (pol->dir != Dir::Out) {
         p.set_drop(Drop::OutNoStates);  // not a policy that protects: nothing to encrypt with
         return Dirn::None;

@@ -182,6 +182,9 @@ bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c);
 struct EngineStats {
     uint64_t encrypted = 0, decrypted = 0, passed = 0, dropped = 0, too_big = 0;
     uint64_t esp_unknown_spi = 0, ike = 0, keepalive = 0;
+    // process_classified(): packets whose id named nothing in the tables (a change not
+    // published yet, or just published), looked up again instead.
+    uint64_t reclassified = 0;
     Counters drops;  // every drop, whatever SA it belongs to
 
     EngineStats &operator+=(const EngineStats &o)
@@ -194,6 +197,7 @@ struct EngineStats {
         esp_unknown_spi += o.esp_unknown_spi;
         ike += o.ike;
         keepalive += o.keepalive;
+        reclassified += o.reclassified;
         drops.packets += o.drops.packets;
         drops.bytes += o.drops.bytes;
         for (size_t i = 0; i < kDropCount; i++)
@@ -277,7 +281,9 @@ public:
     // is, and no table is searched again. Trusted only as far as it is cheap to check: a
     // decap id must name an SA with the packet's (destination, SPI) and encapsulation, else
     // the packet is dropped as in-no-state (a stale id, as after a reload); an encap id must
-    // name an out policy, else out-no-state. Then as process(): out-no-state when the policy's
+    // name an out policy, else out-no-state. An id that names nothing at all (the classifier's
+    // maps and the tables are changed one after the other) is looked up again, as process()
+    // would, and counted (EngineStats::reclassified). Then as process(): out-no-state when the policy's
     // template has no SA (fail closed), out-policy-block for a block policy, path MTU, the
     // inbound policy check after decryption, the same counters. A rewritten packet (Encrypted,
     // Decrypted, TooBig) gets l2_len = 0: its link-layer header is the caller's to write.

@@ -288,8 +288,8 @@ void Gateway::rx_one(Port &port)
         __builtin_prefetch(d - sizeof(xesp_meta), 1);
         __builtin_prefetch(d + 64, 1);
     }
-    Pkt *answers[kBurst], *again[kBurst];
-    size_t k = 0, na = 0, nagain = 0;
+    Pkt *answers[kBurst];
+    size_t k = 0, na = 0;
     bool big = false;  // a packet prefragment() may have to split
     const uint32_t split = split_mtu();
     for (size_t i = 0; i < n; i++) {
@@ -313,16 +313,13 @@ void Gateway::rx_one(Port &port)
                 port.x.recycle(pkts[i]);
             continue;
         }
-        if (c.kind == Classified::Decap ? !engine_->sa_by_id(c.id) : !engine_->policy_by_id(c.id)) {
-            // Classified by an entry that a change has written and not yet published, or
-            // published the deletion of and not yet deleted (classifier_sync.h): the engine
-            // looks it up again in the tables it has, so a change loses no packet.
-            again[nagain++] = &pkts[i];
-            continue;
-        }
         big |= may_split(pkts[i], c, split);
         ready[k++] = &pkts[i];
     }
+    // Classified by an entry that a change has written and not yet published, or published
+    // the deletion of and not yet deleted (classifier_sync.h): the engine looks the packet up
+    // again in the tables it has, so a change loses no packet.
+    const uint64_t reclassified = engine_->stats().reclassified;
     if (!big) {
         engine_->process_classified(ready, cls, k);
         transmit(port, ready, k);
@@ -334,11 +331,7 @@ void Gateway::rx_one(Port &port)
         engine_->process_classified(all, all_cls, m);
         transmit(port, all, m);
     }
-    if (nagain) {
-        count(GwCounter::Reclassified, nagain);
-        engine_->process(again, nagain);
-        transmit(port, again, nagain);
-    }
+    count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
     if (na)
         transmit(port, answers, na);
 }
