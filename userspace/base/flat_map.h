@@ -40,11 +40,16 @@ public:
 
     static uint64_t hash(const Key &k) { return Hash{}(k); }
 
-    // Brings the slot of a key with hash h into cache, without waiting for it.
+    // Brings the slot of a key with hash h into cache, without waiting for it: both lines
+    // when a slot straddles two.
     void prefetch(uint64_t h) const
     {
-        if (!slots_.empty())
-            __builtin_prefetch(&slots_[h & mask_]);
+        if (slots_.empty())
+            return;
+        const char *s = reinterpret_cast<const char *>(&slots_[h & mask_]);
+        __builtin_prefetch(s);
+        if (sizeof(Slot) > 64 || (reinterpret_cast<uintptr_t>(s) & 63) + sizeof(Slot) > 64)
+            __builtin_prefetch(s + sizeof(Slot) - 1);
     }
 
     const Value *find(const Key &k, uint64_t h) const
