@@ -20,6 +20,7 @@
 #include "esp_fixture.h"
 #include "userspace/esp/esp.h"
 #include "userspace/gateway/state.h"
+#include "userspace/gateway/state_keeper.h"
 #include "userspace/base/private_file.h"
 #include "userspace/esp/seq_reserve.h"
 
@@ -716,4 +717,67 @@ TEST_CASE("state journal: a compaction that stops at any point loses no acknowle
         REQUIRE(b);
         CHECK((*b)->config.find_sa(IpAddr::parse("192.0.2.2").value(), 0x1001) != nullptr);
     }
+}
+
+TEST_CASE("state keeper: compactions run beside the changes, and the file and journal hold "
+          "every change",
+          "[state][journal]")
+{
+    TempDir d;
+    ::chmod(d.path.c_str(), 0700);
+    std::string path = d.path + "/gw.state", jpath = journal_path(path);
+    GatewayState st;
+    auto base = load_batch(sa_add(1, 1), "t");
+    REQUIRE(base);
+    st.config = *base;
+    REQUIRE(save_state(path, st));
+    Config cfg = st.config;
+    const int kChanges = 300;
+    {
+        // Compacts whenever the journal holds more than 2 KiB: many times over, each while
+        // the following changes are appended.
+        auto k = StateKeeper::open(path, ReservePolicy{}, 2048);
+        REQUIRE(k);
+        (*k)->set_config(cfg);
+        for (int i = 0; i < kChanges; i++) {
+            uint32_t spi = 100 + i;
+            std::string text = sa_add(spi, 1) + (i ? sa_del(spi - 1) : std::string());
+            auto ch = batch_change(text, "t", cfg);
+            REQUIRE(ch);
+            REQUIRE((*k)->record_change(*ch, {}));
+            apply_change(cfg, *ch);
+        }
+    }  // waits for the compaction in flight
+    CHECK(slurp(jpath).size() < 64 * 1024);  // cut, again and again
+    auto check = [&](const GatewayState &b) {
+        CHECK(b.config.sas.size() == 2);
+        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 1) != nullptr);
+        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 100 + kChanges - 1) !=
+              nullptr);
+        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 100 + kChanges - 2) ==
+              nullptr);
+    };
+    auto b = load_state(path);
+    REQUIRE(b);
+    REQUIRE(*b);
+    check(**b);
+    CHECK((*b)->journal > 1);
+    // A restart over it: the same state.
+    auto again = StateKeeper::open(path, ReservePolicy{});
+    REQUIRE(again);
+    REQUIRE((*again)->loaded());
+    check(*(*again)->loaded());
+}
+
+TEST_CASE("state keeper: a journal without its file is emptied at start", "[state][journal]")
+{
+    TempDir d;
+    ::chmod(d.path.c_str(), 0700);
+    std::string path = d.path + "/gw.state", jpath = journal_path(path);
+    Config cfg;
+    write_text(jpath, journal_line(cfg, sa_add(7, 1), 1, 5));
+    auto k = StateKeeper::open(path, ReservePolicy{});
+    REQUIRE(k);
+    CHECK_FALSE((*k)->loaded());
+    CHECK(slurp(jpath).empty());
 }
