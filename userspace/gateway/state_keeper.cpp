@@ -6,6 +6,7 @@
 #include "userspace/base/clock.h"
 #include "userspace/base/log.h"
 #include "userspace/base/sys_util.h"
+#include "userspace/base/thread_priority.h"
 
 namespace xesp {
 
@@ -73,6 +74,7 @@ StateKeeper::~StateKeeper()
 
 void StateKeeper::writer()
 {
+    (void)set_thread_nice(kBackgroundNice);  // behind the data thread; fine if refused
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
         cv_.wait(lk, [this] { return stop_ || !jobs_.empty() || compacted_.has_value(); });
@@ -290,7 +292,7 @@ void StateKeeper::start_compaction()
 {
     compact_from_ = journal_.size();
     compacting_ = true;
-    compactor_ = std::thread([this, st = snapshot()] {
+    compactor_ = std::thread([this, st = snapshot()] {  // at the writer's nice value
         Result<void> r;
         try {
             r = save_state(path_, st);
