@@ -59,8 +59,9 @@ Result<void> save_state(const std::string &path, const GatewayState &state);
 
 // The journal, PATH.journal: what changed since the file was last written whole, one entry
 // a line, appended and fsynced before a change is answered. A change costs its own entry, not
-// a rewrite of every tunnel; the next whole write (about once a second under traffic, when
-// the periodic bounds are renewed) empties the journal. An entry is the configuration change
+// a rewrite of every tunnel; a whole write (StateKeeper: at start and stop, or when the journal
+// has grown as big as the file) empties the journal, or cuts it to the lines appended while
+// the file was written. An entry is the configuration change
 // (puts as `sa add`/`policy add` lines, deletions by key), the reservation given to each SA it
 // made (its replay-oseq, as in the file) and the ledger records that go with them. A last line
 // cut short by a crash was never acknowledged and is ignored; any other bad line refuses the
