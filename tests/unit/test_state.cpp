@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "esp_fixture.h"
 #include "userspace/esp/esp.h"
 #include "userspace/gateway/state.h"
+#include "userspace/gateway/state_keeper.h"
 #include "userspace/base/private_file.h"
 #include "userspace/esp/seq_reserve.h"
 
@@ -588,4 +590,194 @@ TEST_CASE("state file: one daemon per file (a lock), in a directory no one else 
     auto missing = check_private_dir(d.path + "/none");
     REQUIRE_FALSE(missing);
     CHECK(missing.error().message.find(d.path + "/none") != std::string::npos);
+}
+
+namespace {
+
+std::string sa_add(uint32_t spi, uint32_t reqid)
+{
+    char key[64];
+    std::snprintf(key, sizeof key, "0x00112233445566778899aabb%08x01020304", spi);
+    return "sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi " + std::to_string(spi) +
+           " mode tunnel reqid " + std::to_string(reqid) + " aead 'rfc4106(gcm(aes))' " + key +
+           " 128\n";
+}
+
+std::string sa_del(uint32_t spi)
+{
+    return "sa del dst 192.0.2.2 proto esp spi " + std::to_string(spi) + "\n";
+}
+
+// A journal line of generation `gen`: `text` as a change of cfg (then applied to it), and the
+// reservation `last` for each SA it puts.
+std::string journal_line(Config &cfg, const std::string &text, uint64_t gen, uint64_t last)
+{
+    auto ch = batch_change(text, "t", cfg);
+    REQUIRE(ch);
+    JournalEntry e;
+    e.generation = gen;
+    e.change = *ch;
+    for (const SaConfig &c : ch->put_sas)
+        e.reserved.emplace_back(SaKey{c.dst, c.spi}, last);
+    apply_change(cfg, *ch);
+    return format_journal_entry(e);
+}
+
+void write_text(const std::string &path, const std::string &text)
+{
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+}
+
+}  // namespace
+
+TEST_CASE("state journal: a compaction that stops at any point loses no acknowledged change",
+          "[state][journal]")
+{
+    // The file of generation 0, lines of generation 0 on top; a snapshot of it all is written
+    // as the file of generation 1 while lines of generation 1 are appended; then the journal
+    // is cut to those. Whatever point a crash stops that at, the same state comes back.
+    TempDir d;
+    std::string path = d.path + "/gw.state", jpath = journal_path(path);
+    GatewayState st;
+    auto base = load_batch(sa_add(0x1001, 1) + sa_add(0x1002, 2), "t");
+    REQUIRE(base);
+    st.config = *base;
+    REQUIRE(save_state(path, st));
+    std::string old_file = slurp(path);
+
+    Config cfg = st.config;
+    std::string before = journal_line(cfg, sa_add(0x2001, 1) + sa_del(0x1001), 0, 100);
+    GatewayState snap = st;  // the compaction's snapshot
+    snap.config = cfg;
+    snap.journal = 1;
+    std::string after = journal_line(cfg, sa_add(0x3001, 1) + sa_del(0x2001), 1, 200) +
+                        journal_line(cfg, sa_add(0x3002, 2) + sa_del(0x1002), 1, 300);
+    std::string new_file = format_state(snap);
+
+    auto expect = [&] {
+        auto b = load_state(path);
+        REQUIRE(b);
+        REQUIRE(*b);
+        const Config &c = (*b)->config;
+        CHECK(c.sas.size() == 2);
+        CHECK(c.find_sa(IpAddr::parse("192.0.2.2").value(), 0x1001) == nullptr);
+        CHECK(c.find_sa(IpAddr::parse("192.0.2.2").value(), 0x2001) == nullptr);
+        const SaConfig *a = c.find_sa(IpAddr::parse("192.0.2.2").value(), 0x3001);
+        const SaConfig *z = c.find_sa(IpAddr::parse("192.0.2.2").value(), 0x3002);
+        REQUIRE(a);
+        REQUIRE(z);
+        CHECK(a->oseq == 200);  // the reservations given after the snapshot hold
+        CHECK(z->oseq == 300);
+    };
+    SECTION("before the new file's rename: the old file, then every line")
+    {
+        write_text(jpath, before + after);
+        expect();
+    }
+    SECTION("with the new file's temporary half written")
+    {
+        write_text(jpath, before + after);
+        write_text(path + ".tmp", new_file.substr(0, new_file.size() / 2));
+        expect();
+    }
+    SECTION("after the rename, before the journal is cut: its older lines are skipped")
+    {
+        write_text(path, new_file);
+        write_text(jpath, before + after);
+        expect();
+    }
+    SECTION("the journal cut to the lines after the snapshot, a temporary of it left over too")
+    {
+        write_text(path, new_file);
+        write_text(jpath, before + after);
+        auto j = Journal::open(jpath);
+        REQUIRE(j);
+        REQUIRE(j->drop_before(before.size()));
+        CHECK(j->size() == after.size());
+        CHECK(slurp(jpath) == after);
+        struct stat sb {};
+        REQUIRE(::stat(jpath.c_str(), &sb) == 0);
+        CHECK((sb.st_mode & 0777) == 0600);
+        expect();
+        write_text(jpath + ".tmp", before);
+        expect();
+        // Appends go on after what was kept.
+        std::string more = journal_line(cfg, sa_del(0x3002), 1, 0);
+        REQUIRE(j->append(more));
+        CHECK(slurp(jpath) == after + more);
+    }
+    SECTION("the old file with the new lines alone cannot happen: the cut waits for the rename")
+    {
+        // What the order protects against: the old file and only the lines after the
+        // snapshot lose the changes in between.
+        write_text(path, old_file);
+        write_text(jpath, after);
+        auto b = load_state(path);
+        REQUIRE(b);
+        CHECK((*b)->config.find_sa(IpAddr::parse("192.0.2.2").value(), 0x1001) != nullptr);
+    }
+}
+
+TEST_CASE("state keeper: compactions run beside the changes, and the file and journal hold "
+          "every change",
+          "[state][journal]")
+{
+    TempDir d;
+    ::chmod(d.path.c_str(), 0700);
+    std::string path = d.path + "/gw.state", jpath = journal_path(path);
+    GatewayState st;
+    auto base = load_batch(sa_add(1, 1), "t");
+    REQUIRE(base);
+    st.config = *base;
+    REQUIRE(save_state(path, st));
+    Config cfg = st.config;
+    const int kChanges = 300;
+    {
+        // Compacts whenever the journal holds more than 2 KiB: many times over, each while
+        // the following changes are appended.
+        auto k = StateKeeper::open(path, ReservePolicy{}, 2048);
+        REQUIRE(k);
+        (*k)->set_config(cfg);
+        for (int i = 0; i < kChanges; i++) {
+            uint32_t spi = 100 + i;
+            std::string text = sa_add(spi, 1) + (i ? sa_del(spi - 1) : std::string());
+            auto ch = batch_change(text, "t", cfg);
+            REQUIRE(ch);
+            REQUIRE((*k)->record_change(*ch, {}));
+            apply_change(cfg, *ch);
+        }
+    }  // waits for the compaction in flight
+    CHECK(slurp(jpath).size() < 64 * 1024);  // cut, again and again
+    auto check = [&](const GatewayState &b) {
+        CHECK(b.config.sas.size() == 2);
+        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 1) != nullptr);
+        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 100 + kChanges - 1) !=
+              nullptr);
+        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 100 + kChanges - 2) ==
+              nullptr);
+    };
+    auto b = load_state(path);
+    REQUIRE(b);
+    REQUIRE(*b);
+    check(**b);
+    CHECK((*b)->journal > 1);
+    // A restart over it: the same state.
+    auto again = StateKeeper::open(path, ReservePolicy{});
+    REQUIRE(again);
+    REQUIRE((*again)->loaded());
+    check(*(*again)->loaded());
+}
+
+TEST_CASE("state keeper: a journal without its file is emptied at start", "[state][journal]")
+{
+    TempDir d;
+    ::chmod(d.path.c_str(), 0700);
+    std::string path = d.path + "/gw.state", jpath = journal_path(path);
+    Config cfg;
+    write_text(jpath, journal_line(cfg, sa_add(7, 1), 1, 5));
+    auto k = StateKeeper::open(path, ReservePolicy{});
+    REQUIRE(k);
+    CHECK_FALSE((*k)->loaded());
+    CHECK(slurp(jpath).empty());
 }

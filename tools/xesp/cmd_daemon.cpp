@@ -37,6 +37,11 @@ void register_daemon_command(CLI::App &app)
     sub->add_option("--crypto", o->crypto, "auto, openssl or ipsecmb");
     sub->add_option("--ring-size", o->ring_size, "entries in each AF_XDP ring (a power of two)");
     sub->add_flag("--busy-poll", o->busy_poll, "busy-poll the sockets instead of waiting");
+    sub->add_option("--data-priority", o->data_priority,
+                    "run the data thread under SCHED_FIFO at this priority (1-99), ahead of "
+                    "every normal thread; default: a normal thread (the daemon's other "
+                    "threads run at nice 10 either way)")
+        ->check(CLI::Range(1u, 99u));
     sub->add_option("--spin", o->spin,
                     "empty polling rounds before sleeping (0: sleep as soon as idle)");
     sub->add_option("--seq-reserve", o->seq_reserve,

@@ -23,6 +23,7 @@
 #include "userspace/base/netns.h"
 #include "userspace/esp/seq_reserve.h"
 #include "userspace/base/sys_util.h"
+#include "userspace/base/thread_priority.h"
 
 namespace xesp {
 
@@ -255,6 +256,8 @@ Result<std::unique_ptr<StateKeeper>> open_state(const DaemonOptions &o, const st
 void control_thread(ControlServer &server, const sigset_t &stop, std::atomic<bool> &done)
 {
     pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
+    if (auto r = set_thread_nice(kBackgroundNice); !r)  // the data thread first
+        log(LogLevel::Warning, "control thread: %s", r.error().message.c_str());
     while (!g_stop.load(std::memory_order_relaxed)) {
         try {
             if (auto r = server.poll_once(100); !r)
@@ -319,6 +322,9 @@ Result<void> run_daemon(const DaemonOptions &o)
 {
     if (auto r = probe_kernel(); !r)
         return r.error();
+    if (o.data_priority && o.busy_poll)
+        return make_error("--data-priority: a real-time data thread must sleep when idle, and "
+                          "--busy-poll never does; drop one of them");
     auto backend = parse_backend(o.crypto);
     if (!backend)
         return make_error("--crypto " + o.crypto + ": expected auto, openssl or ipsecmb");
@@ -363,6 +369,10 @@ Result<void> run_daemon(const DaemonOptions &o)
 
     std::atomic<bool> control_done{false};
     std::thread control(control_thread, std::ref(*server), std::cref(stop), std::ref(control_done));
+    // After the other threads are made: they do not inherit it.
+    if (o.data_priority)
+        if (auto r = set_thread_fifo(int(o.data_priority)); !r)
+            log(LogLevel::Warning, "%s; it runs as a normal thread", r.error().message.c_str());
     data_loop(**gw, handler, **data, o.spin, control_done);
     control.join();
     log(LogLevel::Info, "stopping: saving the state");

@@ -32,6 +32,7 @@ struct DaemonOptions {
     uint32_t pmtu_expires = kPmtuExpiresSeconds;
     bool detach_on_exit = false;
     uint64_t seq_reserve = ReservePolicy{}.min_ahead;
+    uint32_t data_priority = 0;  // SCHED_FIFO priority of the data thread; 0: a normal thread
 };
 
 // /var/lib/xesp/<socket name>.state: two daemons with two sockets (one per network

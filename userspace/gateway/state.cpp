@@ -198,9 +198,11 @@ Result<void> apply_journal_line(std::string_view line, GatewayState &st, WindowI
             return bad();
     if (!j.contains("used") || !j["used"].is_object())
         return bad();
+    // Older than the file: in it. A line of a later generation was appended while the file
+    // of that generation was being written, and the crash came before it was renamed.
     if (auto g = j.find("gen");
-        g != j.end() && (!g->is_number_unsigned() || g->get<uint64_t>() != st.journal))
-        return g->is_number_unsigned() ? Result<void>() : bad();  // before the file: in it
+        g != j.end() && (!g->is_number_unsigned() || g->get<uint64_t>() < st.journal))
+        return g->is_number_unsigned() ? Result<void>() : bad();
     Result<void> out;
     // A window saved for an SA that is gone, or back under other keys, is not its window.
     auto forget_window = [&](const SaKey &k) {
@@ -367,6 +369,38 @@ Result<void> Journal::append(std::string_view line)
             size_ -= done;
     }
     ::close(fd);
+    return r;
+}
+
+Result<void> Journal::drop_before(uint64_t offset)
+{
+    if (offset >= size_)
+        return reset();
+    if (offset == 0)
+        return {};
+    std::string tail(size_ - offset, '\0');
+    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return make_error(sys_error("cannot read the state journal", path_), errno);
+    size_t done = 0;
+    while (done < tail.size()) {
+        ssize_t n = ::pread(fd, tail.data() + done, tail.size() - done, off_t(offset + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += size_t(n);
+    }
+    int err = errno;
+    ::close(fd);
+    Result<void> r;
+    if (done != tail.size())
+        r = make_error(sys_error("cannot read the state journal", path_), err);
+    else
+        r = write_private_file(path_, tail);
+    wipe(tail);
+    if (r)
+        size_ -= offset;
     return r;
 }
 

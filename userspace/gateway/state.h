@@ -43,9 +43,10 @@ struct GatewayState {
     // The named network namespace (netns.h) of the daemon that wrote it, "" for none; absent
     // from files written before it was recorded. A daemon refuses another namespace's file.
     std::optional<std::string> netns;
-    // The journal generation: the journal lines written after this file carry it; a line of
-    // another generation is older than the file (a crash between writing the file and
-    // emptying the journal) and is ignored.
+    // The journal generation: the journal lines written after this file carry it. A line of
+    // an older generation is in the file already (a crash between writing the file and
+    // cutting the journal) and is ignored; a line of a newer one follows the file too (it was
+    // appended while a newer file was being written, and the crash came before its rename).
     uint64_t journal = 0;
 };
 
@@ -58,8 +59,9 @@ Result<void> save_state(const std::string &path, const GatewayState &state);
 
 // The journal, PATH.journal: what changed since the file was last written whole, one entry
 // a line, appended and fsynced before a change is answered. A change costs its own entry, not
-// a rewrite of every tunnel; the next whole write (about once a second under traffic, when
-// the periodic bounds are renewed) empties the journal. An entry is the configuration change
+// a rewrite of every tunnel; a whole write (StateKeeper: at start and stop, or when the journal
+// has grown as big as the file) empties the journal, or cuts it to the lines appended while
+// the file was written. An entry is the configuration change
 // (puts as `sa add`/`policy add` lines, deletions by key), the reservation given to each SA it
 // made (its replay-oseq, as in the file) and the ledger records that go with them. A last line
 // cut short by a crash was never acknowledged and is ignored; any other bad line refuses the
@@ -81,12 +83,15 @@ Result<void> apply_journal_line(std::string_view line, GatewayState &st,
 
 // The journal file: each append opens it, writes, fsyncs and closes it again (an open file
 // would keep its filesystem from being remounted read-only); reset() empties it once the
-// whole file has been written.
+// whole file has been written; drop_before() keeps only what was appended from `offset` on
+// (the lines after a snapshot, once the file written from that snapshot is on disk), through
+// a temporary renamed over the journal: a crash leaves the old journal or the new one.
 class Journal {
 public:
     static Result<Journal> open(const std::string &path);  // checks it can be created
     Result<void> append(std::string_view line);
     Result<void> reset();
+    Result<void> drop_before(uint64_t offset);
     uint64_t size() const { return size_; }
 
 private:

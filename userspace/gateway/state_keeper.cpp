@@ -6,6 +6,7 @@
 #include "userspace/base/clock.h"
 #include "userspace/base/log.h"
 #include "userspace/base/sys_util.h"
+#include "userspace/base/thread_priority.h"
 
 namespace xesp {
 
@@ -13,9 +14,8 @@ namespace {
 
 constexpr uint64_t kLookNs = kSecondNs;   // counters and replay windows moved?
 constexpr uint64_t kRetryNs = kSecondNs;  // after a failed write
-// The journal is folded into a whole write when it outgrows this, or this much per SA: about
-// the size of the whole file.
-constexpr uint64_t kJournalMin = uint64_t(4) << 20;
+// The journal is folded into a whole write when it outgrows StateKeeper::kJournalMin, or this
+// much per SA: about the size of the whole file.
 constexpr uint64_t kJournalPerSa = 512;
 
 uint64_t seq_limit(const SaConfig &c)
@@ -26,7 +26,8 @@ uint64_t seq_limit(const SaConfig &c)
 }  // namespace
 
 Result<std::unique_ptr<StateKeeper>> StateKeeper::open(const std::string &path,
-                                                       const ReservePolicy &policy)
+                                                       const ReservePolicy &policy,
+                                                       uint64_t journal_min)
 {
     if (auto r = check_private_dir(parent_dir(path)); !r)
         return r.error();
@@ -40,11 +41,16 @@ Result<std::unique_ptr<StateKeeper>> StateKeeper::open(const std::string &path,
     if (!journal)
         return journal.error();
     std::unique_ptr<StateKeeper> k(new StateKeeper(path, std::move(*lock), policy));
+    k->journal_min_ = journal_min;
     k->journal_ = std::move(*journal);
     if (*saved) {
         k->generation_ = (*saved)->journal;
         k->ledger_ = (*saved)->ledger;
         k->loaded_ = std::move(*saved);
+    } else if (auto r = k->journal_.reset(); !r) {
+        // Without the file its lines mean nothing, and they must not be read on top of the
+        // first file written now.
+        return r.error();
     }
     k->thread_ = std::thread([p = k.get()] { p->writer(); });
     return k;
@@ -63,16 +69,26 @@ StateKeeper::~StateKeeper()
     cv_.notify_all();
     done_cv_.notify_all();
     if (thread_.joinable())
-        thread_.join();
+        thread_.join();  // it waits for a compaction in flight
 }
 
 void StateKeeper::writer()
 {
+    (void)set_thread_nice(kBackgroundNice);  // behind the data thread; fine if refused
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-        cv_.wait(lk, [this] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty())
+        cv_.wait(lk, [this] { return stop_ || !jobs_.empty() || compacted_.has_value(); });
+        if (compacted_) {
+            lk.unlock();
+            end_compaction(false);
+            lk.lock();
+            continue;
+        }
+        if (jobs_.empty()) {
+            lk.unlock();
+            end_compaction(true);
             return;
+        }
         Job job = std::move(jobs_.front());
         jobs_.pop_front();
         lk.unlock();
@@ -228,16 +244,16 @@ Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
         std::erase_if(tracks_, [&](const auto &kv) { return kv.second.round != round_; });
         return write_whole();
     }
-    if (journal_.size() > std::max<uint64_t>(kJournalMin, kJournalPerSa * config_.sas.size()))
-        if (auto w = write_whole(); !w)  // the entry is on disk: the change stands
-            log(LogLevel::Warning, "%s (the journal goes on growing)", w.error().message.c_str());
+    if (!compacting_ && job.now >= compact_retry_at_ &&
+        journal_.size() > std::max(journal_min_, kJournalPerSa * config_.sas.size()))
+        start_compaction();  // the entry is on disk: the change stands, whatever comes of it
     return {};
 }
 
-// The whole file from the writer's view: every SA with its reservation and window, the ledger
-// (a round: every SA's key recorded, the oldest others forgotten), the interfaces. Then the
-// journal is empty.
-Result<void> StateKeeper::write_whole()
+// The whole file as the writer's view stands: every SA with its reservation and window, the
+// ledger (a round: every SA's key recorded, the oldest others forgotten), the interfaces.
+// The journal lines from now on carry the generation of this file.
+GatewayState StateKeeper::snapshot()
 {
     round_++;
     ledger_.new_round();
@@ -252,11 +268,68 @@ Result<void> StateKeeper::write_whole()
     st.ledger = ledger_;
     st.ifaces = ifaces_;
     st.netns = netns_;
-    st.journal = generation_ + 1;  // the journal's lines so far: older than the file
-    if (auto r = save_state(path_, st); !r)
+    st.journal = ++generation_;  // the journal's lines so far: older than the file
+    return st;
+}
+
+// The whole file, written before this returns (start, stop, interfaces, after a failure):
+// then the journal is empty.
+Result<void> StateKeeper::write_whole()
+{
+    end_compaction(true);  // one writer of the file at a time, the newest last
+    if (auto r = save_state(path_, snapshot()); !r)
         return r;
-    generation_++;
     return journal_.reset();  // all of it is in the file now
+}
+
+// Compaction, when the journal has grown as big as the file: the file is written from a
+// snapshot on a thread of its own, while changes go on being appended to the journal under
+// the next generation (a crash before the file's rename reads the old file, then every line;
+// after it, the new file and the lines of its generation). Once the file is on disk the
+// journal loses the lines before the snapshot. Reservations are not affected: each is in a
+// journal line, fsynced, before it is used, whatever the file holds.
+void StateKeeper::start_compaction()
+{
+    compact_from_ = journal_.size();
+    compacting_ = true;
+    compactor_ = std::thread([this, st = snapshot()] {  // at the writer's nice value
+        Result<void> r;
+        try {
+            r = save_state(path_, st);
+        } catch (const std::exception &e) {
+            r = make_error("state file " + path_ + ": " + e.what());
+        }
+        std::lock_guard<std::mutex> g(mu_);
+        compacted_ = std::move(r);
+        cv_.notify_all();
+    });
+}
+
+// On the writer thread: takes the compaction's result (waiting for it with `wait`) and cuts
+// the journal after a success.
+void StateKeeper::end_compaction(bool wait)
+{
+    if (!compacting_)
+        return;
+    if (!wait) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!compacted_)
+            return;
+    }
+    compactor_.join();
+    Result<void> r;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        r = std::move(*compacted_);
+        compacted_.reset();
+    }
+    compacting_ = false;
+    if (r)
+        r = journal_.drop_before(compact_from_);  // else the old lines stay, and are skipped
+    if (!r) {
+        log(LogLevel::Warning, "%s (the journal goes on growing)", r.error().message.c_str());
+        compact_retry_at_ = now_ns() + kRetryNs;
+    }
 }
 
 void StateKeeper::restore_replay(Gateway &gw)

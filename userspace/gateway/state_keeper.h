@@ -12,10 +12,11 @@
 //   replay windows moved:
 //   tick(): a sample of those SAs (counter,      -> rates, ledger floors for new SAs, bounds,
 //           bound, replay window) handed over       into its view; a journal entry, appended
-//                                                   and fsynced (or, when the journal has
-//                                                   grown as big as the file, the whole file:
-//                                                   temporary, fsync, rename, and the journal
-//                                                   emptied)
+//                                                   and fsynced (and when the journal has
+//                                                   grown as big as the file, the whole file
+//                                                   from a snapshot, on a thread of its own:
+//                                                   temporary, fsync, rename, then the journal
+//                                                   cut to the lines after the snapshot)
 //   tick(): write done? -> publish the new bounds <-
 //           (new SAs: their start first), or on
 //           failure keep the old ones: the SAs
@@ -56,8 +57,12 @@ namespace xesp {
 class StateKeeper {
 public:
     // Checks the file's directory (private_file.h), takes the file's lock and reads the file.
+    // The journal is compacted once it outgrows journal_min bytes, or about the whole
+    // file's size.
+    static constexpr uint64_t kJournalMin = uint64_t(4) << 20;
     static Result<std::unique_ptr<StateKeeper>> open(const std::string &path,
-                                                     const ReservePolicy &policy);
+                                                     const ReservePolicy &policy,
+                                                     uint64_t journal_min = kJournalMin);
     ~StateKeeper();  // after the Gateway whose SAs it binds
 
     const std::string &path() const { return path_; }
@@ -128,7 +133,10 @@ private:
     Job sample(Gateway &gw, uint64_t now, bool whole);
     void reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Grant> &grants);
     Result<void> write(Job &job, std::vector<Grant> &grants);
+    GatewayState snapshot();
     Result<void> write_whole();
+    void start_compaction();
+    void end_compaction(bool wait);
     void start(Job job);
     void finish(const Result<void> &r, std::vector<Grant> &grants);
     Result<void> wait_idle();
@@ -161,6 +169,11 @@ private:
     SeqLedger ledger_;
     std::unordered_map<SaKey, Track, ConfigKeyHash> tracks_;
     uint64_t round_ = 0;
+    uint64_t journal_min_ = kJournalMin;
+    bool compacting_ = false;      // the compactor writes the file
+    uint64_t compact_from_ = 0;    // where the journal's lines after its snapshot begin
+    uint64_t compact_retry_at_ = 0;
+    std::thread compactor_;
 
     // Shared with the writer thread, under mu_.
     std::mutex mu_;
@@ -174,6 +187,7 @@ private:
     std::condition_variable done_cv_;  // for wait_saved()
     uint64_t done_ = 0;                // the ticket of the last write finished
     Result<void> done_result_;         // and how it went
+    std::optional<Result<void>> compacted_;  // the compactor's result, not yet taken
     std::thread thread_;
 };
 
