@@ -271,7 +271,7 @@ void control_thread(ControlServer &server, const sigset_t &stop, std::atomic<boo
 
 // Packets first; handed-over work after every burst; routing events, completions and the
 // state file once a millisecond; when nothing came in for `spin` rounds, sleep until a socket
-// (or the handoff) has something. Runs until the control thread is done, as that may wait
+// (or the handoff) has something, or a millisecond has passed. Runs until the control thread is done, as that may wait
 // for it.
 void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin,
                const std::atomic<bool> &control_done)
@@ -303,7 +303,9 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
             pfds.push_back({fd, POLLIN, 0});
         pfds.push_back({data.fd(), POLLIN, 0});
         tables.offline();
-        ::poll(pfds.data(), pfds.size(), 10);
+        // At most a millisecond: a wakeup the kernel delivers late (its softirq work deferred
+        // to ksoftirqd on a busy machine) must not leave frames waiting in a ring for longer.
+        ::poll(pfds.data(), pfds.size(), 1);
         tables.online();
     }
 }
