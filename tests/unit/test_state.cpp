@@ -17,6 +17,9 @@
 #include <random>
 #include <string>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "esp_fixture.h"
 #include "userspace/esp/esp.h"
 #include "userspace/gateway/state.h"
@@ -207,6 +210,39 @@ TEST_CASE("ledger: one record per key and salt, the highest kept, no key stored"
     GatewayState st;
     st.ledger = l;
     CHECK(format_state(st).find(key_hex) == std::string::npos);
+}
+
+TEST_CASE("ledger: a fingerprint is HMAC-SHA-256 of the key material under the secret",
+          "[state]")
+{
+    // State files written before keep their records: the fingerprint is the same HMAC
+    // however it is computed.
+    SeqLedger l;
+    std::array<uint8_t, 32> secret{};
+    std::string hex = l.secret_hex();
+    for (size_t i = 0; i < secret.size(); i++)
+        secret[i] = uint8_t(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+    for (const TransformCase &t : all_transforms()) {
+        Transform x = make_transform(t, 7);
+        std::vector<uint8_t> m;
+        m.push_back(uint8_t(x.enc_key.size()));
+        m.insert(m.end(), x.enc_key.data(), x.enc_key.data() + x.enc_key.size());
+        m.push_back(uint8_t(x.is_aead() ? 4 : 0));
+        if (x.is_aead())
+            m.insert(m.end(), x.salt.begin(), x.salt.end());
+        m.push_back(uint8_t(x.auth_key.size()));
+        m.insert(m.end(), x.auth_key.data(), x.auth_key.data() + x.auth_key.size());
+        KeyFingerprint want{};
+        unsigned len = 0;
+        HMAC(EVP_sha256(), secret.data(), int(secret.size()), m.data(), m.size(), want.data(),
+             &len);
+        CHECK(l.fingerprint(x) == want);
+        SeqLedger copy = l;  // a copy, and a ledger given the secret, give the same
+        CHECK(copy.fingerprint(x) == want);
+        SeqLedger reread;
+        REQUIRE(reread.set_secret_hex(hex));
+        CHECK(reread.fingerprint(x) == want);
+    }
 }
 
 TEST_CASE("ledger: keys no SA uses are forgotten oldest first, beyond a bound", "[state]")

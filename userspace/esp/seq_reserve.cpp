@@ -7,7 +7,6 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 namespace xesp {
@@ -52,10 +51,65 @@ template <size_t N> bool from_hex(const std::string &hex, std::array<uint8_t, N>
 
 }  // namespace
 
+class SeqLedger::Keyed {
+public:
+    explicit Keyed(const std::array<uint8_t, 32> &secret)
+    {
+        std::array<uint8_t, 64> pad{};
+        inner_ = start(secret, 0x36, pad);
+        outer_ = start(secret, 0x5c, pad);
+        OPENSSL_cleanse(pad.data(), pad.size());
+    }
+    ~Keyed()
+    {
+        EVP_MD_CTX_free(inner_);  // the providers' digest contexts are wiped when freed
+        EVP_MD_CTX_free(outer_);
+    }
+    Keyed(const Keyed &) = delete;
+    Keyed &operator=(const Keyed &) = delete;
+
+    KeyFingerprint mac(const uint8_t *m, size_t n) const
+    {
+        KeyFingerprint in{}, out{};
+        unsigned len = 0;
+        EVP_MD_CTX *c = EVP_MD_CTX_new();
+        if (!c || !EVP_MD_CTX_copy_ex(c, inner_) || !EVP_DigestUpdate(c, m, n) ||
+            !EVP_DigestFinal_ex(c, in.data(), &len) || !EVP_MD_CTX_copy_ex(c, outer_) ||
+            !EVP_DigestUpdate(c, in.data(), in.size()) || !EVP_DigestFinal_ex(c, out.data(), &len))
+            std::abort();  // out of memory in the digest: no fingerprint can be trusted
+        EVP_MD_CTX_free(c);
+        OPENSSL_cleanse(in.data(), in.size());
+        return out;
+    }
+
+private:
+    // SHA-256 over the 64-byte block of the key XOR `x` (the key is shorter than a block).
+    static EVP_MD_CTX *start(const std::array<uint8_t, 32> &key, uint8_t x,
+                             std::array<uint8_t, 64> &pad)
+    {
+        pad.fill(x);
+        for (size_t i = 0; i < key.size(); i++)
+            pad[i] = uint8_t(key[i] ^ x);
+        EVP_MD_CTX *c = EVP_MD_CTX_new();
+        if (!c || !EVP_DigestInit_ex(c, EVP_sha256(), nullptr) ||
+            !EVP_DigestUpdate(c, pad.data(), pad.size()))
+            std::abort();
+        return c;
+    }
+
+    EVP_MD_CTX *inner_ = nullptr, *outer_ = nullptr;
+};
+
 SeqLedger::SeqLedger()
 {
     if (RAND_bytes(secret_.data(), int(secret_.size())) != 1)
         std::abort();  // no randomness: nothing about keys can be done safely
+    key_hmac();
+}
+
+void SeqLedger::key_hmac()
+{
+    hmac_ = std::make_shared<const Keyed>(secret_);
 }
 
 SeqLedger::~SeqLedger()
@@ -76,9 +130,7 @@ KeyFingerprint SeqLedger::fingerprint(const Transform &xf) const
         m.insert(m.end(), xf.salt.begin(), xf.salt.end());
     m.push_back(uint8_t(xf.auth_key.size()));
     m.insert(m.end(), xf.auth_key.data(), xf.auth_key.data() + xf.auth_key.size());
-    KeyFingerprint fp{};
-    unsigned len = 0;
-    HMAC(EVP_sha256(), secret_.data(), int(secret_.size()), m.data(), m.size(), fp.data(), &len);
+    KeyFingerprint fp = hmac_->mac(m.data(), m.size());
     OPENSSL_cleanse(m.data(), m.size());
     return fp;
 }
@@ -116,7 +168,10 @@ std::string SeqLedger::secret_hex() const
 
 bool SeqLedger::set_secret_hex(const std::string &hex)
 {
-    return from_hex(hex, secret_);
+    if (!from_hex(hex, secret_))
+        return false;
+    key_hmac();
+    return true;
 }
 
 bool SeqLedger::add_record_hex(const std::string &fp_hex, uint64_t last, uint64_t round)

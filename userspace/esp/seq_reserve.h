@@ -18,9 +18,10 @@
 #pragma once
 
 #include <array>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -30,6 +31,15 @@
 namespace xesp {
 
 using KeyFingerprint = std::array<uint8_t, 32>;
+// A fingerprint is an HMAC output: its first bytes are already a good hash.
+struct KeyFingerprintHash {
+    size_t operator()(const KeyFingerprint &fp) const
+    {
+        size_t h;
+        std::memcpy(&h, fp.data(), sizeof(h));
+        return h;
+    }
+};
 
 // Keys no SA uses any more stay in the ledger until this many newer ones have left.
 inline constexpr size_t kLedgerRetiredKeys = 65536;
@@ -40,6 +50,8 @@ public:
         uint64_t last = 0;   // the highest number reserved under the key
         uint64_t round = 0;  // the last round (new_round()) that recorded it
     };
+
+    using Records = std::unordered_map<KeyFingerprint, Record, KeyFingerprintHash>;
 
     // A ledger with a fresh random secret and no records.
     SeqLedger();
@@ -64,14 +76,21 @@ public:
     // add_record_hex return false on malformed input, changing nothing.
     std::string secret_hex() const;
     bool set_secret_hex(const std::string &hex);
-    const std::map<KeyFingerprint, Record> &records() const { return records_; }
+    const Records &records() const { return records_; }
     bool add_record_hex(const std::string &fp_hex, uint64_t last, uint64_t round);
     uint64_t round() const { return round_; }
     void set_round(uint64_t r) { round_ = r; }
 
 private:
+    // HMAC-SHA-256 under the secret with its two key blocks hashed once (RFC 2104: the
+    // inner and outer states), shared by copies of the ledger: a fingerprint costs two
+    // SHA-256 blocks rather than a new HMAC context. Wiped when freed.
+    class Keyed;
+    void key_hmac();
+
     std::array<uint8_t, 32> secret_{};
-    std::map<KeyFingerprint, Record> records_;
+    std::shared_ptr<const Keyed> hmac_;
+    Records records_;
     uint64_t round_ = 0;
 };
 
