@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -418,6 +419,87 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     REQUIRE(*older);
     CHECK((*older)->replay.empty());
     CHECK((*older)->ledger.records().empty());
+}
+
+namespace {
+
+// The state file as it was written through a JSON document: format_state() writes the same
+// text directly.
+std::string format_state_by_document(const GatewayState &st)
+{
+    auto hex = [](const uint8_t *p, size_t n) {
+        std::string s;
+        char h[3];
+        for (size_t i = 0; i < n; i++) {
+            std::snprintf(h, sizeof h, "%02x", p[i]);
+            s += h;
+        }
+        return s;
+    };
+    nlohmann::json j;
+    j["version"] = 2;
+    j["config"] = to_batch(st.config, true);
+    j["ifaces"] = nlohmann::json::array();
+    for (const auto &[name, role] : st.ifaces)
+        j["ifaces"].push_back(
+            {{"name", name}, {"role", role == IfaceRole::Public ? "public" : "protected"}});
+    if (st.netns)
+        j["netns"] = *st.netns;
+    j["journal"] = st.journal;
+    nlohmann::json used = nlohmann::json::object();
+    for (const auto &[fp, r] : st.ledger.records())
+        used[hex(fp.data(), fp.size())] = {r.last, r.round};
+    j["sequences"] = {
+        {"secret", st.ledger.secret_hex()}, {"round", st.ledger.round()}, {"used", used}};
+    j["replay"] = nlohmann::json::array();
+    for (const auto &r : st.replay)
+        j["replay"].push_back({{"dst", r.dst.str()},
+                               {"spi", r.spi},
+                               {"top", r.window.top},
+                               {"seen", hex(r.window.seen.data(), r.window.seen.size())}});
+    return j.dump(1) + "\n";
+}
+
+}  // namespace
+
+TEST_CASE("state file: its text is the JSON document's, written without building one", "[state]")
+{
+    GatewayState st;
+    CHECK(format_state(st) == format_state_by_document(st));  // empty: [] and {}
+
+    std::string batch;
+    for (uint32_t i = 0; i < 50; i++) {
+        char line[400];
+        std::snprintf(line, sizeof line,
+                      "sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x%x reqid %u mode "
+                      "tunnel aead 'rfc4106(gcm(aes))' 0x%032x%08x 128 replay-window 64 "
+                      "replay-oseq %u\n"
+                      "policy add src 10.1.%u.0/24 dst 10.2.%u.0/24 dir out tmpl src 192.0.2.1 "
+                      "dst 192.0.2.2 proto esp reqid %u mode tunnel\n",
+                      0x1000 + i, i + 1, i * 7919 + 1, i, i * 100, i, i, i + 1);
+        batch += line;
+    }
+    auto cfg = load_batch(batch, "t");
+    REQUIRE(cfg);
+    st.config = *cfg;
+    for (const SaConfig &c : st.config.sas)
+        st.ledger.record(st.ledger.fingerprint(c.xf), uint64_t(c.oseq) << 20);
+    st.ledger.new_round();
+    st.ifaces = {{"eth0", IfaceRole::Public},
+                 {"we\"ird\\na\tme\x01\x7f", IfaceRole::Protected},
+                 {"caf\xc3\xa9", IfaceRole::Protected}};
+    st.netns = "blue";
+    st.journal = 7;
+    ReplayWindow w;
+    w.init(64, false, 90);
+    w.update(85);
+    st.replay.push_back({st.config.sas.nth(3).dst, st.config.sas.nth(3).spi, w.snapshot()});
+    st.replay.push_back({st.config.sas.nth(1).dst, st.config.sas.nth(1).spi, w.snapshot()});
+    CHECK(format_state(st) == format_state_by_document(st));
+
+    st.netns.reset();
+    st.ifaces.push_back({"bad\xff", IfaceRole::Public});  // not UTF-8: refused as dump() does
+    CHECK_THROWS(format_state(st));
 }
 
 TEST_CASE("state journal: changes and reservations on top of the file, a torn last line ignored",

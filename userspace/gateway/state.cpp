@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -474,41 +476,250 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
     return std::optional<GatewayState>(std::move(st));
 }
 
-std::string format_state(const GatewayState &st)
+namespace {
+
+// JSON text as nlohmann::json's dump(1) writes it: members in key order, one a line, each
+// level indented one more space, empty arrays and objects as [] and {}. The text holds keys:
+// when it outgrows its buffer, the old one is wiped before it is freed.
+class JsonText {
+public:
+    explicit JsonText(std::string &out) : out_(out) {}
+
+    // A string: escaped as dump() escapes it. Bytes outside ASCII go through nlohmann, which
+    // checks that they are UTF-8 (and throws, as dump() does, when they are not).
+    void str(std::string_view s)
+    {
+        put('"');
+        escape(s);
+        put('"');
+    }
+    void num(uint64_t v)
+    {
+        char buf[24];
+        auto r = std::to_chars(buf, buf + sizeof(buf), v);
+        put(std::string_view(buf, size_t(r.ptr - buf)));
+    }
+    // Opens an object or array; its members follow with key() and its elements with item(),
+    // and close() ends it.
+    void open(char c)
+    {
+        put(c);
+        first_.push_back(true);
+    }
+    void key(std::string_view k)
+    {
+        item();
+        str(k);
+        put(": ");
+    }
+    void item()
+    {
+        put(first_.back() ? "\n" : ",\n");
+        first_.back() = false;
+        indent();
+    }
+    void close(char c)
+    {
+        bool empty = first_.back();
+        first_.pop_back();
+        if (!empty) {
+            put('\n');
+            indent();
+        }
+        put(c);
+    }
+    void put(char c)
+    {
+        room(1);
+        out_ += c;
+    }
+    void put(std::string_view s)
+    {
+        room(s.size());
+        out_.append(s);
+    }
+    // The inside of a string (without its quotes), escaped: for a string written in pieces.
+    void escape(std::string_view s)
+    {
+        for (unsigned char c : s)
+            if (c >= 0x80)
+                return escape_utf8(s);
+        size_t from = 0;
+        for (size_t i = 0; i < s.size(); i++) {
+            unsigned char c = static_cast<unsigned char>(s[i]);
+            if (c >= 0x20 && c != '"' && c != '\\')
+                continue;
+            put(s.substr(from, i - from));
+            from = i + 1;
+            switch (c) {
+            case '"':
+                put("\\\"");
+                break;
+            case '\\':
+                put("\\\\");
+                break;
+            case '\b':
+                put("\\b");
+                break;
+            case '\f':
+                put("\\f");
+                break;
+            case '\n':
+                put("\\n");
+                break;
+            case '\r':
+                put("\\r");
+                break;
+            case '\t':
+                put("\\t");
+                break;
+            default: {
+                char buf[8];
+                std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+                put(buf);
+            }
+            }
+        }
+        put(s.substr(from));
+    }
+
+private:
+    void indent()
+    {
+        room(first_.size());
+        out_.append(first_.size(), ' ');
+    }
+    void room(size_t n)
+    {
+        if (out_.size() + n <= out_.capacity())
+            return;
+        std::string bigger;
+        bigger.reserve(std::max(2 * out_.capacity(), out_.size() + n));
+        bigger.append(out_);
+        wipe(out_);
+        out_.swap(bigger);
+    }
+    void escape_utf8(std::string_view s)
+    {
+        nlohmann::json j = std::string(s);
+        std::string quoted = j.dump();
+        put(std::string_view(quoted).substr(1, quoted.size() - 2));
+        wipe(quoted);
+        wipe(j.get_ref<std::string &>());
+    }
+
+    std::string &out_;
+    std::vector<bool> first_;
+};
+
+}  // namespace
+
+std::string format_state(const StateView &st)
 {
-    nlohmann::json j;
-    j["version"] = 2;
-    j["config"] = to_batch(st.config, true);
-    j["ifaces"] = nlohmann::json::array();
-    for (const auto &[name, role] : st.ifaces)
-        j["ifaces"].push_back(
-            {{"name", name}, {"role", role == IfaceRole::Public ? "public" : "protected"}});
-    if (st.netns)
-        j["netns"] = *st.netns;
-    j["journal"] = st.journal;
-    nlohmann::json used = nlohmann::json::object();
-    for (const auto &[fp, r] : st.ledger.records())
-        used[hex_of(fp.data(), fp.size())] = {r.last, r.round};
-    j["sequences"] = {
-        {"secret", st.ledger.secret_hex()}, {"round", st.ledger.round()}, {"used", used}};
-    j["replay"] = nlohmann::json::array();
-    for (const auto &r : st.replay)
-        j["replay"].push_back({{"dst", r.dst.str()},
-                               {"spi", r.spi},
-                               {"top", r.window.top},
-                               {"seen", hex_of(r.window.seen.data(), r.window.seen.size())}});
-    std::string text = j.dump(1) + "\n";
-    wipe(j["config"].get_ref<std::string &>());
-    wipe(j["sequences"]["secret"].get_ref<std::string &>());
-    return text;
+    std::string out;
+    out.reserve(st.config.sas.size() * 300 + st.config.policies.size() * 160 +
+                st.ledger.records().size() * 150 + st.replay.size() * 120 + 4096);
+    JsonText j(out);
+    j.open('{');
+    // The configuration as one string of `sa add` and `policy add` lines (to_batch()), each
+    // line escaped as it is made and wiped.
+    j.key("config");
+    j.put('"');
+    for (const SaConfig &sa : st.config.sas) {
+        std::string line = format_sa(sa, true);
+        j.escape(line);
+        j.escape("\n");
+        wipe(line);
+    }
+    for (const PolicyConfig &p : st.config.policies)
+        j.escape(format_policy(p) + "\n");
+    j.put('"');
+    j.key("ifaces");
+    j.open('[');
+    for (const auto &[name, role] : st.ifaces) {
+        j.item();
+        j.open('{');
+        j.key("name");
+        j.str(name);
+        j.key("role");
+        j.str(role == IfaceRole::Public ? "public" : "protected");
+        j.close('}');
+    }
+    j.close(']');
+    j.key("journal");
+    j.num(st.journal);
+    if (st.netns) {
+        j.key("netns");
+        j.str(*st.netns);
+    }
+    j.key("replay");
+    j.open('[');
+    for (const auto &r : st.replay) {
+        j.item();
+        j.open('{');
+        j.key("dst");
+        j.str(r.dst.str());
+        j.key("seen");
+        j.str(hex_of(r.window.seen.data(), r.window.seen.size()));
+        j.key("spi");
+        j.num(r.spi);
+        j.key("top");
+        j.num(r.window.top);
+        j.close('}');
+    }
+    j.close(']');
+    j.key("sequences");
+    j.open('{');
+    j.key("round");
+    j.num(st.ledger.round());
+    j.key("secret");
+    std::string secret = st.ledger.secret_hex();
+    j.str(secret);
+    wipe(secret);
+    // The records by fingerprint, in the order of their hex (a JSON object's keys are sorted).
+    std::vector<const std::pair<const KeyFingerprint, SeqLedger::Record> *> used;
+    used.reserve(st.ledger.records().size());
+    for (const auto &rec : st.ledger.records())
+        used.push_back(&rec);
+    std::sort(used.begin(), used.end(), [](const auto *a, const auto *b) { return a->first < b->first; });
+    j.key("used");
+    j.open('{');
+    for (const auto *rec : used) {
+        j.key(hex_of(rec->first.data(), rec->first.size()));
+        j.open('[');
+        j.item();
+        j.num(rec->second.last);
+        j.item();
+        j.num(rec->second.round);
+        j.close(']');
+    }
+    j.close('}');
+    j.close('}');
+    j.key("version");
+    j.num(2);
+    j.close('}');
+    j.put('\n');
+    return out;
 }
 
-Result<void> save_state(const std::string &path, const GatewayState &st)
+std::string format_state(const GatewayState &st)
+{
+    return format_state(
+        StateView{st.config, st.ifaces, st.ledger, st.replay, st.netns, st.journal});
+}
+
+Result<void> save_state(const std::string &path, const StateView &st)
 {
     std::string text = format_state(st);
     auto r = write_private_file(path, text);
     wipe(text);
     return r;
+}
+
+Result<void> save_state(const std::string &path, const GatewayState &st)
+{
+    return save_state(path,
+                      StateView{st.config, st.ifaces, st.ledger, st.replay, st.netns, st.journal});
 }
 
 Config with_saved_sequence(Config configured, const Config &saved)

@@ -114,7 +114,8 @@ void StateKeeper::writer()
 
 // An SA's bound: from its rate, or for a new SA its start from the ledger's record for its
 // key; recorded in sc (replay-oseq, replay-seq) and the ledger.
-void StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Grant> &grants)
+const KeyFingerprint &StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now,
+                                           std::vector<Grant> &grants)
 {
     auto [it, added] = tracks_.try_emplace(s.key);
     Track &t = it->second;
@@ -144,6 +145,7 @@ void StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Gra
     uint64_t top = s.window.top;
     sc.seq = uint32_t(top);
     sc.seq_hi = uint32_t(top >> 32);
+    return t.fp;
 }
 
 // A job, on the writer thread: its changes and samples into the writer's view of the state,
@@ -153,7 +155,9 @@ void StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Gra
 // ever raises floors.
 Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
 {
-    // The SAs as the job leaves them, apart from the view until the entry is on disk.
+    // The SAs as the job leaves them, apart from the view until the entry is on disk. A whole
+    // write without changes is never taken back: its samples go into the view in place.
+    bool in_place = job.whole && job.changes.empty();
     std::unordered_map<SaKey, std::optional<SaConfig>, ConfigKeyHash> staged;
     for (const ConfigChange &ch : job.changes) {
         for (const SaKey &k : ch.del_sas)
@@ -162,6 +166,8 @@ Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
             staged[SaKey{c.dst, c.spi}] = c;
     }
     auto find = [&](const SaKey &k) -> SaConfig * {
+        if (in_place)
+            return config_.sas.find(k);
         auto it = staged.find(k);
         if (it != staged.end())
             return it->second ? &*it->second : nullptr;
@@ -181,10 +187,11 @@ Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
         if (s.renew) {
             was.emplace_back(s.key,
                              t == tracks_.end() ? std::nullopt : std::optional<Track>(t->second));
-            reserve(s, *sc, job.now, grants);
-            e.reserved.emplace_back(s.key, uint64_t(sc->oseq_hi) << 32 | sc->oseq);
-            KeyFingerprint fp = ledger_.fingerprint(sc->xf);
-            e.ledger.emplace_back(fp, ledger_.records().at(fp));
+            const KeyFingerprint &fp = reserve(s, *sc, job.now, grants);
+            if (!job.whole) {  // what the journal entry says
+                e.reserved.emplace_back(s.key, uint64_t(sc->oseq_hi) << 32 | sc->oseq);
+                e.ledger.emplace_back(fp, ledger_.records().at(fp));
+            }
         }
         sc->seq = uint32_t(s.window.top);
         sc->seq_hi = uint32_t(s.window.top >> 32);
@@ -250,34 +257,47 @@ Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
     return {};
 }
 
-// The whole file as the writer's view stands: every SA with its reservation and window, the
-// ledger (a round: every SA's key recorded, the oldest others forgotten), the interfaces.
-// The journal lines from now on carry the generation of this file.
-GatewayState StateKeeper::snapshot()
+// A new round for the whole file: every SA's key recorded in the ledger (the oldest others
+// forgotten); the SAs' replay windows. The journal lines from now on carry the generation of
+// this file.
+std::vector<SavedReplay> StateKeeper::next_round()
 {
     round_++;
     ledger_.new_round();
-    GatewayState st;
+    std::vector<SavedReplay> replay;
     for (const SaConfig &sc : config_.sas) {
         ledger_.record(ledger_.fingerprint(sc.xf), uint64_t(sc.oseq_hi) << 32 | sc.oseq);
         if (auto w = windows_.find(SaKey{sc.dst, sc.spi}); w != windows_.end())
-            st.replay.push_back({sc.dst, sc.spi, w->second});
+            replay.push_back({sc.dst, sc.spi, w->second});
     }
     ledger_.forget_oldest(config_.sas.size() + kLedgerRetiredKeys);
+    ++generation_;  // the journal's lines so far: older than the file
+    return replay;
+}
+
+// The whole file as the writer's view stands, copied for a thread of its own: every SA with
+// its reservation and window, the ledger, the interfaces.
+GatewayState StateKeeper::snapshot()
+{
+    GatewayState st;
+    st.replay = next_round();
     st.config = config_;
     st.ledger = ledger_;
     st.ifaces = ifaces_;
     st.netns = netns_;
-    st.journal = ++generation_;  // the journal's lines so far: older than the file
+    st.journal = generation_;
     return st;
 }
 
-// The whole file, written before this returns (start, stop, interfaces, after a failure):
-// then the journal is empty.
+// The whole file, written before this returns (start, stop, interfaces, after a failure)
+// from the view where it is: then the journal is empty.
 Result<void> StateKeeper::write_whole()
 {
     end_compaction(true);  // one writer of the file at a time, the newest last
-    if (auto r = save_state(path_, snapshot()); !r)
+    std::vector<SavedReplay> replay = next_round();
+    std::optional<std::string> netns = netns_;
+    if (auto r = save_state(path_, StateView{config_, ifaces_, ledger_, replay, netns, generation_});
+        !r)
         return r;
     return journal_.reset();  // all of it is in the file now
 }

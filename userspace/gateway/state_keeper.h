@@ -131,8 +131,11 @@ private:
 
     StateKeeper(std::string path, PrivateFileLock lock, const ReservePolicy &policy);
     Job sample(Gateway &gw, uint64_t now, bool whole);
-    void reserve(Sample &s, SaConfig &sc, uint64_t now, std::vector<Grant> &grants);
+    // Returns the fingerprint of the SA's keys it recorded the bound under.
+    const KeyFingerprint &reserve(Sample &s, SaConfig &sc, uint64_t now,
+                                  std::vector<Grant> &grants);
     Result<void> write(Job &job, std::vector<Grant> &grants);
+    std::vector<SavedReplay> next_round();
     GatewayState snapshot();
     Result<void> write_whole();
     void start_compaction();
