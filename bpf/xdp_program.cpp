@@ -43,6 +43,10 @@ Result<void> update(int fd, const void *key, const void *val, uint64_t flags, co
     return {};
 }
 
+// The kernel's "operation not supported" (not in userspace's errno.h): a map type without
+// batch operations.
+constexpr int kENOTSUPP = 524;
+
 xesp_sa_key sa_key(const IpAddr &dst, uint32_t spi)
 {
     xesp_sa_key k{};
@@ -69,6 +73,30 @@ std::string ifname(int ifindex)
 }
 
 }  // namespace
+
+Result<void> update_map_entries(int fd, const void *keys, size_t key_size, const void *values,
+                                size_t value_size, size_t n, bool &batch, size_t &done,
+                                const std::function<std::string(size_t)> &what)
+{
+    auto *k = static_cast<const uint8_t *>(keys);
+    auto *v = static_cast<const uint8_t *>(values);
+    done = 0;
+    if (batch && n > 1 && n <= UINT32_MAX) {
+        LIBBPF_OPTS(bpf_map_batch_opts, opts, .elem_flags = BPF_ANY);
+        uint32_t count = uint32_t(n);
+        if (bpf_map_update_batch(fd, k, v, &count, &opts) == 0) {
+            done = n;
+            return {};
+        }
+        int err = errno;
+        if (err == kENOTSUPP || err == EOPNOTSUPP || err == EINVAL)
+            batch = false;
+    }
+    for (; done < n; done++)
+        if (bpf_map_update_elem(fd, k + done * key_size, v + done * value_size, BPF_ANY) != 0)
+            return bpf_error(what(done), errno);
+    return {};
+}
 
 Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
 {
@@ -124,6 +152,30 @@ Result<void> XdpProgram::add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id,
     xesp_sa_key k = sa_key(dst, spi);
     xesp_sa_val v{sa_id, flags};
     return update(sas_fd(), &k, &v, BPF_ANY, ("xdp sa add dst " + dst.str()).c_str());
+}
+
+Result<void> XdpProgram::add_sas(const std::vector<SaEntry> &sas, size_t &done)
+{
+    done = 0;
+    std::vector<xesp_sa_key> keys;
+    std::vector<xesp_sa_val> vals;
+    keys.reserve(sas.size());
+    vals.reserve(sas.size());
+    Result<void> bad;
+    for (const SaEntry &e : sas) {
+        if (e.dst.family != 4 && e.dst.family != 6) {  // what add_sa() says, in its turn
+            bad = make_error("xdp sa " + std::to_string(e.sa_id) + ": destination has no family");
+            break;
+        }
+        keys.push_back(sa_key(e.dst, e.spi));
+        vals.push_back(xesp_sa_val{e.sa_id, e.flags});
+    }
+    if (auto r = update_map_entries(sas_fd(), keys.data(), sizeof(xesp_sa_key), vals.data(),
+                                    sizeof(xesp_sa_val), keys.size(), batch_sas_, done,
+                                    [&](size_t i) { return "xdp sa add dst " + sas[i].dst.str(); });
+        !r)
+        return r;
+    return bad;
 }
 
 Result<void> XdpProgram::remove_sa(const IpAddr &dst, uint32_t spi)
@@ -213,6 +265,64 @@ Result<void> XdpProgram::add_policy(uint32_t policy_id, const PolicyConfig &p)
     if (!ch)
         return ch.error();
     return apply(*ch, true);
+}
+
+Result<void> XdpProgram::add_policies(
+    const std::vector<std::pair<uint32_t, const PolicyConfig *>> &ps, size_t &done)
+{
+    done = 0;
+    std::vector<xesp_policy_key> keys;
+    std::vector<xesp_policy_val> vals;
+    std::vector<size_t> ends;  // of each policy's entries in keys, from `done` on
+    // Unwritten policies leave the tuple space again, newest first; their entries were
+    // never written (deleting them finds nothing), a shadow they share is put back.
+    auto forget = [&](size_t from, size_t to) {
+        for (size_t i = to; i-- > from;)
+            if (auto ch = tuples_.remove(ps[i].first))
+                (void)apply(*ch, false);
+    };
+    // The entries gathered so far, in one batch; a policy counts once all of its are in.
+    auto flush = [&]() -> Result<void> {
+        size_t written = 0;
+        auto r = update_map_entries(policies_fd(), keys.data(), sizeof(xesp_policy_key),
+                                    vals.data(), sizeof(xesp_policy_val), keys.size(),
+                                    batch_policies_, written,
+                                    [](size_t) { return std::string("xdp: write a policy"); });
+        size_t first = done;
+        while (done - first < ends.size() && ends[done - first] <= written)
+            done++;
+        if (!r)
+            forget(done, first + ends.size());
+        keys.clear();
+        vals.clear();
+        ends.clear();
+        return r;
+    };
+    for (size_t i = 0; i < ps.size(); i++) {
+        auto ch = tuples_.add(ps[i].first, *ps[i].second);
+        if (!ch) {
+            if (auto r = flush(); !r)
+                return r;
+            return ch.error();
+        }
+        if (ch->table_changed) {
+            // What came before is written before the table changes, as one by one.
+            if (auto r = flush(); !r) {
+                forget(i, i + 1);
+                return r;
+            }
+            if (auto r = publish_tuples(); !r) {
+                forget(i, i + 1);
+                return r;
+            }
+        }
+        for (const auto &[k, v] : ch->put) {
+            keys.push_back(k);
+            vals.push_back(v);
+        }
+        ends.push_back(keys.size());
+    }
+    return flush();
 }
 
 Result<void> XdpProgram::remove_policy(uint32_t policy_id)

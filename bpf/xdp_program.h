@@ -7,8 +7,12 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "bpf/abi_check.h"
 #include "bpf/policy_tuples.h"
@@ -54,6 +58,16 @@ struct XdpOptions {
     uint32_t max_policy_entries = 262144;           // policies plus their portless shadows
 };
 
+// n entries into the BPF map fd, their keys and values each laid out one after the other:
+// one bpf_map_update_batch() (Linux 5.6+, for the map types that have it), else one update
+// each. A batch that fails is done again one entry at a time from the first, which rewrites
+// what it wrote with the same values and stops at the entry that fails, with what(i) naming
+// it: `done` counts the entries written, as one by one. `batch` is cleared for good when the
+// kernel has no batch update for the map (ENOTSUPP, EOPNOTSUPP, EINVAL).
+Result<void> update_map_entries(int fd, const void *keys, size_t key_size, const void *values,
+                                size_t value_size, size_t n, bool &batch, size_t &done,
+                                const std::function<std::string(size_t)> &what);
+
 class XdpProgram {
 public:
     static Result<std::unique_ptr<XdpProgram>> load(const XdpOptions &options = {});
@@ -74,11 +88,23 @@ public:
     // Without DIR_IN it decrypts only ESP to one of the gateway's own addresses.
     Result<void> add_sa(const IpAddr &dst, uint32_t spi, uint32_t sa_id, uint32_t flags);
     Result<void> remove_sa(const IpAddr &dst, uint32_t spi);
+    // Many at once, as add_sa() one after the other would, in a few system calls (loading
+    // 100,000 tunnels). On error the first `done` are in the map, the others are not.
+    struct SaEntry {
+        IpAddr dst;
+        uint32_t spi, sa_id, flags;
+    };
+    Result<void> add_sas(const std::vector<SaEntry> &sas, size_t &done);
 
     // Policies by the caller's id. Selector, direction, priority, action and whether there is
     // a template are used; the template's contents are userspace's business.
     Result<void> add_policy(uint32_t policy_id, const PolicyConfig &p);
     Result<void> remove_policy(uint32_t policy_id);
+    // Many at once, as add_policy() one after the other would (same order, same ranks), the
+    // entries written in batches between the tuple table's publishes. On error the first
+    // `done` are in the maps, and the others neither in the maps nor in the tuple space.
+    Result<void> add_policies(const std::vector<std::pair<uint32_t, const PolicyConfig *>> &ps,
+                              size_t &done);
     // Policy `old_id` (configured as `old`) becomes `new_id` (configured as `p`, same selector
     // and direction) with no moment in between where neither applies: the new entries are
     // written over the old ones before anything is deleted. It keeps the old one's place among
@@ -131,6 +157,7 @@ private:
     Result<void> apply(const TupleChange &ch, bool add);
 
     xesp_xdp *skel_ = nullptr;
+    bool batch_sas_ = true, batch_policies_ = true;  // update_map_entries()' batch
     TupleSpace tuples_;
     uint32_t live_table_ = 0;
     uint64_t flipped_ns_ = 0;  // when the live index last flipped (CLOCK_MONOTONIC)

@@ -987,3 +987,167 @@ TEST_CASE("removing a policy republishes the tuple table only when its shape goe
     CHECK(last->table_changed);  // the shape is gone from the table
     CHECK(ts.tuples() == 0);
 }
+
+// ---- Many entries at once ----------------------------------------------------------------
+
+namespace {
+
+// Every entry of a hash map, keys and values as bytes.
+std::map<std::string, std::string> dump_map(int fd, size_t key_size, size_t value_size)
+{
+    std::map<std::string, std::string> out;
+    std::string key(key_size, '\0'), next(key_size, '\0'), val(value_size, '\0');
+    void *prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
+        REQUIRE(bpf_map_lookup_elem(fd, next.data(), val.data()) == 0);
+        out[next] = val;
+        key = next;
+        prev = key.data();
+    }
+    return out;
+}
+
+int make_map(bpf_map_type type, uint32_t key_size, uint32_t max, uint32_t flags = 0)
+{
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = flags);
+    int fd = bpf_map_create(type, "xesp_test", key_size, 8, max, &opts);
+    REQUIRE(fd >= 0);
+    return fd;
+}
+
+}  // namespace
+
+TEST_CASE("map entries in one batch, or one by one where the map has no batch update")
+{
+    struct Key {
+        uint32_t prefixlen;  // an LPM trie's key starts with it
+        uint32_t addr;
+    };
+    std::vector<Key> keys;
+    std::vector<uint64_t> vals;
+    for (uint32_t i = 0; i < 1000; i++) {
+        keys.push_back({32, htonl(0x0a000000 + i)});
+        vals.push_back(uint64_t(i) << 20 | 7);
+    }
+    auto what = [](size_t i) { return "entry " + std::to_string(i); };
+    auto check_all = [&](int fd) {
+        auto m = dump_map(fd, sizeof(Key), 8);
+        REQUIRE(m.size() == keys.size());
+        for (size_t i = 0; i < keys.size(); i++) {
+            uint64_t v = 0;
+            REQUIRE(bpf_map_lookup_elem(fd, &keys[i], &v) == 0);
+            CHECK(v == vals[i]);
+        }
+    };
+
+    SECTION("a hash map takes them in one batch")
+    {
+        int fd = make_map(BPF_MAP_TYPE_HASH, sizeof(Key), 2000);
+        bool batch = true;
+        size_t done = 99;
+        REQUIRE(update_map_entries(fd, keys.data(), sizeof(Key), vals.data(), 8, keys.size(), batch,
+                                   done, what));
+        CHECK(batch);
+        CHECK(done == keys.size());
+        check_all(fd);
+        close(fd);
+    }
+    SECTION("a device map has no batch update (ENOTSUPP): one by one, and not tried again")
+    {
+        int fd = bpf_map_create(BPF_MAP_TYPE_DEVMAP_HASH, "xesp_test", 4, 4, 2000, nullptr);
+        REQUIRE(fd >= 0);
+        std::vector<uint32_t> slots, ifindexes(keys.size(), kLoIfindex);
+        for (uint32_t i = 0; i < keys.size(); i++)
+            slots.push_back(i * 3);
+        bool batch = true;
+        size_t done = 0;
+        REQUIRE(update_map_entries(fd, slots.data(), 4, ifindexes.data(), 4, slots.size(), batch,
+                                   done, what));
+        CHECK_FALSE(batch);
+        CHECK(done == slots.size());
+        CHECK(dump_map(fd, 4, 4).size() == slots.size());
+        close(fd);
+    }
+    SECTION("a full map: the batch fails, and one by one names the entry that does not fit")
+    {
+        int fd = make_map(BPF_MAP_TYPE_HASH, sizeof(Key), 600);
+        bool batch = true;
+        size_t done = 0;
+        auto r = update_map_entries(fd, keys.data(), sizeof(Key), vals.data(), 8, keys.size(),
+                                    batch, done, what);
+        REQUIRE_FALSE(r);
+        CHECK(done == 600);
+        CHECK(r.error().message.rfind("entry 600: ", 0) == 0);
+        CHECK(batch);  // the map has a batch update: the next call tries it again
+        CHECK(dump_map(fd, sizeof(Key), 8).size() == 600);
+        close(fd);
+    }
+}
+
+TEST_CASE("SAs and policies added together give the maps of one by one")
+{
+    // 3,000 SAs; 2,000 policies over a few shapes, some with ports (shadow entries), equal
+    // priorities (the order added breaks the tie).
+    std::vector<XdpProgram::SaEntry> sas;
+    for (uint32_t i = 0; i < 3000; i++)
+        sas.push_back({i % 2 ? addr("2001:db8::1") : addr("192.0.2.1"), 0x1000 + i, i,
+                       i % 3 ? 0u : uint32_t(XESP_SA_F_NATT)});
+    std::vector<PolicyConfig> pols;
+    for (uint32_t i = 0; i < 2000; i++) {
+        char src[32], dst[32];
+        std::snprintf(src, sizeof src, "10.%u.%u.0/%u", 1 + i % 3, i / 256 % 256, 24 - i % 2);
+        std::snprintf(dst, sizeof dst, "10.200.%u.0/24", i % 256);
+        PolicyConfig p = policy(src, dst, i % 2 ? Dir::Out : Dir::Fwd, 100 + i % 4, i % 5 != 0,
+                                i % 7 ? Action::Allow : Action::Block, i % 11 ? 0 : 6,
+                                i % 11 ? -1 : int(1000 + i));
+        pols.push_back(p);
+    }
+    auto one_by_one = empty_program(), together = empty_program();
+    std::vector<std::pair<uint32_t, const PolicyConfig *>> ps;
+    for (uint32_t i = 0; i < pols.size(); i++)  // a selector repeated: skipped
+        if (one_by_one->add_policy(i, pols[i]))
+            ps.emplace_back(i, &pols[i]);
+    for (const auto &s : sas)
+        REQUIRE(one_by_one->add_sa(s.dst, s.spi, s.sa_id, s.flags));
+    size_t done = 0;
+    REQUIRE(together->add_sas(sas, done));
+    CHECK(done == sas.size());
+    REQUIRE(together->add_policies(ps, done));
+    CHECK(done == ps.size());
+    CHECK(dump_map(together->sas_fd(), sizeof(xesp_sa_key), sizeof(xesp_sa_val)) ==
+          dump_map(one_by_one->sas_fd(), sizeof(xesp_sa_key), sizeof(xesp_sa_val)));
+    CHECK(dump_map(together->policies_fd(), sizeof(xesp_policy_key), sizeof(xesp_policy_val)) ==
+          dump_map(one_by_one->policies_fd(), sizeof(xesp_policy_key), sizeof(xesp_policy_val)));
+    CHECK(together->tuple_count() == one_by_one->tuple_count());
+    CHECK(together->tuple_publishes() == one_by_one->tuple_publishes());
+
+    // A policy that cannot go in (its selector taken): those before it are in, it and those
+    // after it are in neither the maps nor the tuple space, and can be added afterwards.
+    auto part = empty_program();
+    auto dup = ps;
+    PolicyConfig taken = *ps[10].second;
+    dup.insert(dup.begin() + 20, {9999, &taken});
+    REQUIRE_FALSE(part->add_policies(dup, done));
+    CHECK(done == 20);
+    for (size_t i = 20; i < ps.size(); i++)
+        REQUIRE(part->add_policy(ps[i].first, *ps[i].second));
+    CHECK(dump_map(part->policies_fd(), sizeof(xesp_policy_key), sizeof(xesp_policy_val)) ==
+          dump_map(one_by_one->policies_fd(), sizeof(xesp_policy_key), sizeof(xesp_policy_val)));
+
+    // A map too small: the batch fails, one by one finds the entry that does not fit; the
+    // policies not written are not in the tuple space either (not "already in use").
+    XdpOptions small;
+    small.fib_lookup = false;
+    small.max_policy_entries = 50;
+    auto full = XdpProgram::load(small);
+    REQUIRE(full);
+    std::vector<std::pair<uint32_t, const PolicyConfig *>> first(ps.begin(), ps.begin() + 80);
+    auto r = (*full)->add_policies(first, done);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message.find("xdp: write a policy") != std::string::npos);
+    CHECK(done > 0);
+    CHECK(done < 50);
+    auto again = (*full)->add_policy(first[done].first, *first[done].second);
+    REQUIRE_FALSE(again);
+    CHECK(again.error().message.find("already in use") == std::string::npos);
+}
