@@ -4,7 +4,11 @@
 
 namespace xesp {
 
-Result<void> ClassifierSync::stage_sa(const SaConfig &c, uint32_t id, std::vector<Undo> &undo)
+// One SA of a change: taken out of the map at once if it no longer belongs there, or listed
+// in `writes` (with what it was in `was`) to be written with the others.
+Result<void> ClassifierSync::stage_sa(const SaConfig &c, uint32_t id, std::vector<Undo> &undo,
+                                      std::vector<XdpProgram::SaEntry> &writes,
+                                      std::vector<std::optional<SaEntry>> &was_before)
 {
     SaKey key{c.dst, c.spi};
     auto it = sas_.find(key);
@@ -23,10 +27,26 @@ Result<void> ClassifierSync::stage_sa(const SaConfig &c, uint32_t id, std::vecto
     uint32_t flags = (c.encap ? XESP_SA_F_NATT : 0) | (c.dir == Dir::In ? XESP_SA_F_DIR_IN : 0);
     if (was && was->id == id && was->flags == flags)
         return {};
-    if (auto r = prog_.add_sa(c.dst, c.spi, id, flags); !r)
-        return make_error(describe_sa(c.dst, c.spi) + ": " + r.error().message);
-    sas_[key] = SaEntry{id, flags};
-    undo.push_back({Undo::PutSa, key, was, 0, nullptr, nullptr});
+    writes.push_back({c.dst, c.spi, id, flags});
+    was_before.push_back(was);
+    return {};
+}
+
+// The SAs stage_sa() listed, in a few system calls (a config of 100,000 tunnels at start).
+Result<void> ClassifierSync::write_sas(const std::vector<XdpProgram::SaEntry> &writes,
+                                       const std::vector<std::optional<SaEntry>> &was,
+                                       std::vector<Undo> &undo)
+{
+    size_t done = 0;
+    auto r = prog_.add_sas(writes, done);
+    for (size_t i = 0; i < done; i++) {
+        SaKey key{writes[i].dst, writes[i].spi};
+        sas_[key] = SaEntry{writes[i].sa_id, writes[i].flags};
+        undo.push_back({Undo::PutSa, key, was[i], 0, nullptr, nullptr});
+    }
+    if (!r)
+        return make_error(describe_sa(writes[done].dst, writes[done].spi) + ": " +
+                          r.error().message);
     return {};
 }
 
@@ -63,15 +83,22 @@ bool ClassifierSync::relaxes(const PolicyConfig &p)
 // One policy of a change into the maps. A policy deleted and added again in the same change
 // (a new id) takes the old one's entry at once, as the classifier holds one policy per
 // selector and direction, and goes after its equals, as the engine puts it.
-Result<void> ClassifierSync::put_policy(const Engine::Prepared &p,
-                                        const Engine::Prepared::PolicyPut &put,
-                                        std::vector<Undo> *undo)
+const Engine::Prepared::PolicyDel *ClassifierSync::added_again(
+    const Engine::Prepared &p, const Engine::Prepared::PolicyPut &put)
 {
     const Engine::Prepared::PolicyDel *again = nullptr;
     if (!put.old)
         for (const auto &del : p.policy_dels)
             if (del.old->sel == put.policy->sel && del.old->dir == put.policy->dir)
                 again = &del;
+    return again;
+}
+
+Result<void> ClassifierSync::put_policy(const Engine::Prepared &p,
+                                        const Engine::Prepared::PolicyPut &put,
+                                        std::vector<Undo> *undo)
+{
+    const Engine::Prepared::PolicyDel *again = added_again(p, put);
     Result<void> r;
     if (put.old)
         r = prog_.replace_policy(put.id, *put.old, put.id, *put.policy);
@@ -96,16 +123,45 @@ Result<void> ClassifierSync::stage(const Engine::Prepared &p)
         rollback(undo);
         return r;
     };
+    std::vector<XdpProgram::SaEntry> writes;
+    std::vector<std::optional<SaEntry>> was;
+    sas_.reserve(sas_.size() + p.sa_puts.size());
     for (const auto &put : p.sa_puts)
-        if (auto r = stage_sa(put.sa->config(), put.id, undo); !r)
+        if (auto r = stage_sa(put.sa->config(), put.id, undo, writes, was); !r)
             return failed(r);
+    if (auto r = write_sas(writes, was, undo); !r)
+        return failed(r);
     // What lets traffic through unprotected (an allow policy without a template: bypass) is
     // written only once the change is published (commit()): until then the engine still
-    // has the policies it replaces, and the gateway stays closed.
-    for (const auto &put : p.policy_puts)
-        if (!relaxes(*put.policy))
-            if (auto r = put_policy(p, put, &undo); !r)
-                return failed(r);
+    // has the policies it replaces, and the gateway stays closed. New policies go in
+    // together, those that take another's entry one by one, all in the change's order.
+    std::vector<std::pair<uint32_t, const PolicyConfig *>> adds;
+    std::vector<const Engine::Prepared::PolicyPut *> added;
+    auto add_all = [&]() -> Result<void> {
+        size_t done = 0;
+        auto r = prog_.add_policies(adds, done);
+        for (size_t i = 0; i < done; i++)
+            undo.push_back({Undo::PutPolicy, {}, std::nullopt, added[i]->id, nullptr,
+                            added[i]->policy});
+        adds.clear();
+        added.clear();
+        return r;
+    };
+    for (const auto &put : p.policy_puts) {
+        if (relaxes(*put.policy))
+            continue;
+        if (!put.old && !added_again(p, put)) {
+            adds.emplace_back(put.id, put.policy.get());
+            added.push_back(&put);
+            continue;
+        }
+        if (auto r = add_all(); !r)
+            return failed(r);
+        if (auto r = put_policy(p, put, &undo); !r)
+            return failed(r);
+    }
+    if (auto r = add_all(); !r)
+        return failed(r);
     staged_ = std::move(undo);
     return {};
 }

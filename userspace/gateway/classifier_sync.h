@@ -52,8 +52,16 @@ private:
         Spd::Policy now;
         uint32_t new_id = 0;  // ReplacedPolicy: the id `now` has (`id` is policy's)
     };
-    Result<void> stage_sa(const SaConfig &c, uint32_t id, std::vector<Undo> &undo);
+    Result<void> stage_sa(const SaConfig &c, uint32_t id, std::vector<Undo> &undo,
+                          std::vector<XdpProgram::SaEntry> &writes,
+                          std::vector<std::optional<SaEntry>> &was);
+    Result<void> write_sas(const std::vector<XdpProgram::SaEntry> &writes,
+                           const std::vector<std::optional<SaEntry>> &was,
+                           std::vector<Undo> &undo);
     static bool relaxes(const PolicyConfig &p);
+    // The policy p deletes that `put` adds again (same selector and direction), if any.
+    static const Engine::Prepared::PolicyDel *added_again(const Engine::Prepared &p,
+                                                          const Engine::Prepared::PolicyPut &put);
     Result<void> put_policy(const Engine::Prepared &p, const Engine::Prepared::PolicyPut &put,
                             std::vector<Undo> *undo);
     void rollback(std::vector<Undo> &undo);
