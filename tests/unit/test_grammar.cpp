@@ -753,3 +753,73 @@ TEST_CASE("to_batch loads back into the same Config")
     CHECK(no_key_in(hidden));
     CHECK_FALSE(load_batch(hidden, "hidden.conf").ok());
 }
+
+TEST_CASE("a batch of many lines, read in pieces, is the batch read line by line")
+{
+    // About 30,000 lines (several pieces): SAs, policies, comments, continued lines, an
+    // update and a delete that reach back to earlier lines.
+    std::string text;
+    Config one_by_one;
+    std::vector<std::string> lines;
+    for (uint32_t i = 0; i < 10000; i++) {
+        char sa[300], pol[200];
+        std::snprintf(sa, sizeof sa,
+                      "sa add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x%x reqid %u mode "
+                      "tunnel aead 'rfc4106(gcm(aes))' 0x%032x%08x 128",
+                      0x10000 + i, i + 1, i * 7919 + 3, i);
+        std::snprintf(pol, sizeof pol,
+                      "policy add src 10.%u.%u.0/24 dst 10.200.%u.0/24 dir out tmpl src "
+                      "192.0.2.1 dst 192.0.2.2 proto esp reqid %u mode tunnel",
+                      1 + i / 256, i % 256, i % 256, i + 1);
+        lines.push_back(sa);
+        lines.push_back(pol);
+        lines.push_back(i % 3 ? "# tunnel " + std::to_string(i) : "");
+        if (i % 1000 == 999)
+            lines.push_back(std::string("sa update src 192.0.2.1 dst 192.0.2.2 proto esp spi ") +
+                            "0x10005 reqid 6 mode tunnel \\\r\naead 'rfc4106(gcm(aes))' " +
+                            "0x000102030405060708090a0b0c0d0e0f10111213 128 replay-oseq " +
+                            std::to_string(i));
+        if (i == 5000)
+            lines.push_back("policy del src 10.1.7.0/24 dst 10.200.7.0/24 dir out");
+    }
+    for (const std::string &l : lines) {
+        text += l + "\n";
+        auto cfg = load_batch(l, "one", one_by_one);
+        REQUIRE(cfg);
+        one_by_one = std::move(*cfg);
+    }
+    REQUIRE(text.size() > (size_t(1) << 21));
+    auto whole = load_batch(text, "many.conf");
+    REQUIRE(whole);
+    CHECK(*whole == one_by_one);
+    CHECK(whole->sas.size() == 10000);
+    CHECK(whole->policies.size() == 9999);
+
+    // The first error in line order is the one reported, whatever piece it falls in: a
+    // duplicate at line 20001 before a bad line at 25001; a bad line alone.
+    std::string dup = text, bad = text;
+    size_t at = 0;
+    for (int n = 0; n < 20000; n++)
+        at = text.find('\n', at) + 1;
+    auto line_count = [](const std::string &t, size_t upto) {
+        return size_t(std::count(t.begin(), t.begin() + std::ptrdiff_t(upto), '\n')) + 1;
+    };
+    size_t dup_line = line_count(text, at);
+    dup.insert(at, lines[0] + "\n");
+    size_t at2 = at;
+    for (int n = 0; n < 5000; n++)
+        at2 = dup.find('\n', at2) + 1;
+    size_t bad_line = line_count(dup, at2);
+    dup.insert(at2, "bogus line\n");
+    auto r = load_batch(dup, "many.conf");
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message.rfind("many.conf:" + std::to_string(dup_line) + ": sa add: SA dst", 0) ==
+          0);
+    bad.insert(at, "bogus line\n");
+    r = load_batch(bad, "many.conf");
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message ==
+          "many.conf:" + std::to_string(dup_line) +
+              ": unknown object 'bogus'; expected sa or policy");
+    CHECK(bad_line > dup_line);
+}

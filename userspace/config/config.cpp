@@ -1,9 +1,14 @@
 #include "userspace/config/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <deque>
+#include <future>
 #include <iterator>
+#include <optional>
+#include <vector>
 
 namespace xesp {
 
@@ -60,10 +65,13 @@ public:
     }
 
     // The net change, entries in the order the batch first touched them. An entry deleted
-    // and added again goes to the end, as it would by the commands one by one.
-    ConfigChange change() const
+    // and added again goes to the end, as it would by the commands one by one. The entries
+    // move into it: the overlay is done with.
+    ConfigChange change() &&
     {
         ConfigChange ch;
+        ch.put_sas.reserve(sa_order_.size());
+        ch.put_policies.reserve(policy_order_.size());
         for (const SaKey &k : sa_order_)
             net(sas_.at(k), base_.sas.find(k), k, ch.put_sas, ch.del_sas, same_sa);
         for (const PolicyKey &k : policy_order_)
@@ -106,13 +114,13 @@ private:
     const SaConfig *find_base(const SaKey &k) const { return base_.sas.find(k); }
     const PolicyConfig *find_base(const PolicyKey &k) const { return base_.policies.find(k); }
     template <typename K, typename T, typename Same>
-    static void net(const Entry<T> &e, const T *base, const K &k, std::vector<T> &puts,
+    static void net(Entry<T> &e, const T *base, const K &k, std::vector<T> &puts,
                     std::vector<K> &dels, Same same)
     {
         if (base && (!e.now || e.deleted))
             dels.push_back(k);
         if (e.now && !(base && !e.deleted && same(*base, *e.now)))
-            puts.push_back(*e.now);
+            puts.push_back(std::move(*e.now));
     }
 
     const Config &base_;
@@ -191,12 +199,20 @@ Result<void> apply_to(Overlay &o, const Command &cmd)
     return cmd.object == Command::Object::Sa ? apply_sa(o, cmd) : apply_policy(o, cmd);
 }
 
-// The lines of a batch, one command at a time, into `on`.
-template <typename F>
-Result<void> each_command(std::string_view text, std::string_view name, F &&on)
+// The commands of some lines of a batch, each with its first line, and the error that
+// stopped the reading, if any.
+struct ParsedLines {
+    std::vector<std::pair<size_t, Command>> cmds;
+    std::optional<Error> error;
+};
+
+// Lines of a batch (starting at line number first_line + 1) into commands, up to the first
+// error.
+ParsedLines parse_lines(std::string_view text, std::string_view name, size_t first_line)
 {
+    ParsedLines out;
     std::string logical;  // the line being read, joined across trailing backslashes
-    size_t lineno = 0, first = 0;
+    size_t lineno = first_line, first = 0;
     size_t pos = 0;
     while (pos < text.size()) {
         size_t nl = text.find('\n', pos);
@@ -208,28 +224,106 @@ Result<void> each_command(std::string_view text, std::string_view name, F &&on)
         if (logical.empty())
             first = lineno;
         logical += line;
-        auto where = [&] { return std::string(name) + ":" + std::to_string(first) + ": "; };
+        auto fail = [&](const std::string &msg) {
+            out.error = make_error(std::string(name) + ":" + std::to_string(first) + ": " + msg);
+            return std::move(out);
+        };
         bool continues = false;
         auto words = split_words(logical, &continues);
         if (!words)
-            return make_error(where() + words.error().message);
+            return fail(words.error().message);
         if (continues) {
             logical.pop_back();
             if (pos < text.size())
                 continue;
-            return make_error(where() + "the last line ends with a backslash");
+            return fail("the last line ends with a backslash");
         }
         logical.clear();
         if (words->empty())
             continue;
         auto cmd = parse_command(*words);
         if (!cmd)
-            return make_error(where() + cmd.error().message);
-        auto applied = on(*cmd);
-        if (!applied)
-            return make_error(where() + applied.error().message);
+            return fail(cmd.error().message);
+        out.cmds.emplace_back(first, std::move(*cmd));
     }
-    return {};
+    return out;
+}
+
+// Where the batch can be cut into pieces read apart: after lines that do not continue on
+// the next one, about every kPieceBytes.
+constexpr size_t kPieceBytes = size_t(1) << 19;
+
+std::vector<std::pair<size_t, size_t>> pieces(std::string_view text)
+{
+    std::vector<std::pair<size_t, size_t>> out;
+    size_t from = 0;
+    while (from < text.size()) {
+        size_t cut = from + kPieceBytes;
+        while (cut < text.size()) {
+            size_t nl = text.find('\n', cut);
+            if (nl == std::string_view::npos) {
+                cut = text.size();
+                break;
+            }
+            size_t end = nl > from && text[nl - 1] == '\r' ? nl - 1 : nl;
+            if (end > from && text[end - 1] != '\\') {
+                cut = nl + 1;
+                break;
+            }
+            cut = nl + 1;
+        }
+        cut = std::min(cut, text.size());
+        out.emplace_back(from, cut);
+        from = cut;
+    }
+    return out;
+}
+
+// The lines of a batch, one command at a time, into `on`, in order; the first error (of
+// reading or of `on`) stops it. A batch of many lines (a config of 100,000 tunnels) is read
+// in pieces on two threads while `on` takes the commands of the pieces already read.
+template <typename F>
+Result<void> each_command(std::string_view text, std::string_view name, F &&on)
+{
+    auto take = [&](ParsedLines &&p) -> Result<void> {
+        for (auto &[line, cmd] : p.cmds)
+            if (auto applied = on(cmd); !applied)
+                return make_error(std::string(name) + ":" + std::to_string(line) + ": " +
+                                  applied.error().message);
+        if (p.error)
+            return *p.error;
+        return {};
+    };
+    auto cuts = pieces(text);
+    if (cuts.size() < 4)
+        return take(parse_lines(text, name, 0));
+    // Line numbers: each piece starts after the newlines of those before it.
+    std::vector<size_t> first_line(cuts.size(), 0);
+    for (size_t i = 1; i < cuts.size(); i++) {
+        auto prev = text.substr(cuts[i - 1].first, cuts[i - 1].second - cuts[i - 1].first);
+        first_line[i] = first_line[i - 1] + size_t(std::count(prev.begin(), prev.end(), '\n'));
+    }
+    auto read = [&](size_t i) {
+        return std::async(std::launch::async, [&, i] {
+            return parse_lines(text.substr(cuts[i].first, cuts[i].second - cuts[i].first), name,
+                               first_line[i]);
+        });
+    };
+    // Two pieces read ahead of the one being taken.
+    std::deque<std::future<ParsedLines>> ahead;
+    size_t next = 0;
+    Result<void> out;
+    for (size_t i = 0; i < cuts.size(); i++) {
+        while (next < cuts.size() && ahead.size() < 2)
+            ahead.push_back(read(next++));
+        ParsedLines p = ahead.front().get();
+        ahead.pop_front();
+        if (out = take(std::move(p)); !out)
+            break;
+    }
+    for (auto &f : ahead)  // after an error: let those read ahead finish, unused
+        f.wait();
+    return out;
 }
 
 }  // namespace
@@ -239,7 +333,7 @@ Result<ConfigChange> change_of(const Config &cfg, const Command &cmd)
     Overlay o(cfg);
     if (auto r = apply_to(o, cmd); !r)
         return r.error();
-    return o.change();
+    return std::move(o).change();
 }
 
 Result<void> apply_command(Config &cfg, const Command &cmd)
@@ -256,7 +350,7 @@ Result<ConfigChange> batch_change(std::string_view text, std::string_view name, 
     Overlay o(base);
     if (auto r = each_command(text, name, [&](const Command &cmd) { return apply_to(o, cmd); }); !r)
         return r.error();
-    return o.change();
+    return std::move(o).change();
 }
 
 std::string to_batch(const Config &cfg, bool show_keys)
@@ -274,7 +368,7 @@ Result<Config> load_batch(std::string_view text, std::string_view name, Config b
     auto ch = batch_change(text, name, base);
     if (!ch)
         return ch.error();
-    apply_change(base, *ch);
+    apply_change(base, std::move(*ch));
     return base;
 }
 

@@ -41,6 +41,18 @@ void apply_change(Config &cfg, const ConfigChange &ch)
         cfg.policies.push_back(p);
 }
 
+void apply_change(Config &cfg, ConfigChange &&ch)
+{
+    for (const SaKey &k : ch.del_sas)
+        cfg.sas.erase(k);
+    for (const PolicyKey &k : ch.del_policies)
+        cfg.policies.erase(k);
+    for (SaConfig &c : ch.put_sas)
+        cfg.sas.push_back(std::move(c));
+    for (PolicyConfig &p : ch.put_policies)
+        cfg.policies.push_back(std::move(p));
+}
+
 bool Config::operator==(const Config &o) const
 {
     if (sas.size() != o.sas.size() || policies.size() != o.policies.size())

@@ -211,6 +211,7 @@ struct ConfigChange {
 };
 // Applies ch to cfg (which must hold every key ch deletes).
 void apply_change(Config &cfg, const ConfigChange &ch);
+void apply_change(Config &cfg, ConfigChange &&ch);  // the same, the entries moved
 
 // "SA dst 10.0.0.2 spi 0x00001000": how messages name one SA (a policy: describe_policy in
 // config/xfrm_grammar.h).
