@@ -1,5 +1,6 @@
 // The daemon (daemon.h): the data thread's loop, the control thread and its handler, the
 // state file around them.
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -366,6 +367,9 @@ Result<void> run_daemon(const DaemonOptions &o)
         if (auto r = (*gw)->add_iface(name, role); !r)
             log(LogLevel::Error, "%s (from the state file)", r.error().message.c_str());
     handler.save_now();
+    // Loading many tunnels leaves the heap with free room behind it (the parsed batch, the
+    // change, the first write's text): give the pages back rather than keep them resident.
+    malloc_trim(0);
     log(LogLevel::Info, "running: control socket %s, state %s, crypto %s", o.socket.c_str(),
         state_path.empty() ? "(none)" : state_path.c_str(), o.crypto.c_str());
 
