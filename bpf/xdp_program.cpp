@@ -267,8 +267,9 @@ Result<void> XdpProgram::add_policy(uint32_t policy_id, const PolicyConfig &p)
     return apply(*ch, true);
 }
 
-Result<void> XdpProgram::add_policies(
-    const std::vector<std::pair<uint32_t, const PolicyConfig *>> &ps, size_t &done)
+Result<void>
+XdpProgram::add_policies(const std::vector<std::pair<uint32_t, const PolicyConfig *>> &ps,
+                         size_t &done)
 {
     done = 0;
     std::vector<xesp_policy_key> keys;
@@ -284,10 +285,10 @@ Result<void> XdpProgram::add_policies(
     // The entries gathered so far, in one batch; a policy counts once all of its are in.
     auto flush = [&]() -> Result<void> {
         size_t written = 0;
-        auto r = update_map_entries(policies_fd(), keys.data(), sizeof(xesp_policy_key),
-                                    vals.data(), sizeof(xesp_policy_val), keys.size(),
-                                    batch_policies_, written,
-                                    [](size_t) { return std::string("xdp: write a policy"); });
+        auto r =
+            update_map_entries(policies_fd(), keys.data(), sizeof(xesp_policy_key), vals.data(),
+                               sizeof(xesp_policy_val), keys.size(), batch_policies_, written,
+                               [](size_t) { return std::string("xdp: write a policy"); });
         size_t first = done;
         while (done - first < ends.size() && ends[done - first] <= written)
             done++;
