@@ -813,13 +813,12 @@ TEST_CASE("a batch of many lines, read in pieces, is the batch read line by line
     dup.insert(at2, "bogus line\n");
     auto r = load_batch(dup, "many.conf");
     REQUIRE_FALSE(r);
-    CHECK(r.error().message.rfind("many.conf:" + std::to_string(dup_line) + ": sa add: SA dst", 0) ==
-          0);
+    CHECK(r.error().message.rfind("many.conf:" + std::to_string(dup_line) + ": sa add: SA dst",
+                                  0) == 0);
     bad.insert(at, "bogus line\n");
     r = load_batch(bad, "many.conf");
     REQUIRE_FALSE(r);
-    CHECK(r.error().message ==
-          "many.conf:" + std::to_string(dup_line) +
-              ": unknown object 'bogus'; expected sa or policy");
+    CHECK(r.error().message == "many.conf:" + std::to_string(dup_line) +
+                                   ": unknown object 'bogus'; expected sa or policy");
     CHECK(bad_line > dup_line);
 }
