@@ -213,8 +213,7 @@ TEST_CASE("ledger: one record per key and salt, the highest kept, no key stored"
     CHECK(format_state(st).find(key_hex) == std::string::npos);
 }
 
-TEST_CASE("ledger: a fingerprint is HMAC-SHA-256 of the key material under the secret",
-          "[state]")
+TEST_CASE("ledger: a fingerprint is HMAC-SHA-256 of the key material under the secret", "[state]")
 {
     // State files written before keep their records: the fingerprint is the same HMAC
     // however it is computed.
@@ -865,15 +864,13 @@ TEST_CASE("state keeper: compactions run beside the changes, and the file and jo
             REQUIRE((*k)->record_change(*ch, {}));
             apply_change(cfg, *ch);
         }
-    }  // waits for the compaction in flight
+    }                                        // waits for the compaction in flight
     CHECK(slurp(jpath).size() < 64 * 1024);  // cut, again and again
     auto check = [&](const GatewayState &b) {
         CHECK(b.config.sas.size() == 2);
         CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 1) != nullptr);
-        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 100 + kChanges - 1) !=
-              nullptr);
-        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 100 + kChanges - 2) ==
-              nullptr);
+        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 100 + kChanges - 1) != nullptr);
+        CHECK(b.config.find_sa(IpAddr::parse("192.0.2.2").value(), 100 + kChanges - 2) == nullptr);
     };
     auto b = load_state(path);
     REQUIRE(b);

@@ -28,8 +28,8 @@ inline constexpr int kBackgroundNice = 10;
 inline Result<void> set_thread_nice(int nice)
 {
     if (::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), nice) != 0)
-        return make_error(std::string("cannot set the thread's nice value: ") +
-                          std::strerror(errno), errno);
+        return make_error(
+            std::string("cannot set the thread's nice value: ") + std::strerror(errno), errno);
     return {};
 }
 
@@ -40,7 +40,8 @@ inline Result<void> set_thread_fifo(int priority)
     p.sched_priority = priority;
     if (int err = ::pthread_setschedparam(::pthread_self(), SCHED_FIFO, &p); err != 0)
         return make_error(std::string("cannot give the data thread real-time priority ") +
-                          std::to_string(priority) + ": " + std::strerror(err), err);
+                              std::to_string(priority) + ": " + std::strerror(err),
+                          err);
     return {};
 }
 

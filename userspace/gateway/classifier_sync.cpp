@@ -83,8 +83,8 @@ bool ClassifierSync::relaxes(const PolicyConfig &p)
 // One policy of a change into the maps. A policy deleted and added again in the same change
 // (a new id) takes the old one's entry at once, as the classifier holds one policy per
 // selector and direction, and goes after its equals, as the engine puts it.
-const Engine::Prepared::PolicyDel *ClassifierSync::added_again(
-    const Engine::Prepared &p, const Engine::Prepared::PolicyPut &put)
+const Engine::Prepared::PolicyDel *
+ClassifierSync::added_again(const Engine::Prepared &p, const Engine::Prepared::PolicyPut &put)
 {
     const Engine::Prepared::PolicyDel *again = nullptr;
     if (!put.old)
@@ -141,8 +141,8 @@ Result<void> ClassifierSync::stage(const Engine::Prepared &p)
         size_t done = 0;
         auto r = prog_.add_policies(adds, done);
         for (size_t i = 0; i < done; i++)
-            undo.push_back({Undo::PutPolicy, {}, std::nullopt, added[i]->id, nullptr,
-                            added[i]->policy});
+            undo.push_back(
+                {Undo::PutPolicy, {}, std::nullopt, added[i]->id, nullptr, added[i]->policy});
         adds.clear();
         added.clear();
         return r;

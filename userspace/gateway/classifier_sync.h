@@ -56,8 +56,7 @@ private:
                           std::vector<XdpProgram::SaEntry> &writes,
                           std::vector<std::optional<SaEntry>> &was);
     Result<void> write_sas(const std::vector<XdpProgram::SaEntry> &writes,
-                           const std::vector<std::optional<SaEntry>> &was,
-                           std::vector<Undo> &undo);
+                           const std::vector<std::optional<SaEntry>> &was, std::vector<Undo> &undo);
     static bool relaxes(const PolicyConfig &p);
     // The policy p deletes that `put` adds again (same selector and direction), if any.
     static const Engine::Prepared::PolicyDel *added_again(const Engine::Prepared &p,

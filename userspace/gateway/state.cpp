@@ -681,7 +681,8 @@ std::string format_state(const StateView &st)
     used.reserve(st.ledger.records().size());
     for (const auto &rec : st.ledger.records())
         used.push_back(&rec);
-    std::sort(used.begin(), used.end(), [](const auto *a, const auto *b) { return a->first < b->first; });
+    std::sort(used.begin(), used.end(),
+              [](const auto *a, const auto *b) { return a->first < b->first; });
     j.key("used");
     j.open('{');
     for (const auto *rec : used) {

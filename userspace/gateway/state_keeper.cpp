@@ -25,9 +25,8 @@ uint64_t seq_limit(const SaConfig &c)
 
 }  // namespace
 
-Result<std::unique_ptr<StateKeeper>> StateKeeper::open(const std::string &path,
-                                                       const ReservePolicy &policy,
-                                                       uint64_t journal_min)
+Result<std::unique_ptr<StateKeeper>>
+StateKeeper::open(const std::string &path, const ReservePolicy &policy, uint64_t journal_min)
 {
     if (auto r = check_private_dir(parent_dir(path)); !r)
         return r.error();
@@ -296,7 +295,8 @@ Result<void> StateKeeper::write_whole()
     end_compaction(true);  // one writer of the file at a time, the newest last
     std::vector<SavedReplay> replay = next_round();
     std::optional<std::string> netns = netns_;
-    if (auto r = save_state(path_, StateView{config_, ifaces_, ledger_, replay, netns, generation_});
+    if (auto r =
+            save_state(path_, StateView{config_, ifaces_, ledger_, replay, netns, generation_});
         !r)
         return r;
     return journal_.reset();  // all of it is in the file now

@@ -60,9 +60,8 @@ public:
     // The journal is compacted once it outgrows journal_min bytes, or about the whole
     // file's size.
     static constexpr uint64_t kJournalMin = uint64_t(4) << 20;
-    static Result<std::unique_ptr<StateKeeper>> open(const std::string &path,
-                                                     const ReservePolicy &policy,
-                                                     uint64_t journal_min = kJournalMin);
+    static Result<std::unique_ptr<StateKeeper>>
+    open(const std::string &path, const ReservePolicy &policy, uint64_t journal_min = kJournalMin);
     ~StateKeeper();  // after the Gateway whose SAs it binds
 
     const std::string &path() const { return path_; }
@@ -173,8 +172,8 @@ private:
     std::unordered_map<SaKey, Track, ConfigKeyHash> tracks_;
     uint64_t round_ = 0;
     uint64_t journal_min_ = kJournalMin;
-    bool compacting_ = false;      // the compactor writes the file
-    uint64_t compact_from_ = 0;    // where the journal's lines after its snapshot begin
+    bool compacting_ = false;    // the compactor writes the file
+    uint64_t compact_from_ = 0;  // where the journal's lines after its snapshot begin
     uint64_t compact_retry_at_ = 0;
     std::thread compactor_;
 
@@ -187,9 +186,9 @@ private:
     std::optional<Result<void>> result_;  // of the last write, not yet taken
     std::vector<Grant> grants_;           // with result_
     bool stop_ = false;
-    std::condition_variable done_cv_;  // for wait_saved()
-    uint64_t done_ = 0;                // the ticket of the last write finished
-    Result<void> done_result_;         // and how it went
+    std::condition_variable done_cv_;        // for wait_saved()
+    uint64_t done_ = 0;                      // the ticket of the last write finished
+    Result<void> done_result_;               // and how it went
     std::optional<Result<void>> compacted_;  // the compactor's result, not yet taken
     std::thread thread_;
 };
