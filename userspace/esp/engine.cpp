@@ -511,7 +511,7 @@ Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa)
     }
 
     flow_from_header(h, &s.flow);
-    t.spd.prefetch(Dir::Out, s.flow);
+    t.spd.prefetch(Dir::Out, s.flow, &s.probe);
     s.stage = Step::Policy;
     return Dirn::None;
 }
@@ -526,7 +526,7 @@ Engine::Dirn Engine::classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa)
         break;
     case Step::Policy:
         s.unsure = false;
-        s.pol = t.spd.lookup(Dir::Out, s.flow, &s.unsure);
+        s.pol = t.spd.lookup(Dir::Out, s.flow, &s.unsure, s.probe);
         if (s.pol) {
             __builtin_prefetch(s.pol);
             __builtin_prefetch(reinterpret_cast<const char *>(s.pol) + 64);

@@ -355,6 +355,7 @@ private:
         uint16_t l4 = 0;    // DecapId: the ESP header's offset
         uint32_t id = 0;    // ById, DecapId: what the XDP classifier found
         FlowKey flow;
+        Spd::Probe probe;  // Policy: the out lookup's hashes
         const PolicyConfig *pol = nullptr;
         SaTable::OutKey out;
         Sa *sa = nullptr;

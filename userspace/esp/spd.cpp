@@ -7,15 +7,15 @@ namespace xesp {
 
 namespace {
 
-// The first `len` bits of `a`, the rest zero.
-std::array<uint8_t, 16> masked(const IpAddr &a, uint8_t len)
+// The first `len` bits of 16 bytes, as two words in memory order.
+void prefix_mask(uint8_t len, uint64_t out[2])
 {
-    std::array<uint8_t, 16> out{};
+    std::array<uint8_t, 16> m{};
     unsigned full = len / 8, rest = len % 8;
-    std::memcpy(out.data(), a.b.data(), full);
+    std::memset(m.data(), 0xff, full);
     if (rest)
-        out[full] = uint8_t(a.b[full] & (0xff << (8 - rest)));
-    return out;
+        m[full] = uint8_t(0xff << (8 - rest));
+    std::memcpy(out, m.data(), 16);
 }
 
 bool has_ports(const Selector &s)
@@ -36,11 +36,15 @@ size_t Spd::KeyHash::operator()(const Key &k) const
     return size_t(h);
 }
 
-Spd::Key Spd::key_of(const Shape &s, const IpAddr &src, const IpAddr &dst, uint8_t proto,
-                     uint16_t sport, uint16_t dport)
+Spd::Mask Spd::mask_of(const Shape &s)
 {
-    return Key{masked(src, s.src_len), masked(dst, s.dst_len), uint16_t(s.sport ? sport : 0),
-               uint16_t(s.dport ? dport : 0), uint8_t(s.proto ? proto : 0)};
+    Mask m{};
+    prefix_mask(s.src_len, m.src);
+    prefix_mask(s.dst_len, m.dst);
+    m.sport = s.sport ? 0xffff : 0;
+    m.dport = s.dport ? 0xffff : 0;
+    m.proto = s.proto ? 0xff : 0;
+    return m;
 }
 
 Spd::Key Spd::portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_t proto)
@@ -100,7 +104,7 @@ void Spd::index(const PolicyConfig &p, Rank rank)
     auto bin =
         std::find_if(bins.begin(), bins.end(), [&](const Bin &b) { return b.shape == shape; });
     if (bin == bins.end())
-        bin = bins.insert(bins.end(), Bin{shape, kNone, {}, {}, {}});
+        bin = bins.insert(bins.end(), Bin{shape, mask_of(shape), kNone, {}, {}, {}});
     cell_add(bin->exact, key_of(shape, s.src.addr, s.dst.addr, s.proto, s.sport, s.dport),
              Ranked{rank, &p});
     if (has_ports(s) && (p.tmpl || p.action == Action::Block))
@@ -171,22 +175,36 @@ uint32_t Spd::add(const PolicyConfig &p)
 
 const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
 {
+    return lookup(dir, f, unsure, nullptr);
+}
+
+const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const Probe &probe) const
+{
+    return lookup(dir, f, unsure, &probe);
+}
+
+const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const Probe *probe) const
+{
     Ranked found, shadow;
-    for (const Bin &b : bins_[size_t(dir)]) {
+    const auto &bins = bins_[size_t(dir)];
+    for (size_t i = 0; i < bins.size(); i++) {
+        const Bin &b = bins[i];
         const Shape &s = b.shape;
         if (s.family != f.src.family || s.family != f.dst.family)
             continue;
         if (!f.fragment) {
             if (b.best >= found.rank)
                 break;  // bins are in order of their best rank
-            const Cell *c = b.exact.find(key_of(s, f.src, f.dst, f.proto, f.sport, f.dport));
+            Key k = key_of(b.mask, f.src, f.dst, f.proto, f.sport, f.dport);
+            const Cell *c =
+                probe && i < probe->n ? b.exact.find(k, probe->hash[i]) : b.exact.find(k);
             if (c && c->best.rank < found.rank)
                 found = c->best;
             continue;
         }
         // A fragment: no ports, so shapes with ports can only make it unsure.
         if (!s.sport && !s.dport) {
-            const Cell *c = b.exact.find(key_of(s, f.src, f.dst, f.proto, 0, 0));
+            const Cell *c = b.exact.find(key_of(b.mask, f.src, f.dst, f.proto, 0, 0));
             if (c && c->best.rank < found.rank)
                 found = c->best;
         } else if (!b.portless.empty()) {
@@ -200,13 +218,23 @@ const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
     return found.policy;
 }
 
-void Spd::prefetch(Dir dir, const FlowKey &f) const
+void Spd::prefetch(Dir dir, const FlowKey &f, Probe *probe) const
 {
-    for (const Bin &b : bins_[size_t(dir)]) {
+    const auto &bins = bins_[size_t(dir)];
+    size_t n = std::min(bins.size(), kProbeBins);
+    for (size_t i = 0; i < bins.size(); i++) {
+        const Bin &b = bins[i];
         const Shape &s = b.shape;
-        if (s.family == f.src.family && s.family == f.dst.family)
-            b.exact.prefetch(b.exact.hash(key_of(s, f.src, f.dst, f.proto, f.sport, f.dport)));
+        uint64_t h = 0;
+        if (s.family == f.src.family && s.family == f.dst.family) {
+            h = b.exact.hash(key_of(b.mask, f.src, f.dst, f.proto, f.sport, f.dport));
+            b.exact.prefetch(h);
+        }
+        if (probe && i < n)
+            probe->hash[i] = h;  // a bin of the other family is skipped by lookup()
     }
+    if (probe)
+        probe->n = uint8_t(n);
 }
 
 const PolicyConfig *Spd::lookup_linear(Dir dir, const FlowKey &f, bool *unsure) const

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -46,8 +47,16 @@ public:
     // first, *unsure is set (RFC 4301 7: such a fragment cannot be classified safely).
     const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure = nullptr) const;
     // Asks for what lookup() of a whole packet (not a fragment) will read, without waiting
-    // for it: for a burst, so that each packet's cache misses overlap the others'.
-    void prefetch(Dir dir, const FlowKey &flow) const;
+    // for it: for a burst, so that each packet's cache misses overlap the others'. The hashes
+    // it computes on the way, kept in a Probe, spare lookup() computing them again.
+    static constexpr size_t kProbeBins = 4;
+    struct Probe {
+        uint8_t n = 0;  // hashes of the first n bins of the direction
+        uint64_t hash[kProbeBins];
+    };
+    void prefetch(Dir dir, const FlowKey &flow, Probe *probe = nullptr) const;
+    const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure,
+                               const Probe &probe) const;
     void prefetch_id(uint32_t id) const
     {
         size_t i = id & kIndexMask;
@@ -93,6 +102,13 @@ private:
     struct KeyHash {
         size_t operator()(const Key &k) const;
     };
+    // What a shape keeps of a packet's fields: key_of() is a few ANDs.
+    struct Mask {
+        uint64_t src[2], dst[2];
+        uint16_t sport, dport;
+        uint8_t proto;
+    };
+    static Mask mask_of(const Shape &s);
     // Rank: priority, then order. The lowest wins.
     using Rank = uint64_t;
     static constexpr Rank kNone = UINT64_MAX;
@@ -109,6 +125,7 @@ private:
     using Cells = FlatMap<Key, Cell, KeyHash>;
     struct Bin {
         Shape shape;
+        Mask mask;
         Rank best = kNone;  // of every policy in `exact`
         Cells exact;
         // Shapes with ports: the policies that protect or block, by their selector without
@@ -123,7 +140,30 @@ private:
     };
 
     static Key key_of(const Shape &s, const IpAddr &src, const IpAddr &dst, uint8_t proto,
-                      uint16_t sport, uint16_t dport);
+                      uint16_t sport, uint16_t dport)
+    {
+        return key_of(mask_of(s), src, dst, proto, sport, dport);
+    }
+    static Key key_of(const Mask &m, const IpAddr &src, const IpAddr &dst, uint8_t proto,
+                      uint16_t sport, uint16_t dport)
+    {
+        Key k;
+        uint64_t w[4];
+        std::memcpy(w, src.b.data(), 16);
+        std::memcpy(w + 2, dst.b.data(), 16);
+        w[0] &= m.src[0];
+        w[1] &= m.src[1];
+        w[2] &= m.dst[0];
+        w[3] &= m.dst[1];
+        std::memcpy(k.src.data(), w, 16);
+        std::memcpy(k.dst.data(), w + 2, 16);
+        k.sport = sport & m.sport;
+        k.dport = dport & m.dport;
+        k.proto = proto & m.proto;
+        return k;
+    }
+    const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure,
+                               const Probe *probe) const;
     // The key of a shape with ports, the ports left out: where `portless` is searched.
     static Key portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_t proto);
     static Rank rank_of(const PolicyConfig &p, uint32_t order)
