@@ -9,6 +9,7 @@
 #include "userspace/pcap/pcap_io.h"
 #include "userspace/control/report.h"
 #include "userspace/base/clock.h"
+#include "userspace/base/huge_pages.h"
 #include "userspace/base/wire.h"
 
 namespace xesp::cli {
@@ -75,6 +76,9 @@ void run_pcap(const PcapOptions &o)
             std::fprintf(stderr, "xesp: sa expire: %s\n", what.c_str());
         expires.push_back(what);
     });
+
+    // The tables are loaded: from here on the packets read them (huge_pages.h).
+    advise_huge_pages();
 
     auto reader = PcapReader::open(o.in);
     if (!reader)

@@ -1,0 +1,27 @@
+// Huge pages for the heap. With thousands of tunnels, a burst touches an SA, its keys and its
+// table slots in as many 4 KiB pages: the TLB misses cost more than the cache misses (in a VM,
+// twice over). Once the tables are loaded, the process's heap is put on transparent huge pages
+// where the kernel lets a process ask for them (`madvise` mode, Debian's default): what malloc
+// hands out after that comes from huge pages, and what is already there is collapsed into them
+// (MADV_COLLAPSE, Linux 6.1 on; older kernels leave that to khugepaged).
+//
+// The heap is every private, writable, anonymous mapping but the stacks: the main arena
+// ([heap]), the other arenas, and malloc's own mappings of large blocks (the tables' arrays).
+// A thread's stack is the mapping right above a guard page (PROT_NONE); it stays on small
+// pages.
+#pragma once
+
+#include <cstddef>
+
+namespace xesp {
+
+struct HugePageAdvice {
+    size_t advised = 0;    // bytes now eligible for huge pages
+    size_t collapsed = 0;  // bytes collapsed into huge pages now
+};
+
+// Does nothing where transparent huge pages are off (`never`). Never fails: a mapping the
+// kernel refuses stays as it was.
+HugePageAdvice advise_huge_pages();
+
+}  // namespace xesp
