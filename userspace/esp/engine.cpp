@@ -516,6 +516,21 @@ Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa)
     return Dirn::None;
 }
 
+namespace {
+
+// Every line of a policy: its template ends past the first two wherever it starts in a line.
+void prefetch_policy(const PolicyConfig *pol)
+{
+    if (!pol)
+        return;
+    const char *at = reinterpret_cast<const char *>(pol);
+    for (size_t off = 0; off < sizeof(PolicyConfig); off += 64)
+        __builtin_prefetch(at + off);
+    __builtin_prefetch(at + sizeof(PolicyConfig) - 1);
+}
+
+}  // namespace
+
 // One step of a packet's classification; each asks for what the next one reads. The steps
 // after Policy are the same for process() and process_classified(): the policy's template,
 // then the SA it names, then whether that SA may carry the packet.
@@ -527,10 +542,7 @@ Engine::Dirn Engine::classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa)
     case Step::Policy:
         s.unsure = false;
         s.pol = t.spd.lookup(Dir::Out, s.flow, &s.unsure, s.probe);
-        if (s.pol) {
-            __builtin_prefetch(s.pol);
-            __builtin_prefetch(reinterpret_cast<const char *>(s.pol) + 64);
-        }
+        prefetch_policy(s.pol);
         s.stage = Step::Tmpl;
         break;
     case Step::Tmpl: {
@@ -566,6 +578,11 @@ Engine::Dirn Engine::classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa)
         }
         return Dirn::Encap;
     case Step::ById:
+        s.pol = t.spd.by_id(s.id);
+        prefetch_policy(s.pol);
+        s.stage = Step::ByIdPolicy;
+        break;
+    case Step::ByIdPolicy:
         return resolve_encap(t, p, s, sa);
     case Step::DecapId:
         // The SA the classifier found: its runtime part, and the configuration the packet
@@ -879,7 +896,7 @@ Sa *Engine::out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h)
 Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa)
 {
     s.stage = Step::Done;
-    const PolicyConfig *pol = t.spd.by_id(s.id);
+    const PolicyConfig *pol = s.pol;  // by_id(s.id)
     if (!pol) {  // an id a change has just removed: looked up again in these tables
         stats_.reclassified++;
         return classify(t, p, sa);

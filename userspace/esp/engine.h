@@ -346,7 +346,8 @@ private:
             Tmpl,        // the policy found: its template
             OutSa,       // the SA the template names
             Check,       // whether that SA may carry the packet
-            ById,        // classified: the out policy `id`, then Tmpl's work, OutSa, Check
+            ById,        // classified: the out policy `id`
+            ByIdPolicy,  // that policy: Tmpl's work, then OutSa, Check
             DecapId,     // classified: the SA `id`
             DecapCheck,  // its packet checked against it
         } stage = Done;

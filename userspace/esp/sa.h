@@ -79,6 +79,7 @@ public:
         const char *hot = reinterpret_cast<const char *>(this);
         for (size_t off = 0; off < kHotBytes; off += 64)
             __builtin_prefetch(hot + off, 1);
+        __builtin_prefetch(hot + kHotBytes - 1, 1);  // an SA need not start a line
     }
     void prefetch_crypto() const
     {
