@@ -393,6 +393,53 @@ TEST_CASE("lifetimes: soft limit notifies, hard limit stops the SA", "[esp][life
     CHECK(run(*tb, big) == Verdict::Drop);
 }
 
+TEST_CASE("time limits are checked a share at a time, every SA within a second", "[esp][lifetime]")
+{
+    constexpr uint64_t s = 1'000'000'000, ms = 1'000'000;
+    constexpr size_t n = 1000;
+    const auto &gcm = all_transforms()[0];
+    Config c;
+    for (size_t i = 0; i < n; i++) {
+        SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
+        sa.spi = uint32_t(0x1000 + i);
+        sa.dir = Dir::Out;
+        sa.lifetime.hard_add_s = 5;
+        c.sas.push_back(sa);
+    }
+    auto e = make_engine(c);
+    size_t hard = 0;
+    e->on_expire([&](const Sa &, bool h) { hard += h; });
+    uint64_t t0 = 0;
+    for (const auto &sa : e->sas().all())
+        t0 = std::max(t0, sa->added_ns());
+
+    // A millisecond a call: a thousandth of the SAs each time, never all of them at once.
+    uint64_t t = t0;
+    e->check_time_some(t);
+    size_t most = 0, total = 0, half = 0;
+    while (t < t0 + 6 * s + 2 * ms) {
+        t += ms;
+        size_t k = e->check_time_some(t);
+        most = std::max(most, k);
+        total += k;
+        if (t <= t0 + 5 * s - ms)
+            REQUIRE(hard == 0);
+        if (t == t0 + 5 * s + s / 2)
+            half = hard;
+    }
+    CHECK(most <= 2);
+    CHECK(total >= 6 * n);
+    CHECK(total <= 6 * n + 2);
+    // Past the limit, the round reaches every SA within a second, spread over it.
+    CHECK(hard == n);
+    CHECK(half > n / 3);
+    CHECK(half < 2 * n / 3);
+
+    // After a pause of a second or more, all of them at once.
+    size_t all = e->check_time_some(t + 2 * s);
+    CHECK(all == n);
+}
+
 TEST_CASE("lifetimes in time: since the SA was added, and since it was first used",
           "[esp][lifetime]")
 {

@@ -5,6 +5,7 @@
 
 #include "bpf/abi_check.h"
 #include "userspace/esp/icmp.h"
+#include "userspace/base/clock.h"
 #include "userspace/base/wire.h"
 
 namespace xesp {
@@ -427,6 +428,35 @@ void Engine::check_time(uint64_t now)
 {
     for (Sa *sa : sas().timed())
         sa->check_time(now);
+}
+
+size_t Engine::check_time_some(uint64_t now)
+{
+    const std::vector<Sa *> &timed = sas().timed();
+    const size_t n = timed.size();
+    const uint64_t dt = time_last_ && now > time_last_ ? now - time_last_ : 0;
+    time_last_ = now;
+    if (!n) {
+        time_owed_ = 0;
+        return 0;
+    }
+    size_t k;
+    if (dt >= kSecondNs) {
+        k = n;  // a second or more since the last call: all of them
+        time_owed_ = 0;
+    } else {
+        time_owed_ += n * dt;  // under 2^24 SAs times under 2^30 ns
+        k = std::min<uint64_t>(time_owed_ / kSecondNs, n);
+        time_owed_ -= k * kSecondNs;
+    }
+    // The list changes with the SAs: going on from an index, an SA may be checked twice or
+    // not at all in one round, never for longer.
+    for (size_t i = 0; i < k; i++) {
+        if (time_next_ >= n)
+            time_next_ = 0;
+        timed[time_next_++]->check_time(now);
+    }
+    return k;
 }
 
 Engine::Dirn Engine::classify_esp(const Tables &t, Pkt &p, const uint8_t *ip, uint32_t esp_off,

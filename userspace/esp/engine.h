@@ -328,6 +328,11 @@ public:
     // Time limits (`limit time-*`): Sa::check_time() for every SA that has one. Call about
     // once a second, off the data path.
     void check_time(uint64_t now);
+    // The same spread over the second, for the data thread: each call checks the share of
+    // the SAs that the time since the last call is of a second, going round them, so that
+    // every SA is checked once a second and no call holds the packets up for all of them.
+    // Returns how many it checked.
+    size_t check_time_some(uint64_t now);
 
     enum class Dirn : uint8_t { None, Encap, Decap };
 
@@ -386,6 +391,11 @@ private:
     uint32_t policy_order_ = 0;
     std::unordered_map<PolicyKey, uint32_t, ConfigKeyHash> policy_ids_by_key_;
     EngineStats stats_;
+    // check_time_some()'s: where it goes on, when it last ran, and the SA checks owed
+    // (in SA-nanoseconds: SAs times time) short of a whole one.
+    size_t time_next_ = 0;
+    uint64_t time_last_ = 0;
+    uint64_t time_owed_ = 0;
 };
 
 }  // namespace xesp

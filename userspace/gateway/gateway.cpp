@@ -393,10 +393,11 @@ void Gateway::housekeeping()
     PmtuReport report;
     for (int i = 0; i < 64 && pmtu_ok_ && pmtu_.receive(&report); i++)
         learn_pmtu(report, now);
-    if (now - last_second_ns_ >= kSecondNs) {  // learnt path MTUs and SA time limits age
+    // SA time limits: a share of the SAs each round, all of them in a second.
+    engine_->check_time_some(now);
+    if (now - last_second_ns_ >= kSecondNs) {  // learnt path MTUs age
         last_second_ns_ = now;
         age_pmtu(now);
-        engine_->check_time(now);
     }
     if (now - last_refresh_ns_ > kRefreshNs) {
         last_refresh_ns_ = now;
