@@ -59,7 +59,8 @@ else
     fail "latency: $N tunnels" "xesp-tunnels latency did not run"
 fi
 
-if "$TOOL" storm --tunnels $N --rate 2 --seconds 8 --flows 8 --build "$build" --json "$dir/storm.json"; then
+if "$TOOL" storm --tunnels $N --rate 2 --seconds 8 --flows 8 --quiet 2 --build "$build" \
+    --json "$dir/storm.json"; then
     rekeys=$(field "$dir/storm.json" 'r["rekeys"]')
     errors=$(field "$dir/storm.json" 'len(r["errors"])')
     [ "$rekeys" -ge 8 ] && [ "$errors" = 0 ] && pass "storm: $rekeys rekeys, none refused" ||
@@ -72,6 +73,11 @@ if "$TOOL" storm --tunnels $N --rate 2 --seconds 8 --flows 8 --build "$build" --
     gone=$(field "$dir/storm.json" 'r["sent_with_deleted_sa"]')
     [ "$gone" = 0 ] && pass "storm: no packet for an SA gwB does not have" ||
         fail "storm: no packet for an SA gwB does not have" "$gone ($(field "$dir/storm.json" 'r["gwB_unknown_sa"]'))"
+    # The quiet seconds before the storm are measured apart from it.
+    qgap=$(field "$dir/storm.json" 'r["flow_quiet"]["datapath_gap_ms"]')
+    gap=$(field "$dir/storm.json" 'r["flow"]["datapath_gap_ms"]')
+    [ "$qgap" != None ] && [ "$gap" != None ] && pass "storm: gaps without rekeys ($qgap ms) and with them ($gap ms)" ||
+        fail "storm: gaps measured with and without rekeys" "quiet $qgap, storm $gap"
     both=$(field "$dir/storm.json" '"%d %d" % (r["sas_gwA"], r["sas_gwB"])')
     [ "$both" = "$((2 * N)) $((2 * N))" ] && pass "storm: both gateways end with $((2 * N)) SAs" ||
         fail "storm: both gateways end with $((2 * N)) SAs" "gwA, gwB: $both"
