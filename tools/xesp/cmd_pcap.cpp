@@ -1,5 +1,6 @@
 // `xesp pcap`: a capture through the gateway's code, frame by frame, in bursts.
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -78,7 +79,7 @@ void run_pcap(const PcapOptions &o)
     });
 
     // The tables are loaded: from here on the packets read them (huge_pages.h).
-    advise_huge_pages();
+    const HugePageAdvice huge = advise_huge_pages();
 
     auto reader = PcapReader::open(o.in);
     if (!reader)
@@ -172,6 +173,12 @@ void run_pcap(const PcapOptions &o)
             {"engine_s", double(engine_ns) / kSecondNs},
             {"engine_packets", engine_pkts},
             {"engine_pps", engine_ns ? double(engine_pkts) * kSecondNs / engine_ns : 0.0}};
+        // The heap on huge pages (huge_pages.h), and why a collapse was refused.
+        j["huge_pages"] = {{"advised_bytes", huge.advised},
+                           {"collapsed_bytes", huge.collapsed},
+                           {"collapse_error",
+                            huge.collapse_error ? nlohmann::json(std::strerror(huge.collapse_error))
+                                                : nlohmann::json(nullptr)}};
         std::printf("%s\n", j.dump(2).c_str());
     } else {
         std::fprintf(stderr, "frames in %llu  out %llu\n%s", (unsigned long long)frames_in,

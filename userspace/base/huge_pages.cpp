@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@ namespace xesp {
 namespace {
 
 constexpr uintptr_t kHuge = 2u << 20;
+constexpr uintptr_t kMaxGuard = 64u << 10;  // a thread stack's guard: glibc's is a page or so
 
 bool thp_allowed()
 {
@@ -36,7 +38,7 @@ HugePageAdvice advise_huge_pages()
     std::ifstream maps("/proc/self/maps");
     std::string line;
     uintptr_t prev_end = 0;
-    bool prev_guard = false;
+    bool prev_guard = false;  // the mapping before: PROT_NONE and a guard's size
     while (std::getline(maps, line)) {
         unsigned long start = 0, end = 0, inode = 0;
         char perms[5] = {};
@@ -45,7 +47,7 @@ HugePageAdvice advise_huge_pages()
                         &path_at) < 4)
             continue;
         const char *path = line.c_str() + path_at;
-        bool guard = std::strcmp(perms, "---p") == 0;
+        bool guard = std::strcmp(perms, "---p") == 0 && end - start <= kMaxGuard;
         bool below_is_guard = prev_guard && prev_end == start;
         prev_end = end;
         prev_guard = guard;
@@ -63,6 +65,8 @@ HugePageAdvice advise_huge_pages()
         r.advised += hi - lo;
         if (madvise(p, hi - lo, MADV_COLLAPSE) == 0)
             r.collapsed += hi - lo;
+        else if (!r.collapse_error)
+            r.collapse_error = errno;
     }
     return r;
 }

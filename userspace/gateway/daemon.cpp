@@ -14,7 +14,6 @@
 #include <thread>
 
 #include "bpf/kernel_probe.h"
-#include "userspace/base/huge_pages.h"
 #include "userspace/base/clock.h"
 #include "userspace/control/control.h"
 #include "userspace/gateway/daemon.h"
@@ -371,10 +370,6 @@ Result<void> run_daemon(const DaemonOptions &o)
     // Loading many tunnels leaves the heap with free room behind it (the parsed batch, the
     // change, the first write's text): give the pages back rather than keep them resident.
     malloc_trim(0);
-    // And what stays on huge pages (huge_pages.h): the tables the data path reads.
-    HugePageAdvice hp = advise_huge_pages();
-    log(LogLevel::Info, "heap: %zu MiB on huge pages (%zu MiB collapsed now)", hp.advised >> 20,
-        hp.collapsed >> 20);
     log(LogLevel::Info, "running: control socket %s, state %s, crypto %s", o.socket.c_str(),
         state_path.empty() ? "(none)" : state_path.c_str(), o.crypto.c_str());
 
