@@ -142,6 +142,16 @@ TEST_CASE("SPD lookup agrees with the walk in priority order on random policies"
                               << (f.fragment ? " fragment" : ""));
                 REQUIRE(got == want);
                 REQUIRE(unsure == unsure_linear);
+                // With the hashes of a prefetch (more shapes than it keeps, often), and with
+                // those of another direction's, which must not be used.
+                Spd::Probe probe, other;
+                spd.prefetch(d, f, &probe);
+                spd.prefetch(d == Dir::Out ? Dir::In : Dir::Out, f, &other);
+                bool unsure_probe = false, unsure_other = false;
+                REQUIRE(spd.lookup(d, f, &unsure_probe, probe) == want);
+                REQUIRE(unsure_probe == unsure_linear);
+                REQUIRE(spd.lookup(d, f, &unsure_other, other) == want);
+                REQUIRE(unsure_other == unsure_linear);
             }
         }
     }

@@ -187,6 +187,8 @@ const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const P
 {
     Ranked found, shadow;
     const auto &bins = bins_[size_t(dir)];
+    if (probe && probe->bins != &bins)
+        probe = nullptr;  // another direction's, or another table's: of no use here
     for (size_t i = 0; i < bins.size(); i++) {
         const Bin &b = bins[i];
         const Shape &s = b.shape;
@@ -208,7 +210,8 @@ const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const P
             if (c && c->best.rank < found.rank)
                 found = c->best;
         } else if (!b.portless.empty()) {
-            const Cell *c = b.portless.find(portless_key(s, f.src, f.dst, f.proto));
+            // The shape's key without its ports (portless_key()), from its mask.
+            const Cell *c = b.portless.find(key_of(b.mask, f.src, f.dst, f.proto, 0, 0));
             if (c && c->best.rank < shadow.rank)
                 shadow = c->best;
         }
@@ -233,8 +236,10 @@ void Spd::prefetch(Dir dir, const FlowKey &f, Probe *probe) const
         if (probe && i < n)
             probe->hash[i] = h;  // a bin of the other family is skipped by lookup()
     }
-    if (probe)
+    if (probe) {
+        probe->bins = &bins;
         probe->n = uint8_t(n);
+    }
 }
 
 const PolicyConfig *Spd::lookup_linear(Dir dir, const FlowKey &f, bool *unsure) const

@@ -51,7 +51,8 @@ public:
     // it computes on the way, kept in a Probe, spare lookup() computing them again.
     static constexpr size_t kProbeBins = 4;
     struct Probe {
-        uint8_t n = 0;  // hashes of the first n bins of the direction
+        const void *bins = nullptr;  // of the direction and table prefetch() looked at
+        uint8_t n = 0;               // hashes of the first n of those bins
         uint64_t hash[kProbeBins];
     };
     void prefetch(Dir dir, const FlowKey &flow, Probe *probe = nullptr) const;
