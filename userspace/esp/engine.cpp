@@ -449,8 +449,9 @@ size_t Engine::check_time_some(uint64_t now)
         k = std::min<uint64_t>(time_owed_ / kSecondNs, n);
         time_owed_ -= k * kSecondNs;
     }
-    // The list changes with the SAs: going on from an index, an SA may be checked twice or
-    // not at all in one round, never for longer.
+    // The list changes with the SAs, and the round goes on from an index: an SA may be
+    // checked twice in a round, or passed over when one before it goes at the moment the
+    // round reaches it (then it is checked in a later round).
     for (size_t i = 0; i < k; i++) {
         if (time_next_ >= n)
             time_next_ = 0;
@@ -921,8 +922,8 @@ Sa *Engine::out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h)
     return t.sas.find_out(*pol.tmpl, flow);
 }
 
-// An out policy the classifier found (c.id): its template then goes through the steps of
-// classify_step(). The policy's slot was asked for when the burst began.
+// An out policy the classifier found (s.id, read in the ById step, which asked for the policy
+// itself): its template then goes through the steps of classify_step().
 Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa)
 {
     s.stage = Step::Done;

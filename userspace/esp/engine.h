@@ -325,8 +325,7 @@ public:
     // Expire notifications (soft and hard lifetimes) as they happen, for every SA (shared
     // ones too: not while another engine runs them; EngineOptions::on_expire is for that).
     void on_expire(Sa::ExpireFn fn);
-    // Time limits (`limit time-*`): Sa::check_time() for every SA that has one. Call about
-    // once a second, off the data path.
+    // Time limits (`limit time-*`): Sa::check_time() for every SA that has one, all at once.
     void check_time(uint64_t now);
     // The same spread over the second, for the data thread: each call checks the share of
     // the SAs that the time since the last call is of a second, going round them, so that

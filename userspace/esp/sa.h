@@ -79,7 +79,6 @@ public:
         const char *hot = reinterpret_cast<const char *>(this);
         for (size_t off = 0; off < kHotBytes; off += 64)
             __builtin_prefetch(hot + off, 1);
-        __builtin_prefetch(hot + kHotBytes - 1, 1);  // an SA need not start a line
     }
     void prefetch_crypto() const
     {
@@ -190,8 +189,9 @@ public:
     using ExpireFn = std::function<void(const Sa &sa, bool hard)>;
     void on_expire(ExpireFn fn) { on_expire_ = std::move(fn); }
 
-    // Time limits are checked off the data path: the owner calls check_time() about once a
-    // second with CLOCK_MONOTONIC in ns. The first call that sees the SA used since the one
+    // Time limits are checked apart from the packets: the owner calls check_time() about once
+    // a second with CLOCK_MONOTONIC in ns (the gateway's data thread, a share of its SAs each
+    // round: Engine::check_time_some()). The first call that sees the SA used since the one
     // before starts its use time, so that is a second's resolution (as the kernel's). Added:
     // when create() made it.
     uint64_t added_ns() const { return added_ns_; }
