@@ -1,0 +1,221 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "userspace/pipeline/ordered_pool.h"
+
+using xesp::Job;
+using xesp::OrderedPool;
+
+namespace {
+
+struct TestJob : Job {
+    int sa = 0;
+    uint64_t seq = 0;
+    uint32_t spin = 0;
+    bool nap = false;                         // sleeps a millisecond: a worker stalls
+    const std::atomic<bool> *gate = nullptr;  // waits until it opens: a worker stalls for long
+    uint64_t work = 0;                        // written by the worker, read after reap
+};
+
+void run_test_job(Job &j)
+{
+    auto &t = static_cast<TestJob &>(j);
+    uint64_t x = t.seq;
+    for (uint32_t i = 0; i < t.spin; i++)
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (t.nap)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (t.gate && !t.gate->load(std::memory_order_acquire))
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    t.work = x | 1;
+}
+
+std::unique_ptr<OrderedPool> make_pool(unsigned workers)
+{
+    auto p = OrderedPool::create(workers);
+    REQUIRE(p);
+    return std::move(*p);
+}
+
+// Reaps until pred() holds, for at most 10 s.
+template <class Finish, class Pred> bool reap_until(OrderedPool &pool, Finish &&finish, Pred &&pred)
+{
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() > end)
+            return false;
+        if (!pool.reap(finish))
+            std::this_thread::yield();
+    }
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE("an SA's jobs finish in the order they came, whatever order the workers end in",
+          "[threads][pipeline]")
+{
+    constexpr int kSas = 64;
+    constexpr size_t kJobs = 60000, kPool = 2048;
+    auto pool = make_pool(3);
+    std::vector<TestJob> jobs(kPool);
+    std::vector<TestJob *> free_jobs;
+    for (auto &j : jobs)
+        free_jobs.push_back(&j);
+    std::vector<Job *> tails(kSas, nullptr);
+    std::vector<uint64_t> next_seq(kSas, 0), expect(kSas, 0);
+    size_t finished = 0, out_of_order = 0, unrun = 0;
+    auto finish = [&](Job &j) {
+        auto &t = static_cast<TestJob &>(j);
+        out_of_order += t.seq != expect[t.sa];
+        expect[t.sa] = t.seq + 1;
+        unrun += t.work == 0;
+        finished++;
+        free_jobs.push_back(&t);
+    };
+
+    std::mt19937 rng(7);
+    size_t refused = 0;
+    for (size_t n = 0; n < kJobs;) {
+        if (free_jobs.empty()) {
+            pool->reap(finish);
+            continue;
+        }
+        TestJob &t = *free_jobs.back();
+        int sa = int(rng() % kSas);
+        t.run = run_test_job;
+        t.tail = &tails[sa];
+        t.sa = sa;
+        t.seq = next_seq[sa];
+        t.spin = rng() % 3000;
+        t.nap = rng() % 4000 == 0;
+        t.work = 0;
+        if (!pool->submit(t)) {
+            refused++;
+            pool->reap(finish);
+            continue;
+        }
+        free_jobs.pop_back();
+        next_seq[sa]++;
+        n++;
+        if (n % 32 == 0)
+            pool->reap(finish);
+    }
+    REQUIRE(reap_until(*pool, finish, [&] { return pool->in_flight() == 0; }));
+    CHECK(finished == kJobs);
+    CHECK(out_of_order == 0);
+    CHECK(unrun == 0);
+    for (int sa = 0; sa < kSas; sa++) {
+        CHECK(expect[sa] == next_seq[sa]);
+        CHECK(tails[sa] == nullptr);
+    }
+    uint64_t by_threads = pool->stats(1).jobs + pool->stats(2).jobs;
+    CHECK(by_threads + pool->stats(0).jobs == kJobs);
+    CHECK(by_threads > 0);
+}
+
+TEST_CASE("a stalled worker holds up its own SA only", "[threads][pipeline]")
+{
+    auto pool = make_pool(3);
+    std::atomic<bool> gate{false};
+    std::vector<TestJob> x(4), y(100);
+    Job *tail_x = nullptr, *tail_y = nullptr;
+    std::vector<uint64_t> done_x, done_y;
+    auto finish = [&](Job &j) {
+        auto &t = static_cast<TestJob &>(j);
+        (t.sa == 0 ? done_x : done_y).push_back(t.seq);
+    };
+    auto fill = [](TestJob &t, Job **tail, int sa, uint64_t seq) {
+        t.run = run_test_job;
+        t.tail = tail;
+        t.sa = sa;
+        t.seq = seq;
+    };
+    fill(x[0], &tail_x, 0, 0);
+    x[0].gate = &gate;
+    REQUIRE(pool->submit_to(x[0], 1));
+    for (uint64_t i = 1; i < x.size(); i++) {
+        fill(x[i], &tail_x, 0, i);
+        REQUIRE(pool->submit_to(x[i], 2));
+    }
+    for (uint64_t i = 0; i < y.size(); i++) {
+        fill(y[i], &tail_y, 1, i);
+        REQUIRE(pool->submit_to(y[i], i % 2 ? 2 : 0));
+    }
+    REQUIRE(reap_until(*pool, finish, [&] { return done_y.size() == y.size(); }));
+    // X's later jobs are done on worker 2, and wait behind the stalled one.
+    CHECK(done_x.empty());
+    CHECK(pool->in_flight() == x.size());
+    gate.store(true, std::memory_order_release);
+    REQUIRE(reap_until(*pool, finish, [&] { return pool->in_flight() == 0; }));
+    CHECK(done_x == std::vector<uint64_t>{0, 1, 2, 3});
+    for (uint64_t i = 0; i < y.size(); i++)
+        CHECK(done_y[i] == i);
+    CHECK(tail_x == nullptr);
+    CHECK(tail_y == nullptr);
+}
+
+TEST_CASE("a full worker is passed over; with no room anywhere, submit refuses",
+          "[threads][pipeline]")
+{
+    constexpr size_t kDepth = OrderedPool::kDepth;
+    auto pool = make_pool(2);
+    std::atomic<bool> gate{false};
+    std::vector<TestJob> jobs(2 * kDepth + 1);
+    Job *tail = nullptr;
+    std::vector<uint64_t> done;
+    auto finish = [&](Job &j) { done.push_back(static_cast<TestJob &>(j).seq); };
+    for (uint64_t i = 0; i < jobs.size(); i++) {
+        TestJob &t = jobs[i];
+        t.run = run_test_job;
+        t.tail = &tail;
+        t.seq = i;
+        t.gate = i == 0 ? &gate : nullptr;
+    }
+    // The thread takes kDepth (the first of them stalls), the io thread the next kDepth; then
+    // there is no room.
+    for (size_t i = 0; i < 2 * kDepth; i++)
+        REQUIRE(pool->submit(jobs[i]));
+    CHECK_FALSE(pool->submit(jobs[2 * kDepth]));
+    CHECK(pool->stats(1).jobs == kDepth);
+    CHECK(pool->stats(0).jobs == kDepth);
+    CHECK(pool->stats(1).passed >= kDepth);
+    // Everything waits behind the stalled first job, done or not.
+    pool->reap(finish);
+    CHECK(done.empty());
+    gate.store(true, std::memory_order_release);
+    REQUIRE(reap_until(*pool, finish, [&] { return pool->in_flight() == 0; }));
+    REQUIRE(done.size() == 2 * kDepth);
+    for (uint64_t i = 0; i < done.size(); i++)
+        REQUIRE(done[i] == i);
+    // Room again.
+    REQUIRE(pool->submit(jobs[2 * kDepth]));
+    REQUIRE(reap_until(*pool, finish, [&] { return pool->in_flight() == 0; }));
+    CHECK(done.back() == 2 * kDepth);
+}
+
+TEST_CASE("one worker runs every job on the calling thread", "[pipeline]")
+{
+    auto pool = make_pool(1);
+    CHECK(pool->workers() == 1);
+    std::vector<TestJob> jobs(10);
+    Job *tail = nullptr;
+    std::vector<uint64_t> done;
+    for (uint64_t i = 0; i < jobs.size(); i++) {
+        jobs[i].run = run_test_job;
+        jobs[i].tail = &tail;
+        jobs[i].seq = i;
+        REQUIRE(pool->submit(jobs[i]));
+        CHECK(jobs[i].work != 0);  // run at once
+    }
+    CHECK(pool->reap([&](Job &j) { done.push_back(static_cast<TestJob &>(j).seq); }) == 10);
+    CHECK(done == std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    CHECK(pool->in_flight() == 0);
+    CHECK_FALSE(OrderedPool::create(0));
+    CHECK_FALSE(OrderedPool::create(OrderedPool::kMaxWorkers + 1));
+}

@@ -1,0 +1,163 @@
+#include "userspace/pipeline/ordered_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <cstring>
+#include <string>
+
+namespace xesp {
+
+namespace {
+
+constexpr int kSpins = 2000;  // polls of an empty queue before a worker sleeps
+
+inline void cpu_relax()
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+Result<std::unique_ptr<OrderedPool>> OrderedPool::create(unsigned workers,
+                                                         const std::vector<int> &cpus)
+{
+    if (workers < 1 || workers > kMaxWorkers)
+        return make_error("workers: " + std::to_string(workers) + " is not between 1 and " +
+                          std::to_string(kMaxWorkers));
+    std::unique_ptr<OrderedPool> pool(new OrderedPool);
+    for (unsigned i = 1; i < workers; i++) {
+        auto w = std::make_unique<Worker>();
+        w->thread = std::thread(run_worker, std::ref(*w));
+        if (!cpus.empty()) {
+            int cpu = cpus[(i - 1) % cpus.size()];
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(cpu, &set);
+            if (int e = pthread_setaffinity_np(w->thread.native_handle(), sizeof set, &set)) {
+                w->stop.store(true);
+                w->wake.fetch_add(1);
+                w->wake.notify_one();
+                w->thread.join();
+                return make_error("workers: worker " + std::to_string(i) + " on cpu " +
+                                      std::to_string(cpu) + ": " + std::strerror(e),
+                                  e);
+            }
+        }
+        pool->workers_.push_back(std::move(w));
+    }
+    return pool;
+}
+
+OrderedPool::~OrderedPool()
+{
+    for (auto &w : workers_) {
+        w->stop.store(true, std::memory_order_seq_cst);
+        w->wake.fetch_add(1, std::memory_order_seq_cst);
+        w->wake.notify_one();
+    }
+    for (auto &w : workers_)
+        w->thread.join();
+}
+
+void OrderedPool::run_worker(Worker &w)
+{
+    Job *j;
+    int idle = 0;
+    while (!w.stop.load(std::memory_order_acquire)) {
+        if (w.todo.pop(&j)) {
+            j->run(*j);
+            // Room is certain: the io thread keeps at most kDepth jobs owed by a worker.
+            w.done.push(j);
+            idle = 0;
+            continue;
+        }
+        if (++idle < kSpins) {
+            cpu_relax();
+            continue;
+        }
+        // Going to sleep: say so, read the count of pushes, look once more, and sleep only if
+        // the count has not moved. The io thread counts a push, then reads `sleeping`; all
+        // four seq_cst, so either this thread's read of the count comes after the io thread's
+        // increment (and sees its push), or the io thread's read of `sleeping` comes after
+        // this thread's store (and it wakes this thread).
+        w.sleeping.store(true, std::memory_order_seq_cst);
+        uint32_t seen = w.wake.load(std::memory_order_seq_cst);
+        if (w.todo.empty() && !w.stop.load(std::memory_order_seq_cst))
+            w.wake.wait(seen, std::memory_order_seq_cst);
+        w.sleeping.store(false, std::memory_order_relaxed);
+        idle = 0;
+    }
+}
+
+bool OrderedPool::room(unsigned worker) const
+{
+    if (worker == 0)
+        return inline_n_ < kDepth;
+    return workers_[worker - 1]->owed < kDepth;
+}
+
+void OrderedPool::hand(Job &j, unsigned worker)
+{
+    // Into its SA's chain: behind the SA's last job in flight, or the head.
+    j.next = nullptr;
+    j.done = false;
+    j.worker = uint16_t(worker);
+    Job *last = *j.tail;
+    j.head = last == nullptr;
+    if (last)
+        last->next = &j;
+    *j.tail = &j;
+    in_flight_++;
+    if (worker == 0) {
+        j.run(j);
+        inline_[inline_n_++] = &j;
+        inline_stats_.jobs++;
+        return;
+    }
+    Worker &w = *workers_[worker - 1];
+    w.owed++;
+    w.stats.jobs++;
+    w.todo.push(&j);                                 // room is certain: owed < kDepth
+    w.wake.fetch_add(1, std::memory_order_seq_cst);  // see run_worker()
+    if (w.sleeping.load(std::memory_order_seq_cst))
+        w.wake.notify_one();
+}
+
+bool OrderedPool::submit_to(Job &j, unsigned worker)
+{
+    if (worker >= workers() || !room(worker))
+        return false;
+    hand(j, worker);
+    return true;
+}
+
+bool OrderedPool::submit(Job &j)
+{
+    // The threads in turn, passing over those without room; then the io thread itself.
+    const unsigned n = unsigned(workers_.size());
+    for (unsigned k = 0; k < n; k++) {
+        unsigned w = 1 + (next_ + k) % n;
+        if (room(w)) {
+            next_ = (next_ + k + 1) % n;
+            hand(j, w);
+            return true;
+        }
+        workers_[w - 1]->stats.passed++;
+    }
+    if (!room(0))
+        return false;
+    hand(j, 0);
+    return true;
+}
+
+PoolStats OrderedPool::stats(unsigned worker) const
+{
+    if (worker == 0)
+        return inline_stats_;
+    return worker < workers() ? workers_[worker - 1]->stats : PoolStats{};
+}
+
+}  // namespace xesp
