@@ -7,11 +7,12 @@
 
 namespace xesp::cli {
 
-void register_db_commands(CLI::App &app);       // xesp sa ..., xesp policy ...
-void register_pcap_command(CLI::App &app);      // xesp pcap
-void register_bench_command(CLI::App &app);     // xesp bench
-void register_daemon_command(CLI::App &app);    // xesp daemon
-void register_gateway_commands(CLI::App &app);  // xesp iface ..., xesp stats
+void register_db_commands(CLI::App &app);               // xesp sa ..., xesp policy ...
+void register_pcap_command(CLI::App &app);              // xesp pcap
+void register_bench_command(CLI::App &app);             // xesp bench
+void register_bench_pipeline_command(CLI::App &bench);  // xesp bench pipeline
+void register_daemon_command(CLI::App &app);            // xesp daemon
+void register_gateway_commands(CLI::App &app);          // xesp iface ..., xesp stats
 
 // The daemon's control socket: $XESP_SOCKET, else /run/xesp/xesp.sock, or in a named network
 // namespace NS (netns.h) /run/xesp/xesp-NS.sock: a daemon and the CLI run in the same

@@ -10,7 +10,7 @@ namespace xesp {
 
 namespace {
 
-constexpr int kSpins = 2000;  // polls of an empty queue before a worker sleeps
+constexpr int kSpins = 20000;  // polls of an empty queue before a worker sleeps
 
 inline void cpu_relax()
 {
@@ -22,17 +22,20 @@ inline void cpu_relax()
 }  // namespace
 
 Result<std::unique_ptr<OrderedPool>> OrderedPool::create(unsigned workers,
-                                                         const std::vector<int> &cpus)
+                                                         const std::vector<int> &cpus, size_t limit)
 {
     if (workers < 1 || workers > kMaxWorkers)
         return make_error("workers: " + std::to_string(workers) + " is not between 1 and " +
                           std::to_string(kMaxWorkers));
+    if (limit < 1)
+        return make_error("workers: a worker's limit must be at least 1");
     std::unique_ptr<OrderedPool> pool(new OrderedPool);
+    pool->limit_ = limit;
     for (unsigned i = 1; i < workers; i++) {
         auto w = std::make_unique<Worker>();
         w->thread = std::thread(run_worker, std::ref(*w));
         if (!cpus.empty()) {
-            int cpu = cpus[(i - 1) % cpus.size()];
+            int cpu = cpus[i % cpus.size()];
             cpu_set_t set;
             CPU_ZERO(&set);
             CPU_SET(cpu, &set);
@@ -96,7 +99,9 @@ bool OrderedPool::room(unsigned worker) const
 {
     if (worker == 0)
         return inline_n_ < kDepth;
-    return workers_[worker - 1]->owed < kDepth;
+    const Worker &w = *workers_[worker - 1];
+    // An empty worker takes any job, however heavy.
+    return w.owed < kDepth && (w.owed == 0 || w.owed_weight < limit_);
 }
 
 void OrderedPool::hand(Job &j, unsigned worker)
@@ -119,6 +124,7 @@ void OrderedPool::hand(Job &j, unsigned worker)
     }
     Worker &w = *workers_[worker - 1];
     w.owed++;
+    w.owed_weight += j.weight;
     w.stats.jobs++;
     w.todo.push(&j);                                 // room is certain: owed < kDepth
     w.wake.fetch_add(1, std::memory_order_seq_cst);  // see run_worker()
@@ -136,21 +142,18 @@ bool OrderedPool::submit_to(Job &j, unsigned worker)
 
 bool OrderedPool::submit(Job &j)
 {
-    // The threads in turn, passing over those without room; then the io thread itself.
-    const unsigned n = unsigned(workers_.size());
+    // Every worker in turn, the io thread included, passing over those without room.
+    const unsigned n = workers();
     for (unsigned k = 0; k < n; k++) {
-        unsigned w = 1 + (next_ + k) % n;
+        unsigned w = (next_ + k) % n;
         if (room(w)) {
-            next_ = (next_ + k + 1) % n;
+            next_ = (w + 1) % n;
             hand(j, w);
             return true;
         }
-        workers_[w - 1]->stats.passed++;
+        (w ? workers_[w - 1]->stats : inline_stats_).passed++;
     }
-    if (!room(0))
-        return false;
-    hand(j, 0);
-    return true;
+    return false;
 }
 
 PoolStats OrderedPool::stats(unsigned worker) const

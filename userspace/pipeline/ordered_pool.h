@@ -6,13 +6,14 @@
 //   2. Each SA's group of the burst becomes a Job, chained behind the jobs of the same SA still
 //      in flight (Job::next, from the SA's tail slot, Job::tail): a per-SA ordered queue that
 //      costs two pointers, whatever the number of SAs.
-//   3. submit() hands the job to a worker with room in its queue, round robin, through a
-//      bounded single-producer single-consumer ring (spsc_ring.h); worker 0 is the io thread
-//      itself, which runs the job at once. A worker whose queue is full (stalled, or slow) is
-//      passed over; when every queue is full the io thread runs the job itself, and when it
-//      has run kDepth jobs since the last reap() too, submit() refuses the job and the caller
-//      drops and counts it. Nothing waits for a worker, and a stalled worker holds up only its
-//      own jobs and those behind them in the same SA.
+//   3. submit() hands the job to the next worker with room, round robin; worker 0 is the io
+//      thread itself, which runs the job at once; the others take it through a bounded
+//      single-producer single-consumer ring (spsc_ring.h), up to a limit of weight (packets)
+//      that keeps few frames waiting. A worker without room (stalled, or slow) is passed
+//      over; when none has room (the io thread has run kDepth jobs since the last reap()),
+//      submit() refuses the job and the caller reaps, or drops and counts it. Nothing waits
+//      for a worker, and a stalled worker holds up only its own jobs and those behind them
+//      in the same SA.
 //   4. A worker runs the job (one call to the cipher for the whole group, in place in the
 //      frames) and pushes it back on its own completion ring.
 //   5. reap() takes the completions and marks each job done. A job whose SA has no earlier job
@@ -41,6 +42,7 @@ struct Job {
     // (nullptr before the first job; the pool's thereafter, on the io thread only).
     void (*run)(Job &) = nullptr;
     Job **tail = nullptr;
+    uint32_t weight = 1;  // what it counts against a worker's limit (its packets, say)
     // The pool's, on the io thread only.
     Job *next = nullptr;  // the next job of the same SA
     bool head = false;    // no earlier job of its SA in flight
@@ -59,15 +61,19 @@ public:
     static constexpr unsigned kMaxWorkers = 64;
 
     // `workers` counts the io thread: 1 runs everything on it, with no thread. cpus, if not
-    // empty, pins worker i (i >= 1) to cpus[(i - 1) % size].
-    static Result<std::unique_ptr<OrderedPool>> create(unsigned workers,
-                                                       const std::vector<int> &cpus = {});
+    // empty, pins worker i (i >= 1) to cpus[i % size] (cpus[0] is the io thread's, for the
+    // caller to pin). A worker takes at most kDepth
+    // jobs and `limit` weight (Job::weight) at a time: a deep queue of big jobs only adds
+    // latency and cache misses (frames go cold while they wait).
+    static Result<std::unique_ptr<OrderedPool>>
+    create(unsigned workers, const std::vector<int> &cpus = {}, size_t limit = kDepth);
     ~OrderedPool();
     OrderedPool(const OrderedPool &) = delete;
     OrderedPool &operator=(const OrderedPool &) = delete;
 
     // The io thread's. submit() takes the job into its SA's chain and onto a worker, round
-    // robin among those with room; false: no room anywhere (step 3), the job is not taken.
+    // robin among those with room (the io thread included); false: no room anywhere (step
+    // 3), the job is not taken.
     // submit_to() asks for one worker (tests), and false when that one has no room.
     bool submit(Job &j);
     bool submit_to(Job &j, unsigned worker);
@@ -99,8 +105,9 @@ private:
         std::atomic<uint32_t> wake{0};
         std::atomic<bool> sleeping{false};
         std::atomic<bool> stop{false};
-        size_t owed = 0;  // the io thread's: submitted, not yet reaped
-        PoolStats stats;  // the io thread's
+        size_t owed = 0;         // the io thread's: jobs submitted, not yet reaped
+        size_t owed_weight = 0;  // and their weight
+        PoolStats stats;         // the io thread's
         std::thread thread;
     };
     OrderedPool() = default;
@@ -110,8 +117,11 @@ private:
 
     template <class Finish> size_t complete(Job &j, Finish &finish)
     {
-        if (j.worker)
-            workers_[j.worker - 1]->owed--;
+        if (j.worker) {
+            Worker &w = *workers_[j.worker - 1];
+            w.owed--;
+            w.owed_weight -= j.weight;
+        }
         j.done = true;
         size_t n = 0;
         for (Job *at = &j; at && at->head && at->done;) {
@@ -134,6 +144,7 @@ private:
     size_t inline_n_ = 0;
     PoolStats inline_stats_;
     unsigned next_ = 0;  // round robin
+    size_t limit_ = kDepth;
     size_t in_flight_ = 0;
 };
 

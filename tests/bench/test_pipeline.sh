@@ -1,0 +1,58 @@
+#!/bin/bash
+# `xesp bench pipeline`: what goes through the ordered worker pipeline comes out whole and in
+# each SA's order, with one worker and with several, one SA and many, big bursts and bursts of
+# one; every packet that comes out is decrypted again by the other backend (--verify); bad
+# options fail with one line and no figures.
+#
+# Usage: bash test_pipeline.sh XESP
+set -u
+XESP=${1:?usage: test_pipeline.sh XESP}
+PY=/usr/bin/python3
+. "$(dirname "$0")/../checks.sh"
+work=$(mktemp -d /tmp/xesp-pipeline.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# run NAME ARGS...: the bench as JSON; every packet out, in order, and decrypting.
+run() {
+    local name=$1
+    shift
+    if ! "$XESP" bench pipeline --json --verify "$@" >"$work/out.json" 2>"$work/err"; then
+        fail "$name" "$(head -1 "$work/err")"
+        return
+    fi
+    local got
+    got=$("$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+print("ok" if r["lost"] == 0 and r["out_of_order"] == 0 and r["bad"] == 0 and r["mpps"] > 0
+      and sum(w["jobs"] for w in r["per_worker"]) >= 1 and r["latency_ns"]["p50"] > 0
+      else "lost %d, out of order %d, bad %d" % (r["lost"], r["out_of_order"], r["bad"]))
+' "$work/out.json" "$packets")
+    [ "$got" = ok ] && pass "$name" || fail "$name" "$got"
+}
+
+packets=200000
+run "1 worker, 1 SA" --workers 1 --packets $packets
+run "2 workers, 1 SA: both take jobs" --workers 2 --packets $packets
+"$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(0 if all(w["jobs"] > 0 for w in r["per_worker"]) else 1)' "$work/out.json" &&
+    pass "2 workers: each ran jobs" || fail "2 workers: each ran jobs" "$(cat "$work/out.json")"
+run "3 workers on 2 CPUs, 1000 SAs" --workers 3 --cpus 0,1 --sas 1000 --packets $packets
+run "2 workers, bursts of 1, 64 B" --workers 2 --burst 1 --size 64 --packets $packets
+run "2 workers, a small limit" --workers 2 --limit 1 --packets $packets
+run "2 workers, AES-256-GCM, 100 SAs" --workers 2 --transform aes256gcm --sas 100 --packets $packets
+
+# Bad options: one line, exit non-zero, nothing on stdout.
+for bad in "--sas 0" "--sas 100001" "--burst 0" "--burst 65" "--size 20" "--workers 0" \
+    "--transform nope" "--cpus 0,x" "--workers 2 --crypto openssl"; do
+    if "$XESP" bench pipeline --packets 1000 $bad >"$work/out" 2>"$work/err"; then
+        fail "bench pipeline $bad is refused" "it ran"
+    elif [ "$(wc -l <"$work/err")" = 1 ] && [ ! -s "$work/out" ]; then
+        pass "bench pipeline $bad is refused: $(cat "$work/err")"
+    else
+        fail "bench pipeline $bad is refused with one line" "$(cat "$work/err")"
+    fi
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
