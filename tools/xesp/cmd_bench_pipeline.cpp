@@ -36,7 +36,7 @@ struct PipelineOptions {
     size_t burst = 32;
     uint64_t packets = 1'000'000;
     double rate = 0;     // packets/s offered; 0: as fast as the pipeline takes them
-    size_t limit = 128;  // packets in flight per worker thread
+    size_t limit = 256;  // packets in flight per worker thread
     std::string transform = "aes128gcm";
     std::string crypto = "auto";
     bool verify = false;
