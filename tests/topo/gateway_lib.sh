@@ -35,12 +35,13 @@ cli() { # GW ARGS...: the xesp command against GW's daemon
 }
 
 # start_gw GW [daemon options...]: starts the daemon in GW's namespace (state file GW.state in
-# $STATE_DIR, default $WORK) and waits for its socket.
+# $STATE_DIR, default $WORK) and waits for its socket. $XESP_DAEMON_ARGS (as --workers 2) go
+# to every daemon.
 start_gw() {
     local gw=$1
     shift
     "$TOPO" exec "$gw" "$XESP" daemon --socket "$WORK/$gw.sock" \
-        --state "${STATE_DIR:-$WORK}/$gw.state" "$@" >>"$WORK/$gw.log" 2>&1 &
+        --state "${STATE_DIR:-$WORK}/$gw.state" "$@" ${XESP_DAEMON_ARGS:-} >>"$WORK/$gw.log" 2>&1 &
     DPID[$gw]=$!
     for _ in $(seq 100); do
         cli "$gw" iface list >/dev/null 2>&1 && return 0
@@ -99,6 +100,8 @@ for part in sys.argv[1].split("."):
     m = re.fullmatch(r"(\w+)\[spi=(\w+)\]", part)
     if m:
         j = next(s for s in j[m.group(1)] if s["spi"] == int(m.group(2), 0))
+    elif part.isdigit():
+        j = j[int(part)]
     else:
         j = j[part]
 print(j)' "$2"

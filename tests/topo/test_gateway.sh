@@ -105,6 +105,14 @@ fi
 check "stats: SA 0x1001 on gwA counted packets" test "$(stat gwA 'sas[spi=0x1001].packets')" -gt 0
 check "stats: XDP redirected to encrypt on gwA" test "$(stat gwA 'xdp.redirect-encap')" -gt 0
 check "stats: XDP redirected to decrypt on gwB" test "$(stat gwB 'xdp.redirect-decap')" -gt 0
+# With workers (XESP_DAEMON_ARGS="--workers N"), the data thread hands bursts to the others.
+if [[ "${XESP_DAEMON_ARGS:-}" =~ --workers\ ([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -gt 1 ]; then
+    n=${BASH_REMATCH[1]}
+    check "stats: gwA has $n workers" test "$(stat gwA 'workers' | tr -cd '{' | wc -c)" -eq "$n"
+    check "stats: gwA's worker 1 encrypted bursts" test "$(stat gwA 'workers.1.packets')" -gt 0
+    check "stats: gwB's worker 1 decrypted bursts" test "$(stat gwB 'workers.1.packets')" -gt 0
+    check "stats text shows the workers' load" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' stats | grep -q 'worker 1.*crypto load'"
+fi
 tunnel_mtu=$(stat gwA 'sas[spi=0x1001].tunnel_mtu')
 check "stats: tunnel MTU per SA ($tunnel_mtu for a 1500-byte link)" test "$tunnel_mtu" -gt 1400 -a "$tunnel_mtu" -lt 1500
 check "stats text names the SAs" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' stats | grep -q 'esp spi 0x00001001'"

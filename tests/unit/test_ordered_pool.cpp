@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "userspace/base/cpu_list.h"
 #include "userspace/pipeline/ordered_pool.h"
 
 using xesp::Job;
@@ -220,4 +221,20 @@ TEST_CASE("one worker runs every job on the calling thread", "[pipeline]")
     CHECK(pool->in_flight() == 0);
     CHECK_FALSE(OrderedPool::create(0));
     CHECK_FALSE(OrderedPool::create(OrderedPool::kMaxWorkers + 1));
+}
+
+TEST_CASE("CPU lists as the kernel writes them", "[pipeline]")
+{
+    auto l = xesp::parse_cpu_list("0,2,4-6");
+    REQUIRE(l);
+    CHECK(*l == std::vector<int>{0, 2, 4, 5, 6});
+    auto empty = xesp::parse_cpu_list("");
+    REQUIRE(empty);
+    CHECK(empty->empty());
+    for (const char *bad : {"x", "0,", "1-", "3-1", "-1", "0,,1", "1.5", "99999"}) {
+        INFO(bad);
+        auto r = xesp::parse_cpu_list(bad);
+        REQUIRE_FALSE(r);
+        CHECK(r.error().message.find("cpus: '") == 0);
+    }
 }

@@ -19,6 +19,7 @@
 #include "tools/xesp/bench_transforms.h"
 #include "tools/xesp/commands.h"
 #include "userspace/base/clock.h"
+#include "userspace/base/cpu_list.h"
 #include "userspace/base/wire.h"
 #include "userspace/esp/esp.h"
 #include "userspace/esp/sa.h"
@@ -64,29 +65,6 @@ struct Result {
     uint64_t sent = 0, out = 0, out_of_order = 0, bad = 0;
     std::vector<uint32_t> latency;  // ns, a sample of packets
 };
-
-std::vector<int> parse_cpus(const std::string &s)
-{
-    std::vector<int> out;
-    size_t at = 0;
-    while (at < s.size()) {
-        size_t end = s.find(',', at);
-        std::string item = s.substr(at, end == std::string::npos ? std::string::npos : end - at);
-        try {
-            size_t used = 0;
-            int cpu = std::stoi(item, &used);
-            if (used != item.size() || cpu < 0)
-                throw std::invalid_argument(item);
-            out.push_back(cpu);
-        } catch (const std::exception &) {
-            throw Failure("bench pipeline: --cpus: '" + item + "' is not a CPU number");
-        }
-        if (end == std::string::npos)
-            break;
-        at = end + 1;
-    }
-    return out;
-}
 
 Result run_encap(const PipelineOptions &o, std::vector<std::unique_ptr<Sa>> &sas,
                  std::vector<std::unique_ptr<Sa>> &checkers, OrderedPool &pool)
@@ -267,17 +245,16 @@ void run_pipeline(const PipelineOptions &o)
     }
     // Worker i on cpus[i % size], this thread being worker 0; by default worker i on CPU i
     // while there are as many.
-    std::vector<int> cpus = parse_cpus(o.cpus);
+    auto parsed = parse_cpu_list(o.cpus);
+    if (!parsed)
+        throw Failure("bench pipeline: --" + parsed.error().message);
+    std::vector<int> cpus = std::move(*parsed);
     if (cpus.empty() && o.workers > 1 && o.workers <= std::thread::hardware_concurrency())
         for (unsigned i = 0; i < o.workers; i++)
             cpus.push_back(int(i));
-    if (!cpus.empty()) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpus[0], &set);
-        if (sched_setaffinity(0, sizeof set, &set) != 0)
-            throw Failure("bench pipeline: cannot run on CPU " + std::to_string(cpus[0]));
-    }
+    if (!cpus.empty())
+        if (auto r = pin_to_cpu(cpus[0]); !r)
+            throw Failure("bench pipeline: " + r.error().message);
     auto pool = OrderedPool::create(o.workers, cpus, o.limit);
     if (!pool)
         throw Failure("bench pipeline: " + pool.error().message);

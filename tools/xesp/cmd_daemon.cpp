@@ -42,6 +42,13 @@ void register_daemon_command(CLI::App &app)
                     "every normal thread; default: a normal thread (the daemon's other "
                     "threads run at nice 10 either way)")
         ->check(CLI::Range(1u, 99u));
+    sub->add_option("--workers", o->workers,
+                    "threads that run the crypto, the data thread included (default: half the "
+                    "CPUs this process may use, at least 1; 1: the data thread alone)")
+        ->check(CLI::Range(1u, 64u));
+    sub->add_option("--cpus", o->cpus,
+                    "CPUs for the workers, as 0,2,4-7: the data thread on the first, worker i "
+                    "on the i-th (modulo the list's length); default: the scheduler's choice");
     sub->add_option("--spin", o->spin,
                     "empty polling rounds before sleeping (0: sleep as soon as idle)");
     sub->add_option("--seq-reserve", o->seq_reserve,

@@ -92,6 +92,35 @@ void print_counters(const char *title, const json &obj, const json *prev, double
     }
 }
 
+// Each worker's load: the share of the time its crypto took, since the previous sample
+// (--watch) or since the daemon started.
+void print_workers(const json &s, const json *prev)
+{
+    if (!s.contains("workers"))
+        return;
+    const json &ws = s["workers"];
+    uint64_t up = s.value("uptime_ns", uint64_t(0));
+    uint64_t up0 = prev ? prev->value("uptime_ns", uint64_t(0)) : 0;
+    std::printf("workers: %zu\n", ws.size());
+    for (size_t i = 0; i < ws.size(); i++) {
+        const json &w = ws[i];
+        const json *p = prev && prev->contains("workers") && i < (*prev)["workers"].size()
+                            ? &(*prev)["workers"][i]
+                            : nullptr;
+        uint64_t busy = w.value("busy_ns", uint64_t(0));
+        uint64_t busy0 = p ? p->value("busy_ns", uint64_t(0)) : 0;
+        double load = up > up0 ? 100.0 * double(busy - busy0) / double(up - up0) : 0;
+        int cpu = w.value("cpu", -1);
+        std::string where = cpu >= 0 ? ", CPU " + std::to_string(cpu) : "";
+        std::printf("  worker %zu%s%s: crypto load %.1f%%  jobs %llu  packets %llu  queue full "
+                    "%llu\n",
+                    i, i == 0 ? " (data thread)" : "", where.c_str(), load,
+                    (unsigned long long)w.value("jobs", uint64_t(0)),
+                    (unsigned long long)w.value("packets", uint64_t(0)),
+                    (unsigned long long)w.value("queue_full", uint64_t(0)));
+    }
+}
+
 void print_stats(const json &s, const json *prev, double secs)
 {
     std::printf("interfaces:");
@@ -138,6 +167,7 @@ void print_stats(const json &s, const json *prev, double secs)
     print_counters("xdp:", s["xdp"], prev ? &(*prev)["xdp"] : nullptr, secs, true);
     if (s.contains("xsk"))
         print_counters("af_xdp sockets:", s["xsk"], prev ? &(*prev)["xsk"] : nullptr, secs, true);
+    print_workers(s, prev);
 }
 
 struct StatsOptions {

@@ -36,6 +36,7 @@ void Qsbr::synchronize()
     // Readers that stored an epoch at or after `target` have been quiescent since the
     // increment, which comes after whatever the caller unlinked.
     uint64_t target = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
+    waiting_.fetch_add(1, std::memory_order_relaxed);
     const std::thread::id self = std::this_thread::get_id();
     for (Slot &s : slots_) {
         if (!s.used.load(std::memory_order_acquire) || s.owner.load() == self)
@@ -52,6 +53,7 @@ void Qsbr::synchronize()
             }
         }
     }
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 size_t Qsbr::readers() const

@@ -57,11 +57,16 @@ public:
     // began. The calling thread, if it is a reader itself, counts as quiescent: it is in no
     // burst while it changes tables.
     void synchronize();
+    // Whether a writer waits in synchronize() now: for a reader that may hold pointers
+    // across its rounds (work in flight on other threads) and is quiescent only when it
+    // holds none, to make sure that it soon holds none.
+    bool writer_waiting() const { return waiting_.load(std::memory_order_relaxed) != 0; }
 
     size_t readers() const;
 
 private:
     std::atomic<uint64_t> epoch_{1};
+    std::atomic<uint32_t> waiting_{0};
     std::array<Slot, kMaxReaders> slots_;
 };
 

@@ -48,6 +48,10 @@ public:
     // unspecified and must not be used.
     virtual void decrypt(CryptoOp *ops, size_t n) = 0;
     virtual Backend backend() const = 0;
+    // Whether several threads may run encrypt() and decrypt() at once: intel-ipsec-mb keeps
+    // a call's state in a manager per thread and only reads the SA's expanded keys; an
+    // OpenSSL EVP context carries the call's state, one per SA.
+    bool thread_safe() const { return backend() == Backend::IpsecMb; }
 
     // The bytes encrypt() and decrypt() read for every op (the object, expanded keys and hash
     // states), for an SA to prefetch: with many SAs they are seldom in cache.

@@ -743,96 +743,110 @@ void Engine::account(Pkt &p, Sa *sa)
 // group is prepared; and the crypto gets one call per direction whatever the number of SAs,
 // so that a backend that works on several packets side by side fills its lanes across SAs
 // (crypt_burst()).
-void Engine::dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *const *owner,
-                      size_t n)
+// A burst's packets grouped by SA and direction, each group through its SA's prepare step.
+// With `threads`, the groups whose cipher must stay on this thread (not thread_safe()) come
+// first, and their ops, [0, enc_here) and [0, dec_here), are run here at once; the rest is
+// crypt()'s, on whatever thread.
+void Engine::prepare_burst(Burst &b, bool threads)
 {
-    struct Group {
-        Sa *sa;
-        Dirn dirn;
-        uint8_t n;         // packets
-        uint8_t first;     // index of the first in `sorted`
-        uint8_t from, to;  // its ops in the burst of its direction
-    };
     constexpr size_t kSlots = 2 * kMaxBurst;  // hash slots: at most half full
     static_assert(kMaxBurst <= UINT8_MAX && (kSlots & (kSlots - 1)) == 0);
-    Group groups[kMaxBurst];
     uint8_t slot[kSlots];  // group index + 1; 0 = free
     uint8_t group_of[kMaxBurst];
     std::memset(slot, 0, sizeof slot);
+    Burst::Group *groups = b.groups;
     size_t ngroups = 0;
-    for (size_t i = 0; i < n; i++) {
-        Dirn d = dirn[i];
+    for (size_t i = 0; i < b.n; i++) {
+        Dirn d = b.dirn[i];
         if (d == Dirn::None)
             continue;
-        Sa *sa = owner[i];
+        Sa *sa = b.owner[i];
         uint64_t key = uint64_t(reinterpret_cast<uintptr_t>(sa)) | uint64_t(d == Dirn::Decap);
         size_t h = size_t(((key >> 6) ^ key) * 0x9e3779b97f4a7c15ull >> 57) & (kSlots - 1);
         while (slot[h] && !(groups[slot[h] - 1].sa == sa && groups[slot[h] - 1].dirn == d))
             h = (h + 1) & (kSlots - 1);
         if (!slot[h]) {
             sa->prefetch_crypto();
-            groups[ngroups] = Group{sa, d, 0, 0, 0, 0};
+            groups[ngroups] = Burst::Group{sa, d, 0, 0, 0, 0};
             slot[h] = uint8_t(++ngroups);
         }
         group_of[i] = uint8_t(slot[h] - 1);
         groups[slot[h] - 1].n++;
     }
+    b.ngroups = ngroups;
     size_t total = 0;
     for (size_t g = 0; g < ngroups; g++) {
         groups[g].first = uint8_t(total);
         total += groups[g].n;
         groups[g].n = 0;
     }
-    Pkt *sorted[kMaxBurst];
-    for (size_t i = 0; i < n; i++) {
-        if (dirn[i] != Dirn::None) {
-            Group &gr = groups[group_of[i]];
-            sorted[gr.first + gr.n++] = pkts[i];
+    for (size_t i = 0; i < b.n; i++) {
+        if (b.dirn[i] != Dirn::None) {
+            Burst::Group &gr = groups[group_of[i]];
+            b.sorted[gr.first + gr.n++] = b.pkts[i];
         }
     }
 
-    EspBurst enc, dec;
-    for (size_t g = 0; g < ngroups; g++) {
-        Group &gr = groups[g];
-        Pkt **gp = sorted + gr.first;
+    b.enc.n = b.dec.n = 0;
+    auto prepare = [&](Burst::Group &gr) {
+        Pkt **gp = b.sorted + gr.first;
         if (gr.sa->following()) [[unlikely]]
             gr.sa->take_over();
         bool out = gr.dirn == Dirn::Encap;
-        EspBurst &b = out ? enc : dec;
-        gr.from = uint8_t(b.n);
+        EspBurst &eb = out ? b.enc : b.dec;
+        gr.from = uint8_t(eb.n);
         if (out) {
             size_t k = 0;  // the group without the packets too big for the tunnel
             for (size_t i = 0; i < gr.n; i++)
                 if (!too_big(*gr.sa, *gp[i]))
                     gp[k++] = gp[i];
-            esp_encap_prepare(*gr.sa, gp, k, b);
+            esp_encap_prepare(*gr.sa, gp, k, eb);
         } else {
-            esp_decap_prepare(*gr.sa, gp, gr.n, b);
+            esp_decap_prepare(*gr.sa, gp, gr.n, eb);
         }
-        gr.to = uint8_t(b.n);
-    }
-    crypt_burst(enc.cipher, enc.ops, enc.n, true);
-    crypt_burst(dec.cipher, dec.ops, dec.n, false);
-    for (size_t g = 0; g < ngroups; g++) {
-        Group &gr = groups[g];
+        gr.to = uint8_t(eb.n);
+    };
+    if (threads)
+        for (size_t g = 0; g < ngroups; g++)
+            if (!groups[g].sa->cipher().thread_safe())
+                prepare(groups[g]);
+    b.enc_here = b.enc.n;
+    b.dec_here = b.dec.n;
+    crypt_burst(b.enc.cipher, b.enc.ops, b.enc_here, true);
+    crypt_burst(b.dec.cipher, b.dec.ops, b.dec_here, false);
+    for (size_t g = 0; g < ngroups; g++)
+        if (!threads || groups[g].sa->cipher().thread_safe())
+            prepare(groups[g]);
+}
+
+void Engine::crypt(Burst &b)
+{
+    crypt_burst(b.enc.cipher + b.enc_here, b.enc.ops + b.enc_here, b.enc.n - b.enc_here, true);
+    crypt_burst(b.dec.cipher + b.dec_here, b.dec.ops + b.dec_here, b.dec.n - b.dec_here, false);
+}
+
+void Engine::finish_burst(const Tables &t, Burst &b)
+{
+    for (size_t g = 0; g < b.ngroups; g++) {
+        Burst::Group &gr = b.groups[g];
         if (gr.dirn == Dirn::Encap) {
-            esp_encap_finish(*gr.sa, enc, gr.from, gr.to);
+            esp_encap_finish(*gr.sa, b.enc, gr.from, gr.to);
             continue;
         }
-        esp_decap_finish(*gr.sa, dec, gr.from, gr.to);
-        Pkt **gp = sorted + gr.first;
+        esp_decap_finish(*gr.sa, b.dec, gr.from, gr.to);
+        Pkt **gp = b.sorted + gr.first;
         for (size_t i = 0; i < gr.n; i++)
             if (gp[i]->verdict == Verdict::Decrypted)
                 inbound_policy_check(t, *gr.sa, *gp[i]);
     }
-    for (size_t i = 0; i < n; i++) {
-        Pkt &p = *pkts[i];
+    for (size_t i = 0; i < b.n; i++) {
+        Pkt &p = *b.pkts[i];
         // A new packet where the old one was: whatever link-layer header sat in front of it
         // has been overwritten or left behind.
         if (p.verdict == Verdict::Encrypted || p.verdict == Verdict::Decrypted ||
             p.verdict == Verdict::TooBig)
             p.l2_len = 0;
-        account(p, owner[i]);
+        account(p, b.owner[i]);
     }
 }
 
@@ -853,23 +867,26 @@ void Engine::classify_burst(const Tables &t, Pkt *const *pkts, Step *steps, Dirn
     }
     for (size_t i = 0; i < n; i++)
         if (dirn[i] != Dirn::None)
-            owner[i]->prefetch_state();  // read by dispatch(), after the whole burst
+            owner[i]->prefetch_state();  // read by prepare_burst(), after the whole burst
 }
 
 void Engine::process(Pkt *const *pkts, size_t n)
 {
     const Tables &t = tables_.read();
-    Dirn dirn[kMaxBurst];
-    Sa *owner[kMaxBurst];
+    Burst b;
     Step steps[kMaxBurst];
     while (n) {
         size_t k = n < kMaxBurst ? n : kMaxBurst;
         for (size_t i = 0; i < k; i++) {
             pkts[i]->verdict = Verdict::Pass;
-            dirn[i] = classify_begin(t, *pkts[i], steps[i], &owner[i]);
+            b.dirn[i] = classify_begin(t, *pkts[i], steps[i], &b.owner[i]);
         }
-        classify_burst(t, pkts, steps, dirn, owner, k);
-        dispatch(t, pkts, dirn, owner, k);
+        b.pkts = pkts;
+        b.n = k;
+        classify_burst(t, pkts, steps, b.dirn, b.owner, k);
+        prepare_burst(b, false);
+        crypt(b);
+        finish_burst(t, b);
         pkts += k;
         n -= k;
     }
@@ -976,38 +993,60 @@ uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
     return mtu ? sa->inner_mtu(mtu) : 0;
 }
 
+// The start of process_classified() for one burst: its packets looked up from their ids,
+// and classified further where the ids left off, into b.
+void Engine::classify_ids(const Tables &t, Pkt *const *pkts, const Classified *cls, size_t n,
+                          Burst &b)
+{
+    Step steps[kMaxBurst];
+    for (size_t i = 0; i < n; i++) {
+        Pkt &p = *pkts[i];
+        p.verdict = Verdict::Pass;
+        b.owner[i] = nullptr;
+        b.dirn[i] = Dirn::None;
+        steps[i].stage = Step::Done;
+        if (cls[i].kind == Classified::Decap) {
+            steps[i].id = cls[i].id;
+            steps[i].l4 = cls[i].l4;
+            steps[i].natt = cls[i].natt;
+            steps[i].stage = Step::DecapId;
+            t.sas.prefetch_id(cls[i].id);
+        } else if (cls[i].kind == Classified::Encap) {
+            steps[i].id = cls[i].id;
+            steps[i].stage = Step::ById;
+            t.spd.prefetch_id(cls[i].id);
+        }
+    }
+    b.pkts = pkts;
+    b.n = n;
+    classify_burst(t, pkts, steps, b.dirn, b.owner, n);
+}
+
 void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t n)
 {
     const Tables &t = tables_.read();
-    Dirn dirn[kMaxBurst];
-    Sa *owner[kMaxBurst];
-    Step steps[kMaxBurst];
+    Burst b;
     while (n) {
         size_t k = n < kMaxBurst ? n : kMaxBurst;
-        for (size_t i = 0; i < k; i++) {
-            Pkt &p = *pkts[i];
-            p.verdict = Verdict::Pass;
-            owner[i] = nullptr;
-            dirn[i] = Dirn::None;
-            steps[i].stage = Step::Done;
-            if (cls[i].kind == Classified::Decap) {
-                steps[i].id = cls[i].id;
-                steps[i].l4 = cls[i].l4;
-                steps[i].natt = cls[i].natt;
-                steps[i].stage = Step::DecapId;
-                t.sas.prefetch_id(cls[i].id);
-            } else if (cls[i].kind == Classified::Encap) {
-                steps[i].id = cls[i].id;
-                steps[i].stage = Step::ById;
-                t.spd.prefetch_id(cls[i].id);
-            }
-        }
-        classify_burst(t, pkts, steps, dirn, owner, k);
-        dispatch(t, pkts, dirn, owner, k);
+        classify_ids(t, pkts, cls, k, b);
+        prepare_burst(b, false);
+        crypt(b);
+        finish_burst(t, b);
         pkts += k;
         cls += k;
         n -= k;
     }
+}
+
+void Engine::begin_classified(Pkt *const *pkts, const Classified *cls, size_t n, Burst &b)
+{
+    classify_ids(tables_.read(), pkts, cls, n, b);
+    prepare_burst(b, true);
+}
+
+void Engine::end(Burst &b)
+{
+    finish_burst(tables_.read(), b);
 }
 
 bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c)

@@ -335,6 +335,40 @@ public:
 
     enum class Dirn : uint8_t { None, Encap, Decap };
 
+    // A burst between its steps, for a caller that runs the cipher on other threads
+    // (pipeline/ordered_pool.h):
+    //   begin_classified()  here: what process_classified() does up to the cipher, that is,
+    //                       the lookups and each SA's prepare step (sequence numbers, replay
+    //                       pre-check); and the cipher of the SAs whose cipher may not leave
+    //                       this thread (SaCipher::thread_safe());
+    //   crypt()             on any thread: the cipher of the others;
+    //   end()               here again: each SA's finish step (replay window, lifetimes), the
+    //                       inbound policy check, the counters, as process_classified().
+    // Between begin and end this thread holds pointers into the tables: it may not be
+    // quiescent (rcu.h). Bursts that share an SA must end in the order they began. `pkts`
+    // must stay where it is until end().
+    struct Burst {
+        struct Group {
+            Sa *sa;
+            Dirn dirn;
+            uint8_t n;         // packets
+            uint8_t first;     // index of the first in `sorted`
+            uint8_t from, to;  // its ops in the EspBurst of its direction
+        };
+        Pkt *const *pkts = nullptr;
+        size_t n = 0;
+        Dirn dirn[kMaxBurst];
+        Sa *owner[kMaxBurst];
+        Group groups[kMaxBurst];
+        size_t ngroups = 0;
+        Pkt *sorted[kMaxBurst];  // by group
+        EspBurst enc, dec;
+        size_t enc_here = 0, dec_here = 0;  // ops begin_classified() ran itself
+    };
+    void begin_classified(Pkt *const *pkts, const Classified *cls, size_t n, Burst &b);
+    static void crypt(Burst &b);
+    void end(Burst &b);
+
 private:
     struct Tables {
         SaTable sas;
@@ -373,7 +407,9 @@ private:
     Dirn resolve_decap(Pkt &p, Step &s, Sa **sa);
     Dirn resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa);
     Sa *out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h);
-    void dispatch(const Tables &t, Pkt *const *pkts, const Dirn *dirn, Sa *const *owner, size_t n);
+    void classify_ids(const Tables &t, Pkt *const *pkts, const Classified *cls, size_t n, Burst &b);
+    void prepare_burst(Burst &b, bool threads);
+    void finish_burst(const Tables &t, Burst &b);
     Dirn classify_esp(const Tables &t, Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,
                       const IpAddr &dst, Sa **sa);
     Dirn check_unprotected(const Tables &t, Pkt &p, const FlowKey &flow);

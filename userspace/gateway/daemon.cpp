@@ -15,6 +15,7 @@
 
 #include "bpf/kernel_probe.h"
 #include "userspace/base/clock.h"
+#include "userspace/base/cpu_list.h"
 #include "userspace/control/control.h"
 #include "userspace/gateway/daemon.h"
 #include "userspace/gateway/gateway.h"
@@ -284,9 +285,18 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
     // while it sleeps the control thread does not wait for it (rcu.h).
     Qsbr::Reader tables(g.readers());
     while (!control_done.load(std::memory_order_acquire)) {
-        tables.quiescent();
+        // Bursts in flight on the workers hold pointers into the tables: quiescent only
+        // without any, and without any soon when a change waits for it.
+        if (g.in_flight() && g.readers().writer_waiting())
+            g.drain();
+        if (!g.in_flight())
+            tables.quiescent();
         size_t moved = g.poll_data();
-        data.serve();
+        // Handed-over work may close the sockets or sample the counters: none in flight.
+        if (data.pending()) {
+            g.drain();
+            data.serve();
+        }
         uint64_t ns = now_ns();
         if (ns / 1'000'000 != last_house) {
             last_house = ns / 1'000'000;
@@ -298,6 +308,7 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
             continue;
         }
         idle = 0;
+        g.drain();
         g.housekeeping();  // completions before sleeping: frames back to the pool
         pfds.clear();
         for (int fd : g.wait_fds())
@@ -342,6 +353,21 @@ Result<void> run_daemon(const DaemonOptions &o)
         return st.error();
 
     GatewayOptions go;
+    go.workers = o.workers ? o.workers : default_workers();
+    if (!o.cpus.empty()) {
+        auto cpus = parse_cpu_list(o.cpus);
+        if (!cpus)
+            return make_error("--cpus: " + cpus.error().message);
+        go.cpus = std::move(*cpus);
+    }
+    if (go.workers > OrderedPool::kMaxWorkers)
+        return make_error("--workers " + std::to_string(go.workers) + ": at most " +
+                          std::to_string(OrderedPool::kMaxWorkers));
+    if (go.workers > 1 && *backend == Backend::OpenSsl)
+        log(LogLevel::Warning,
+            "--workers %u with --crypto openssl: OpenSSL's contexts are per SA, "
+            "so every SA's crypto stays on the data thread; the other workers idle",
+            go.workers);
     go.backend = *backend;
     go.ring_size = o.ring_size;
     go.busy_poll = o.busy_poll;
@@ -370,12 +396,16 @@ Result<void> run_daemon(const DaemonOptions &o)
     // Loading many tunnels leaves the heap with free room behind it (the parsed batch, the
     // change, the first write's text): give the pages back rather than keep them resident.
     malloc_trim(0);
-    log(LogLevel::Info, "running: control socket %s, state %s, crypto %s", o.socket.c_str(),
-        state_path.empty() ? "(none)" : state_path.c_str(), o.crypto.c_str());
+    log(LogLevel::Info, "running: control socket %s, state %s, crypto %s, %u worker(s)",
+        o.socket.c_str(), state_path.empty() ? "(none)" : state_path.c_str(), o.crypto.c_str(),
+        go.workers);
 
     std::atomic<bool> control_done{false};
     std::thread control(control_thread, std::ref(*server), std::cref(stop), std::ref(control_done));
     // After the other threads are made: they do not inherit it.
+    if (!go.cpus.empty())
+        if (auto r = pin_to_cpu(go.cpus[0]); !r)
+            log(LogLevel::Warning, "data thread: %s", r.error().message.c_str());
     if (o.data_priority)
         if (auto r = set_thread_fifo(int(o.data_priority)); !r)
             log(LogLevel::Warning, "%s; it runs as a normal thread", r.error().message.c_str());

@@ -33,6 +33,8 @@ struct DaemonOptions {
     bool detach_on_exit = false;
     uint64_t seq_reserve = ReservePolicy{}.min_ahead;
     uint32_t data_priority = 0;  // SCHED_FIFO priority of the data thread; 0: a normal thread
+    unsigned workers = 0;        // crypto threads, the data thread included; 0: default_workers()
+    std::string cpus;            // CPU list (cpu_list.h): worker i on the i-th, modulo its length
 };
 
 // /var/lib/xesp/<socket name>.state: two daemons with two sockets (one per network

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -107,12 +108,34 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
     all.put_policies.assign(config.policies.begin(), config.policies.end());
     if (auto r = g->apply(all); !r)
         return r.error();
+    if (options.workers > 1) {
+        auto pool =
+            OrderedPool::create(options.workers, options.cpus, kJobsPerWorker * kBurst, true);
+        if (!pool)
+            return pool.error();
+        g->workers_ = std::move(*pool);
+        // Few enough that the data thread, worker 0, always has room (OrderedPool::kDepth).
+        size_t jobs = std::min(OrderedPool::kDepth, kJobsPerWorker * options.workers);
+        for (size_t i = 0; i < jobs; i++) {
+            g->jobs_.push_back(std::make_unique<BurstJob>());
+            g->free_jobs_.push_back(g->jobs_.back().get());
+        }
+    }
+    g->started_ns_ = now_ns();
     return g;
 }
 
 Gateway::~Gateway()
 {
     close_ports();
+}
+
+unsigned default_workers()
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return unsigned(std::max(1, n / 2));
 }
 
 // The smallest MTU of the public interfaces; 0: none known.
@@ -272,14 +295,15 @@ void Gateway::rx_kernel()
     transmit(*ports_[0], ready, k);
 }
 
-void Gateway::rx_one(Port &port)
+// A burst from the port's RX ring: its metadata read (cls), reports and packets whose TTL
+// ends here taken care of, the rest in `ready`; returns how many. *big: one of them may have
+// to be split before encryption (prefragment()).
+size_t Gateway::take_burst(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big)
 {
-    Pkt pkts[kBurst];
-    Pkt *ready[kBurst];
-    Classified cls[kBurst];
     size_t n = port.x.rx_burst(pkts, kBurst);
+    *big = false;
     if (!n)
-        return;
+        return 0;
     count(GwCounter::Rx, n);
     // The kernel copied these frames in, likely on another CPU: start every frame's misses on
     // the metadata and the headers at once instead of taking them one packet at a time.
@@ -290,7 +314,6 @@ void Gateway::rx_one(Port &port)
     }
     Pkt *answers[kBurst];
     size_t k = 0, na = 0;
-    bool big = false;  // a packet prefragment() may have to split
     const uint32_t split = split_mtu();
     for (size_t i = 0; i < n; i++) {
         auto *m = static_cast<xesp_meta *>(meta(pkts[i], sizeof(xesp_meta)));
@@ -313,9 +336,27 @@ void Gateway::rx_one(Port &port)
                 port.x.recycle(pkts[i]);
             continue;
         }
-        big |= may_split(pkts[i], c, split);
+        *big |= may_split(pkts[i], c, split);
         ready[k++] = &pkts[i];
     }
+    if (na)
+        transmit(port, answers, na);
+    return k;
+}
+
+void Gateway::rx_one(Port &port)
+{
+    if (workers_) {
+        rx_pipelined(port);
+        return;
+    }
+    Pkt pkts[kBurst];
+    Pkt *ready[kBurst];
+    Classified cls[kBurst];
+    bool big;
+    size_t k = take_burst(port, pkts, ready, cls, &big);
+    if (!k)
+        return;
     // Classified by an entry that a change has written and not yet published, or published
     // the deletion of and not yet deleted (classifier_sync.h): the engine looks the packet up
     // again in the tables it has, so a change loses no packet.
@@ -327,13 +368,74 @@ void Gateway::rx_one(Port &port)
         Pkt pieces[kBurst];
         Pkt *all[kBurst * 2];
         Classified all_cls[kBurst * 2];
-        size_t m = prefragment(port, split, ready, cls, k, pieces, all, all_cls);
+        size_t m = prefragment(port, split_mtu(), ready, cls, k, pieces, all, all_cls);
         engine_->process_classified(all, all_cls, m);
         transmit(port, all, m);
     }
     count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
-    if (na)
-        transmit(port, answers, na);
+}
+
+// The burst through the workers: classified and prepared here, its crypto one job, finished
+// and sent by reap_jobs() in the port's order. A burst that must be split before encryption
+// (rare: NAT-T) is not: the bursts in flight are finished first, then it as rx_one() would.
+void Gateway::rx_pipelined(Port &port)
+{
+    reap_jobs();
+    if (free_jobs_.empty()) {
+        count(GwCounter::PipelineFull);
+        return;
+    }
+    BurstJob &j = *free_jobs_.back();
+    bool big;
+    size_t k = take_burst(port, j.pkts, j.ready, j.cls, &big);
+    if (!k)
+        return;
+    const uint64_t reclassified = engine_->stats().reclassified;
+    if (big) {
+        drain();
+        Pkt pieces[kBurst];
+        Pkt *all[kBurst * 2];
+        Classified all_cls[kBurst * 2];
+        size_t m = prefragment(port, split_mtu(), j.ready, j.cls, k, pieces, all, all_cls);
+        engine_->process_classified(all, all_cls, m);
+        transmit(port, all, m);
+    } else {
+        free_jobs_.pop_back();
+        engine_->begin_classified(j.ready, j.cls, k, j.b);
+        j.port = &port;
+        j.n = k;
+        j.run = run_job;
+        j.tail = &port.tail;
+        j.weight = uint32_t(k);
+        while (!workers_->submit(j))  // not while jobs_ are few enough (create())
+            reap_jobs();
+    }
+    count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
+}
+
+void Gateway::run_job(Job &j)
+{
+    Engine::crypt(static_cast<BurstJob &>(j).b);
+}
+
+void Gateway::finish_job(Job &j)
+{
+    auto &b = static_cast<BurstJob &>(j);
+    engine_->end(b.b);
+    transmit(*b.port, b.ready, b.n);
+    free_jobs_.push_back(&b);
+}
+
+size_t Gateway::reap_jobs()
+{
+    return workers_ ? workers_->reap([this](Job &j) { finish_job(j); }) : 0;
+}
+
+void Gateway::drain()
+{
+    while (in_flight())
+        if (!reap_jobs())
+            __builtin_ia32_pause();
 }
 
 // ESP in UDP (NAT-T) that the outer header would fragment cannot be put together again by the
@@ -381,6 +483,7 @@ size_t Gateway::prefragment(Port &port, uint32_t split, Pkt *const *in, const Cl
 
 void Gateway::housekeeping()
 {
+    reap_jobs();
     for (auto &p : ports_)
         p->x.complete();
     // Reassembled ESP is rare: its sockets are read here, once a millisecond or on waking,

@@ -7,6 +7,15 @@
 //                                                      '-> the kernel (unresolved next hop,
 //                                                          packets for the gateway itself)
 //
+// With workers (GatewayOptions::workers > 1), process_classified is cut in three
+// (Engine::Burst): the data thread, the io thread of pipeline/ordered_pool.h, classifies
+// each RX burst and runs its SAs' prepare step, the burst's crypto goes to a worker as one
+// job (the data thread being worker 0), and the data thread finishes the bursts of each
+// socket in the order it took them, then transmits them: an SA's packets leave in the order
+// they came, whichever workers encrypted them. Each socket has a few jobs (kJobsPerWorker a
+// worker); when they are all in flight, the socket's next burst waits in its RX ring
+// (pipeline-full), and what the ring cannot hold the kernel drops and counts (af_xdp).
+//
 // One thread runs the data path (poll_data, then housekeeping when idle). Configuration
 // changes are made on another thread while it runs, in place and at the cost of the change:
 // the engine's tables have two copies (rcu.h), the change is made to the one the data thread
@@ -45,6 +54,7 @@
 #include "userspace/kernel/nexthop.h"
 #include "userspace/kernel/pmtu.h"
 #include "userspace/control/report.h"
+#include "userspace/pipeline/ordered_pool.h"
 
 namespace xesp {
 
@@ -67,8 +77,9 @@ namespace xesp {
     X(TimeExceeded, "icmp-time-exceeded", false)   /* ... and answered (RFC 792, 4443) */          \
     X(IcmpLimited, "drop-icmp-rate-limit", true)   /* ICMP errors over the rate limit */           \
     X(Prefragmented, "fragmented-before-encryption", false) /* NAT-T: inner IPv4 split */          \
-    X(PmtuLearnt, "pmtu-learnt", false)                     /* ICMP lowered an SA's path MTU */    \
-    X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */          \
+    X(PipelineFull, "pipeline-full", false) /* every job in flight: a burst left in its ring */    \
+    X(PmtuLearnt, "pmtu-learnt", false)     /* ICMP lowered an SA's path MTU */                    \
+    X(PmtuIgnored, "pmtu-ignored", false)   /* ICMP naming no SA of ours, or stale */              \
     X(ReportsTaken, "pmtu-reports-kept", false) /* for a host, about our SA: not passed on */
 
 enum class GwCounter : uint32_t {
@@ -97,7 +108,17 @@ struct GatewayOptions {
     bool busy_poll = false;
     uint32_t pmtu_expires_s = kPmtuExpiresSeconds;  // how long a learnt path MTU lasts
     bool hold_new_sas = false;  // EngineOptions::hold_new: a state file binds them
+    // Threads that run the crypto, the data thread included (1: it alone), and the CPUs
+    // they run on: worker i on cpus[i % size], the data thread (worker 0) on cpus[0]; empty:
+    // wherever the scheduler puts them.
+    unsigned workers = 1;
+    std::vector<int> cpus;
 };
+
+// The default number of workers: half the CPUs this process may run on, at least one. The
+// other half is the kernel's: on veth and in copy mode it moves every frame (softirq work,
+// the copy into the UMEM).
+unsigned default_workers();
 
 struct GatewayIface {
     std::string name;
@@ -146,8 +167,13 @@ public:
     Result<void> del_iface(const std::string &name);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
 
-    // Moves a burst on every socket; returns how many packets came in.
+    // Moves a burst on every socket; returns how many packets came in. With workers, bursts
+    // may still be in flight when it returns (in_flight()); they hold pointers into the
+    // engine's tables, so the data thread is quiescent (readers()) only when none is:
+    // drain() finishes them all, waiting for the workers.
     size_t poll_data();
+    size_t in_flight() const { return workers_ ? workers_->in_flight() : 0; }
+    void drain();
     // Reaps completions, reads routing events, refreshes local addresses and logs expiries.
     // Call when idle and at least every few milliseconds.
     void housekeeping();
@@ -168,6 +194,9 @@ public:
         std::vector<GatewayIface> ifaces;
         uint32_t link_mtu = 0;  // 0: no public interface yet
         XskStats xsk;
+        std::vector<PoolStats> workers;  // worker 0 is the data thread
+        std::vector<int> cpus;
+        uint64_t uptime_ns = 0;
     };
     Stats stats_sample() const;
     nlohmann::json stats_json(const Stats &s) const;
@@ -189,7 +218,23 @@ private:
         uint32_t slot;
         std::vector<Pkt> txq;  // packets for this port, sent at the end of each burst
         bool local;            // the local link: the gateway's own traffic, not a hop
+        Job *tail = nullptr;   // its last burst in flight (OrderedPool), finished in order
     };
+    // A burst in flight on the workers: its frames, what the engine carries between its steps.
+    static constexpr size_t kJobsPerWorker = 8;
+    struct BurstJob : Job {
+        Port *port = nullptr;
+        size_t n = 0;
+        Pkt pkts[kBurst];
+        Pkt *ready[kBurst];
+        Classified cls[kBurst];
+        Engine::Burst b;
+    };
+    static void run_job(Job &j);
+    void finish_job(Job &j);
+    size_t reap_jobs();
+    size_t take_burst(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
+    void rx_pipelined(Port &port);
     Gateway() = default;
     Result<void> attach_iface(const std::string &name, IfaceRole role, bool local);
     void open_local_link();
@@ -260,6 +305,11 @@ private:
     std::unique_ptr<Umem> umem_;
     std::unique_ptr<FramePool> pool_;
     std::vector<std::unique_ptr<Port>> ports_;
+    // The workers (nullptr: the data thread alone) and the jobs they run.
+    std::unique_ptr<OrderedPool> workers_;
+    std::vector<std::unique_ptr<BurstJob>> jobs_;
+    std::vector<BurstJob *> free_jobs_;
+    uint64_t started_ns_ = 0;
     std::array<uint64_t, size_t(GwCounter::Count)> counters_{};
     uint32_t frag_ident_ = 0;
     IcmpLimiter icmp_limit_;

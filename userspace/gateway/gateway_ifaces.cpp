@@ -40,6 +40,7 @@ uint32_t rx_queues(const std::string &name)
 
 void Gateway::close_ports()
 {
+    drain();  // bursts in flight hold frames of the Umem and name their ports
     for (auto &p : ports_)
         (void)prog_->clear_xsk(p->x.queue(), p->slot);
     ports_.clear();

@@ -28,6 +28,10 @@ Gateway::Stats Gateway::stats_sample() const
         s.xsk.rx_invalid_descs += st->rx_invalid_descs;
         s.xsk.tx_invalid_descs += st->tx_invalid_descs;
     }
+    for (unsigned w = 0; w < (workers_ ? workers_->workers() : 1); w++)
+        s.workers.push_back(workers_ ? workers_->stats(w) : PoolStats{});
+    s.cpus = options_.cpus;
+    s.uptime_ns = now_ns() - started_ns_;
     return s;
 }
 
@@ -68,6 +72,20 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
                 {"fill-short", x.fill_short},
                 {"rx-invalid-descs", x.rx_invalid_descs},
                 {"tx-invalid-descs", x.tx_invalid_descs}};
+    // Each worker's share of the crypto (worker 0 is the data thread, whose other work is
+    // not counted in busy_ns), and how often its queue was full and a burst went elsewhere.
+    json ws = json::array();
+    for (size_t w = 0; w < s.workers.size(); w++) {
+        const PoolStats &p = s.workers[w];
+        ws.push_back({{"worker", w},
+                      {"cpu", s.cpus.empty() ? -1 : s.cpus[w % s.cpus.size()]},
+                      {"jobs", p.jobs},
+                      {"packets", p.weight},
+                      {"busy_ns", p.busy_ns},
+                      {"queue_full", p.passed}});
+    }
+    j["workers"] = ws;
+    j["uptime_ns"] = s.uptime_ns;
     return j;
 }
 

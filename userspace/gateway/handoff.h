@@ -37,6 +37,9 @@ public:
     // thrown here.
     void call(const std::function<void()> &fn);
 
+    // Whether a call waits: one relaxed load.
+    bool pending() const { return pending_.load(std::memory_order_relaxed); }
+
     // On the data thread, between bursts: runs what waits, if anything.
     void serve()
     {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "userspace/base/clock.h"
+
 namespace xesp {
 
 namespace {
@@ -21,8 +23,8 @@ inline void cpu_relax()
 
 }  // namespace
 
-Result<std::unique_ptr<OrderedPool>> OrderedPool::create(unsigned workers,
-                                                         const std::vector<int> &cpus, size_t limit)
+Result<std::unique_ptr<OrderedPool>>
+OrderedPool::create(unsigned workers, const std::vector<int> &cpus, size_t limit, bool timed)
 {
     if (workers < 1 || workers > kMaxWorkers)
         return make_error("workers: " + std::to_string(workers) + " is not between 1 and " +
@@ -31,8 +33,10 @@ Result<std::unique_ptr<OrderedPool>> OrderedPool::create(unsigned workers,
         return make_error("workers: a worker's limit must be at least 1");
     std::unique_ptr<OrderedPool> pool(new OrderedPool);
     pool->limit_ = limit;
+    pool->timed_ = timed;
     for (unsigned i = 1; i < workers; i++) {
         auto w = std::make_unique<Worker>();
+        w->timed = timed;
         w->thread = std::thread(run_worker, std::ref(*w));
         if (!cpus.empty()) {
             int cpu = cpus[i % cpus.size()];
@@ -71,7 +75,14 @@ void OrderedPool::run_worker(Worker &w)
     int idle = 0;
     while (!w.stop.load(std::memory_order_acquire)) {
         if (w.todo.pop(&j)) {
-            j->run(*j);
+            if (w.timed) {
+                uint64_t t0 = now_ns();
+                j->run(*j);
+                w.busy_ns.store(w.busy_ns.load(std::memory_order_relaxed) + (now_ns() - t0),
+                                std::memory_order_relaxed);
+            } else {
+                j->run(*j);
+            }
             // Room is certain: the io thread keeps at most kDepth jobs owed by a worker.
             w.done.push(j);
             idle = 0;
@@ -117,15 +128,20 @@ void OrderedPool::hand(Job &j, unsigned worker)
     *j.tail = &j;
     in_flight_++;
     if (worker == 0) {
+        uint64_t t0 = timed_ ? now_ns() : 0;
         j.run(j);
+        if (timed_)
+            inline_stats_.busy_ns += now_ns() - t0;
         inline_[inline_n_++] = &j;
         inline_stats_.jobs++;
+        inline_stats_.weight += j.weight;
         return;
     }
     Worker &w = *workers_[worker - 1];
     w.owed++;
     w.owed_weight += j.weight;
     w.stats.jobs++;
+    w.stats.weight += j.weight;
     w.todo.push(&j);                                 // room is certain: owed < kDepth
     w.wake.fetch_add(1, std::memory_order_seq_cst);  // see run_worker()
     if (w.sleeping.load(std::memory_order_seq_cst))
@@ -160,7 +176,11 @@ PoolStats OrderedPool::stats(unsigned worker) const
 {
     if (worker == 0)
         return inline_stats_;
-    return worker < workers() ? workers_[worker - 1]->stats : PoolStats{};
+    if (worker >= workers())
+        return PoolStats{};
+    PoolStats s = workers_[worker - 1]->stats;
+    s.busy_ns = workers_[worker - 1]->busy_ns.load(std::memory_order_relaxed);
+    return s;
 }
 
 }  // namespace xesp

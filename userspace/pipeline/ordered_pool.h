@@ -51,8 +51,10 @@ struct Job {
 };
 
 struct PoolStats {
-    uint64_t jobs = 0;    // run by this worker
-    uint64_t passed = 0;  // sent elsewhere: this worker's queue was full
+    uint64_t jobs = 0;     // run by this worker
+    uint64_t weight = 0;   // their weight (packets, say)
+    uint64_t passed = 0;   // sent elsewhere: this worker's queue was full
+    uint64_t busy_ns = 0;  // time in Job::run, if the pool is timed
 };
 
 class OrderedPool {
@@ -62,11 +64,13 @@ public:
 
     // `workers` counts the io thread: 1 runs everything on it, with no thread. cpus, if not
     // empty, pins worker i (i >= 1) to cpus[i % size] (cpus[0] is the io thread's, for the
-    // caller to pin). A worker takes at most kDepth
-    // jobs and `limit` weight (Job::weight) at a time: a deep queue of big jobs only adds
-    // latency and cache misses (frames go cold while they wait).
-    static Result<std::unique_ptr<OrderedPool>>
-    create(unsigned workers, const std::vector<int> &cpus = {}, size_t limit = kDepth);
+    // caller to pin). A worker takes at most kDepth jobs and `limit` weight (Job::weight) at
+    // a time: a deep queue of big jobs only adds latency and cache misses (frames go cold
+    // while they wait). `timed`: each worker adds up the time its jobs take (two clock reads
+    // a job), for PoolStats::busy_ns.
+    static Result<std::unique_ptr<OrderedPool>> create(unsigned workers,
+                                                       const std::vector<int> &cpus = {},
+                                                       size_t limit = kDepth, bool timed = false);
     ~OrderedPool();
     OrderedPool(const OrderedPool &) = delete;
     OrderedPool &operator=(const OrderedPool &) = delete;
@@ -105,9 +109,11 @@ private:
         std::atomic<uint32_t> wake{0};
         std::atomic<bool> sleeping{false};
         std::atomic<bool> stop{false};
-        size_t owed = 0;         // the io thread's: jobs submitted, not yet reaped
-        size_t owed_weight = 0;  // and their weight
-        PoolStats stats;         // the io thread's
+        bool timed = false;
+        std::atomic<uint64_t> busy_ns{0};  // the worker's; read anywhere
+        size_t owed = 0;                   // the io thread's: jobs submitted, not yet reaped
+        size_t owed_weight = 0;            // and their weight
+        PoolStats stats;                   // the io thread's
         std::thread thread;
     };
     OrderedPool() = default;
@@ -145,6 +151,7 @@ private:
     PoolStats inline_stats_;
     unsigned next_ = 0;  // round robin
     size_t limit_ = kDepth;
+    bool timed_ = false;
     size_t in_flight_ = 0;
 };
 
