@@ -178,8 +178,8 @@ TEST_CASE("a full worker is passed over; with no room anywhere, submit refuses",
         t.seq = i;
         t.gate = i == 0 ? &gate : nullptr;
     }
-    // The thread stalls on the first; the others go in turn to the io thread and the thread
-    // until each holds kDepth; then there is no room.
+    // The thread stalls on the first; it takes the others until it holds kDepth, the io
+    // thread the rest until it holds kDepth too; then there is no room.
     REQUIRE(pool->submit_to(jobs[0], 1));
     for (size_t i = 1; i < 2 * kDepth; i++)
         REQUIRE(pool->submit(jobs[i]));
@@ -200,6 +200,35 @@ TEST_CASE("a full worker is passed over; with no room anywhere, submit refuses",
     REQUIRE(pool->submit(jobs[2 * kDepth]));
     REQUIRE(reap_until(*pool, finish, [&] { return pool->in_flight() == 0; }));
     CHECK(done.back() == 2 * kDepth);
+}
+
+TEST_CASE("worker threads with room get the jobs; the io thread helps only when they are full",
+          "[threads][pipeline]")
+{
+    auto p = OrderedPool::create(3, {}, 4);  // 4 weight a worker thread
+    REQUIRE(p);
+    auto &pool = **p;
+    std::vector<TestJob> jobs(10);
+    Job *tail = nullptr;
+    for (auto &t : jobs) {
+        t.run = run_test_job;
+        t.tail = &tail;
+        t.weight = 2;
+    }
+    size_t finished = 0;
+    auto finish = [&](Job &) { finished++; };
+    for (size_t i = 0; i < 4; i++)
+        REQUIRE(pool.submit(jobs[i]));
+    CHECK(pool.stats(0).jobs == 0);  // none for the io thread while the threads have room
+    CHECK(pool.stats(1).jobs == 2);
+    CHECK(pool.stats(2).jobs == 2);
+    // Both threads at their limit (nothing reaped): the io thread runs the next itself.
+    REQUIRE(pool.submit(jobs[4]));
+    CHECK(pool.stats(0).jobs == 1);
+    CHECK(pool.stats(0).weight == 2);
+    REQUIRE(reap_until(pool, finish, [&] { return pool.in_flight() == 0; }));
+    CHECK(finished == 5);
+    CHECK(pool.stats(1).weight + pool.stats(2).weight == 8);
 }
 
 TEST_CASE("one worker runs every job on the calling thread", "[pipeline]")

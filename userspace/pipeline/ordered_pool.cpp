@@ -158,17 +158,25 @@ bool OrderedPool::submit_to(Job &j, unsigned worker)
 
 bool OrderedPool::submit(Job &j)
 {
-    // Every worker in turn, the io thread included, passing over those without room.
-    const unsigned n = workers();
+    // The worker threads in turn, passing over those without room; the io thread runs the job
+    // itself only when none has room. It has the serial steps and the I/O to do, so it takes
+    // crypto only when the workers are behind: the load balances itself, whatever share of a
+    // packet's time the serial steps are.
+    const unsigned n = unsigned(workers_.size());
     for (unsigned k = 0; k < n; k++) {
         unsigned w = (next_ + k) % n;
-        if (room(w)) {
+        if (room(w + 1)) {
             next_ = (w + 1) % n;
-            hand(j, w);
+            hand(j, w + 1);
             return true;
         }
-        (w ? workers_[w - 1]->stats : inline_stats_).passed++;
+        workers_[w]->stats.passed++;
     }
+    if (room(0)) {
+        hand(j, 0);
+        return true;
+    }
+    inline_stats_.passed++;
     return false;
 }
 

@@ -6,14 +6,15 @@
 //   2. Each SA's group of the burst becomes a Job, chained behind the jobs of the same SA still
 //      in flight (Job::next, from the SA's tail slot, Job::tail): a per-SA ordered queue that
 //      costs two pointers, whatever the number of SAs.
-//   3. submit() hands the job to the next worker with room, round robin; worker 0 is the io
-//      thread itself, which runs the job at once; the others take it through a bounded
-//      single-producer single-consumer ring (spsc_ring.h), up to a limit of weight (packets)
-//      that keeps few frames waiting. A worker without room (stalled, or slow) is passed
-//      over; when none has room (the io thread has run kDepth jobs since the last reap()),
-//      submit() refuses the job and the caller reaps, or drops and counts it. Nothing waits
-//      for a worker, and a stalled worker holds up only its own jobs and those behind them
-//      in the same SA.
+//   3. submit() hands the job to the next worker thread with room, round robin, through a
+//      bounded single-producer single-consumer ring (spsc_ring.h), up to a limit of weight
+//      (packets) that keeps few frames waiting. A worker without room (stalled, or slow) is
+//      passed over. When none has room, worker 0, the io thread itself, runs the job at once:
+//      it has the serial steps and the I/O to do and helps with the crypto only when the
+//      workers are behind, so the load balances itself. When it has no room either (kDepth
+//      jobs run since the last reap()), submit() refuses the job and the caller reaps, or
+//      drops and counts it. Nothing waits for a worker, and a stalled worker holds up only
+//      its own jobs and those behind them in the same chain.
 //   4. A worker runs the job (one call to the cipher for the whole group, in place in the
 //      frames) and pushes it back on its own completion ring.
 //   5. reap() takes the completions and marks each job done. A job whose SA has no earlier job
@@ -75,9 +76,9 @@ public:
     OrderedPool(const OrderedPool &) = delete;
     OrderedPool &operator=(const OrderedPool &) = delete;
 
-    // The io thread's. submit() takes the job into its SA's chain and onto a worker, round
-    // robin among those with room (the io thread included); false: no room anywhere (step
-    // 3), the job is not taken.
+    // The io thread's. submit() takes the job into its SA's chain and onto a worker thread
+    // with room, round robin, else onto the io thread; false: no room anywhere (step 3), the
+    // job is not taken.
     // submit_to() asks for one worker (tests), and false when that one has no room.
     bool submit(Job &j);
     bool submit_to(Job &j, unsigned worker);
