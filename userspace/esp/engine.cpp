@@ -20,15 +20,23 @@ size_t SaKeyHash::operator()(const SaKey &k) const
     return mix64(a ^ mix64(b ^ (uint64_t(k.spi) << 8 | k.dst.family)));
 }
 
+namespace {
+inline uint64_t rotl_meta(uint64_t m)
+{
+    return (m << 29 | m >> 35) * 0xff51afd7ed558ccdull;
+}
+}  // namespace
+
 size_t SaKeyHash::operator()(const FlowSaKey &k) const
 {
+    // Looked up for every packet to encrypt: the words are spread by independent multiplies
+    // (odd constants, run side by side) and mixed once, not one mix after another.
     uint64_t w[4];
     std::memcpy(w, k.src.b.data(), 16);
     std::memcpy(w + 2, k.dst.b.data(), 16);
-    uint64_t h = mix64(uint64_t(k.reqid) << 16 | k.src.family << 8 | k.dst.family);
-    for (uint64_t x : w)
-        h = mix64(h ^ x);
-    return h;
+    uint64_t meta = uint64_t(k.reqid) << 16 | k.src.family << 8 | k.dst.family;
+    return mix64((w[0] * 0x9e3779b97f4a7c15ull) ^ (w[1] * 0xc2b2ae3d27d4eb4full) ^
+                 (w[2] * 0x165667b19e3779f9ull) ^ (w[3] * 0xd6e8feb86659fd93ull) ^ rotl_meta(meta));
 }
 
 uint32_t IdPool::take()
