@@ -27,14 +27,14 @@ inline uint64_t rotl_meta(uint64_t m)
 }
 }  // namespace
 
-size_t SaKeyHash::operator()(const FlowSaKey &k) const
+size_t SaKeyHash::flow(const IpAddr &src, const IpAddr &dst, uint32_t reqid)
 {
     // Looked up for every packet to encrypt: the words are spread by independent multiplies
     // (odd constants, run side by side) and mixed once, not one mix after another.
     uint64_t w[4];
-    std::memcpy(w, k.src.b.data(), 16);
-    std::memcpy(w + 2, k.dst.b.data(), 16);
-    uint64_t meta = uint64_t(k.reqid) << 16 | k.src.family << 8 | k.dst.family;
+    std::memcpy(w, src.b.data(), 16);
+    std::memcpy(w + 2, dst.b.data(), 16);
+    uint64_t meta = uint64_t(reqid) << 16 | src.family << 8 | dst.family;
     return mix64((w[0] * 0x9e3779b97f4a7c15ull) ^ (w[1] * 0xc2b2ae3d27d4eb4full) ^
                  (w[2] * 0x165667b19e3779f9ull) ^ (w[3] * 0xd6e8feb86659fd93ull) ^ rotl_meta(meta));
 }
@@ -177,14 +177,14 @@ Sa *SaTable::find_in(const IpAddr &dst, uint32_t spi) const
 SaTable::OutKey SaTable::out_key(const PolicyTmpl &tmpl, const FlowKey &flow) const
 {
     // Transport templates may leave the addresses out: they are the packet's own.
-    OutKey k{FlowSaKey{tmpl.src.family ? tmpl.src : flow.src, tmpl.dst.family ? tmpl.dst : flow.dst,
-                       tmpl.reqid},
-             0, tmpl.spi, tmpl.mode};
+    const IpAddr &src = tmpl.src.family ? tmpl.src : flow.src;
+    const IpAddr &dst = tmpl.dst.family ? tmpl.dst : flow.dst;
+    OutKey k{FlowSaKey{src, dst, tmpl.reqid}, 0, tmpl.spi, tmpl.mode};
     if (k.spi) {
-        k.hash = by_spi_.hash(SaKey{k.flow.dst, k.spi});
+        k.hash = by_spi_.hash(SaKey{dst, k.spi});
         by_spi_.prefetch(k.hash);
     } else {
-        k.hash = by_flow_.hash(k.flow);
+        k.hash = SaKeyHash::flow(src, dst, tmpl.reqid);  // = by_flow_.hash(k.flow)
         by_flow_.prefetch(k.hash);
     }
     return k;
@@ -774,7 +774,11 @@ void Engine::prepare_burst(Burst &b, bool threads)
         while (slot[h] && !(groups[slot[h] - 1].sa == sa && groups[slot[h] - 1].dirn == d))
             h = (h + 1) & (kSlots - 1);
         if (!slot[h]) {
-            sa->prefetch_crypto();
+            // The keys for the cipher here, if it runs here; a worker's crypt_burst() asks
+            // for its own (here they would only fill this core's cache, and hold up the
+            // serial steps with many SAs).
+            if (!threads || !sa->crypt_anywhere())
+                sa->prefetch_crypto();
             groups[ngroups] = Burst::Group{sa, d, 0, 0, 0, 0};
             slot[h] = uint8_t(++ngroups);
         }
@@ -816,14 +820,14 @@ void Engine::prepare_burst(Burst &b, bool threads)
     };
     if (threads)
         for (size_t g = 0; g < ngroups; g++)
-            if (!groups[g].sa->cipher().thread_safe())
+            if (!groups[g].sa->crypt_anywhere())
                 prepare(groups[g]);
     b.enc_here = b.enc.n;
     b.dec_here = b.dec.n;
     crypt_burst(b.enc.cipher, b.enc.ops, b.enc_here, true);
     crypt_burst(b.dec.cipher, b.dec.ops, b.dec_here, false);
     for (size_t g = 0; g < ngroups; g++)
-        if (!threads || groups[g].sa->cipher().thread_safe())
+        if (!threads || groups[g].sa->crypt_anywhere())
             prepare(groups[g]);
 }
 

@@ -30,7 +30,10 @@ struct FlowSaKey {
 };
 struct SaKeyHash {
     size_t operator()(const SaKey &k) const;
-    size_t operator()(const FlowSaKey &k) const;
+    size_t operator()(const FlowSaKey &k) const { return flow(k.src, k.dst, k.reqid); }
+    // The FlowSaKey's hash from its parts where they are: a key just built on the stack and
+    // read back in words would stall on store forwarding.
+    static size_t flow(const IpAddr &src, const IpAddr &dst, uint32_t reqid);
 };
 
 // SAs by (destination, SPI) for inbound ESP and by (source, destination, reqid) for templates:

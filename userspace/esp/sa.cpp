@@ -26,6 +26,7 @@ Result<std::unique_ptr<Sa>> Sa::create(const SaConfig &cfg, Backend backend)
     sa->serial_ = ++serials;
     sa->cipher_owner_ = std::move(*cipher);
     sa->cipher_ = sa->cipher_owner_.get();
+    sa->crypt_anywhere_ = sa->cipher_->thread_safe();
     SaCipher::Hot hot = sa->cipher_->hot();
     sa->crypt_hot_ = static_cast<const char *>(hot.p);
     sa->crypt_hot_len_ = uint16_t(std::min<size_t>(hot.len, kMaxCryptHot));

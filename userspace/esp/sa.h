@@ -57,6 +57,8 @@ public:
 
     // Hot fields, read by encap.cpp and decap.cpp.
     SaCipher &cipher() { return *cipher_; }
+    // cipher().thread_safe(), kept here: read with the SA's first line, not the cipher's.
+    bool crypt_anywhere() const { return crypt_anywhere_; }
     uint32_t spi_be() const { return spi_be_; }
     uint8_t iv_len() const { return iv_len_; }
     uint8_t icv_len() const { return icv_len_; }
@@ -248,7 +250,7 @@ private:
     uint32_t outer_csum_base_ = 0;
     uint8_t iv_len_ = 0, icv_len_ = 0, block_ = 4, outer_len_ = 0;
     bool tunnel_ : 1 = false, natt_ : 1 = false, esn_ : 1 = false, aead_ : 1 = false,
-                   selector_ : 1 = false;
+                   selector_ : 1 = false, crypt_anywhere_ : 1 = false;
     bool following_ = false;     // follow(), until take_over()
     bool window_listed_ = true;  // window_moved(), until window_saved(); none bound: true
     // Line 1: the cipher and the output sequence and lifetime counts.
