@@ -312,7 +312,8 @@ void run_pipeline(const PipelineOptions &o)
         throw Failure("bench pipeline: --workers " + std::to_string(o.workers) +
                       " needs the ipsecmb backend for " + o.transform +
                       " (OpenSSL contexts are per SA, not per thread)");
-    // Worker i on cpus[i % size], this thread being worker 0; by default worker i on CPU i
+    // This thread (worker 0) on cpus[0], the other workers on the rest in turn; by default
+    // worker i on CPU i
     // while there are as many.
     auto parsed = parse_cpu_list(o.cpus);
     if (!parsed)

@@ -47,8 +47,8 @@ void register_daemon_command(CLI::App &app)
                     "CPUs this process may use, at least 1; 1: the data thread alone)")
         ->check(CLI::Range(1u, 64u));
     sub->add_option("--cpus", o->cpus,
-                    "CPUs for the workers, as 0,2,4-7: the data thread on the first, worker i "
-                    "on the i-th (modulo the list's length); default: the scheduler's choice");
+                    "CPUs for the workers, as 0,2,4-7: the data thread on the first, the other "
+                    "workers on the rest in turn; default: the scheduler's choice");
     sub->add_option("--spin", o->spin,
                     "empty polling rounds before sleeping (0: sleep as soon as idle)");
     sub->add_option("--seq-reserve", o->seq_reserve,

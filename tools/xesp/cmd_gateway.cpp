@@ -100,15 +100,18 @@ void print_workers(const json &s, const json *prev)
         return;
     const json &ws = s["workers"];
     uint64_t up = s.value("uptime_ns", uint64_t(0));
-    uint64_t up0 = prev ? prev->value("uptime_ns", uint64_t(0)) : 0;
+    const uint64_t up0_prev = prev ? prev->value("uptime_ns", uint64_t(0)) : 0;
     std::printf("workers: %zu\n", ws.size());
     for (size_t i = 0; i < ws.size(); i++) {
         const json &w = ws[i];
+        uint64_t up0 = up0_prev;
         const json *p = prev && prev->contains("workers") && i < (*prev)["workers"].size()
                             ? &(*prev)["workers"][i]
                             : nullptr;
         uint64_t busy = w.value("busy_ns", uint64_t(0));
         uint64_t busy0 = p ? p->value("busy_ns", uint64_t(0)) : 0;
+        if (busy < busy0 || up < up0)  // another daemon since: from its start
+            busy0 = up0 = 0;
         double load = up > up0 ? 100.0 * double(busy - busy0) / double(up - up0) : 0;
         int cpu = w.value("cpu", -1);
         std::string where = cpu >= 0 ? ", CPU " + std::to_string(cpu) : "";

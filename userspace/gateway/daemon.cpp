@@ -320,6 +320,7 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
         ::poll(pfds.data(), pfds.size(), 1);
         tables.online();
     }
+    g.drain();  // before the state is saved: the replay windows of what was forwarded
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ struct DaemonOptions {
     uint64_t seq_reserve = ReservePolicy{}.min_ahead;
     uint32_t data_priority = 0;  // SCHED_FIFO priority of the data thread; 0: a normal thread
     unsigned workers = 0;        // crypto threads, the data thread included; 0: default_workers()
-    std::string cpus;            // CPU list (cpu_list.h): worker i on the i-th, modulo its length
+    std::string cpus;  // CPU list (cpu_list.h): the data thread on the first, workers on the rest
 };
 
 // /var/lib/xesp/<socket name>.state: two daemons with two sockets (one per network

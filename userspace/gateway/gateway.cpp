@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "bpf/abi_check.h"
 #include "userspace/esp/fragment.h"
@@ -132,10 +133,11 @@ Gateway::~Gateway()
 
 unsigned default_workers()
 {
+    constexpr int kMost = 8;  // one data thread feeds no more than this many
     cpu_set_t set;
     CPU_ZERO(&set);
     int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    return unsigned(std::max(1, n / 2));
+    return unsigned(std::clamp(n / 2, 1, kMost));
 }
 
 // The smallest MTU of the public interfaces; 0: none known.
@@ -262,6 +264,7 @@ size_t Gateway::poll_data()
 // and decrypted by the engine itself, then sent like the rest.
 void Gateway::rx_kernel()
 {
+    drain();  // engine_->process() below: after the bursts in flight, in order
     Pkt pkts[kBurst];
     Pkt *ready[kBurst];
     uint64_t addrs[kBurst];
@@ -405,7 +408,7 @@ void Gateway::rx_pipelined(Port &port)
         j.port = &port;
         j.n = k;
         j.run = run_job;
-        j.tail = &port.tail;
+        j.tail = &tail_;
         j.weight = uint32_t(k);
         while (!workers_->submit(j))  // not while jobs_ are few enough (create())
             reap_jobs();
@@ -433,9 +436,17 @@ size_t Gateway::reap_jobs()
 
 void Gateway::drain()
 {
-    while (in_flight())
-        if (!reap_jobs())
+    for (unsigned idle = 0; in_flight();) {
+        if (reap_jobs()) {
+            idle = 0;
+        } else if (++idle % 1024 == 0) {
+            std::this_thread::yield();  // a worker may share this CPU
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
+#endif
+        }
+    }
 }
 
 // ESP in UDP (NAT-T) that the outer header would fragment cannot be put together again by the

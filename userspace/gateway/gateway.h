@@ -10,11 +10,11 @@
 // With workers (GatewayOptions::workers > 1), process_classified is cut in three
 // (Engine::Burst): the data thread, the io thread of pipeline/ordered_pool.h, classifies
 // each RX burst and runs its SAs' prepare step, the burst's crypto goes to a worker as one
-// job (the data thread being worker 0), and the data thread finishes the bursts of each
-// socket in the order it took them, then transmits them: an SA's packets leave in the order
-// they came, whichever workers encrypted them. Each socket has a few jobs (kJobsPerWorker a
-// worker); when they are all in flight, the socket's next burst waits in its RX ring
-// (pipeline-full), and what the ring cannot hold the kernel drops and counts (af_xdp).
+// job (the data thread being worker 0), and the data thread finishes the bursts in the order
+// it took them, from whichever socket, then transmits them: an SA's packets leave in the
+// order they came, whichever workers encrypted them. The sockets share a few jobs
+// (kJobsPerWorker a worker); when they are all in flight, a socket's next burst waits in its
+// RX ring (pipeline-full), and what the ring cannot hold the kernel drops and counts (af_xdp).
 //
 // One thread runs the data path (poll_data, then housekeeping when idle). Configuration
 // changes are made on another thread while it runs, in place and at the cost of the change:
@@ -77,9 +77,9 @@ namespace xesp {
     X(TimeExceeded, "icmp-time-exceeded", false)   /* ... and answered (RFC 792, 4443) */          \
     X(IcmpLimited, "drop-icmp-rate-limit", true)   /* ICMP errors over the rate limit */           \
     X(Prefragmented, "fragmented-before-encryption", false) /* NAT-T: inner IPv4 split */          \
-    X(PipelineFull, "pipeline-full", false) /* every job in flight: a burst left in its ring */    \
-    X(PmtuLearnt, "pmtu-learnt", false)     /* ICMP lowered an SA's path MTU */                    \
-    X(PmtuIgnored, "pmtu-ignored", false)   /* ICMP naming no SA of ours, or stale */              \
+    X(PipelineFull, "pipeline-full", false)     /* every job in flight: a socket's burst waits */  \
+    X(PmtuLearnt, "pmtu-learnt", false)         /* ICMP lowered an SA's path MTU */                \
+    X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */          \
     X(ReportsTaken, "pmtu-reports-kept", false) /* for a host, about our SA: not passed on */
 
 enum class GwCounter : uint32_t {
@@ -109,7 +109,8 @@ struct GatewayOptions {
     uint32_t pmtu_expires_s = kPmtuExpiresSeconds;  // how long a learnt path MTU lasts
     bool hold_new_sas = false;  // EngineOptions::hold_new: a state file binds them
     // Threads that run the crypto, the data thread included (1: it alone), and the CPUs
-    // they run on: worker i on cpus[i % size], the data thread (worker 0) on cpus[0]; empty:
+    // they run on: the data thread (worker 0) on cpus[0], the others on the rest in turn (on
+    // cpus[0] too if that is all); empty:
     // wherever the scheduler puts them.
     unsigned workers = 1;
     std::vector<int> cpus;
@@ -218,7 +219,6 @@ private:
         uint32_t slot;
         std::vector<Pkt> txq;  // packets for this port, sent at the end of each burst
         bool local;            // the local link: the gateway's own traffic, not a hop
-        Job *tail = nullptr;   // its last burst in flight (OrderedPool), finished in order
     };
     // A burst in flight on the workers: its frames, what the engine carries between its steps.
     static constexpr size_t kJobsPerWorker = 8;
@@ -309,6 +309,9 @@ private:
     std::unique_ptr<OrderedPool> workers_;
     std::vector<std::unique_ptr<BurstJob>> jobs_;
     std::vector<BurstJob *> free_jobs_;
+    // The last burst in flight: all bursts are finished in the order they were taken, from
+    // whichever socket, as one thread would (an SA's packets may come on several sockets).
+    Job *tail_ = nullptr;
     uint64_t started_ns_ = 0;
     std::array<uint64_t, size_t(GwCounter::Count)> counters_{};
     uint32_t frag_ident_ = 0;

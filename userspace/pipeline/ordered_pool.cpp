@@ -39,7 +39,8 @@ OrderedPool::create(unsigned workers, const std::vector<int> &cpus, size_t limit
         w->timed = timed;
         w->thread = std::thread(run_worker, std::ref(*w));
         if (!cpus.empty()) {
-            int cpu = cpus[i % cpus.size()];
+            // cpus[0] is the io thread's: the workers go round the others, if there are any.
+            int cpu = cpus.size() > 1 ? cpus[1 + (i - 1) % (cpus.size() - 1)] : cpus[0];
             cpu_set_t set;
             CPU_ZERO(&set);
             CPU_SET(cpu, &set);

@@ -64,8 +64,8 @@ public:
     static constexpr unsigned kMaxWorkers = 64;
 
     // `workers` counts the io thread: 1 runs everything on it, with no thread. cpus, if not
-    // empty, pins worker i (i >= 1) to cpus[i % size] (cpus[0] is the io thread's, for the
-    // caller to pin). A worker takes at most kDepth jobs and `limit` weight (Job::weight) at
+    // empty, pins the workers i >= 1 to cpus[1..] in turn, or to cpus[0] if that is all
+    // (cpus[0] is the io thread's, for the caller to pin). A worker takes at most kDepth jobs and `limit` weight (Job::weight) at
     // a time: a deep queue of big jobs only adds latency and cache misses (frames go cold
     // while they wait). `timed`: each worker adds up the time its jobs take (two clock reads
     // a job), for PoolStats::busy_ns.
