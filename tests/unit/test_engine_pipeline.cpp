@@ -86,6 +86,18 @@ std::vector<size_t> run_bursts(Engine &e, std::vector<Frame> &frames,
     return ended;
 }
 
+// Two frames of each packet: one for each run.
+void twin_frames(const std::vector<std::vector<uint8_t>> &packets, std::vector<Frame> &a,
+                 std::vector<Frame> &b)
+{
+    a.reserve(packets.size());
+    b.reserve(packets.size());
+    for (const auto &p : packets) {
+        a.emplace_back(p);
+        b.emplace_back(p);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("bursts through delayed workers come out as on one thread, in order, replay exact",
@@ -117,12 +129,7 @@ TEST_CASE("bursts through delayed workers come out as on one thread, in order, r
                     plain.push_back(udp_packet(4, "10.1.0.1", "10.2.0.1", rng() % 1200));
             }
             std::vector<Frame> a, b;
-            a.reserve(plain.size());
-            b.reserve(plain.size());
-            for (const auto &p : plain) {
-                a.emplace_back(p);
-                b.emplace_back(p);
-            }
+            twin_frames(plain, a, b);
             Classified enc{Classified::Encap, 0, kIpv4Len};
             run_bursts(*tx_one, a, sizes, enc, nullptr, rng);
             std::vector<size_t> order = run_bursts(*tx_pipe, b, sizes, enc, pool->get(), rng);
@@ -172,12 +179,7 @@ TEST_CASE("bursts through delayed workers come out as on one thread, in order, r
                 esp.insert(esp.begin() + long(std::max(from, to)), copy);
             }
             std::vector<Frame> da, db;
-            da.reserve(esp.size());
-            db.reserve(esp.size());
-            for (const auto &p : esp) {
-                da.emplace_back(p);
-                db.emplace_back(p);
-            }
+            twin_frames(esp, da, db);
             std::vector<size_t> dsizes;
             for (size_t left = esp.size(); left;) {
                 dsizes.push_back(std::min(left, size_t(1 + rng() % 32)));

@@ -2,7 +2,6 @@
 
 #include <sched.h>
 
-#include <cerrno>
 #include <charconv>
 #include <cstring>
 
@@ -43,14 +42,13 @@ Result<std::vector<int>> parse_cpu_list(const std::string &s)
     return out;
 }
 
-Result<void> pin_to_cpu(int cpu)
+Result<void> pin_to_cpu(int cpu, pthread_t thread)
 {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0)
-        return make_error("cannot run on CPU " + std::to_string(cpu) + ": " + std::strerror(errno),
-                          errno);
+    if (int e = pthread_setaffinity_np(thread, sizeof set, &set))
+        return make_error("cannot run on CPU " + std::to_string(cpu) + ": " + std::strerror(e), e);
     return {};
 }
 

@@ -1,6 +1,8 @@
 // CPU lists as the kernel writes them (cpuset(7), taskset -c): "0,2,4-7".
 #pragma once
 
+#include <pthread.h>
+
 #include <string>
 #include <vector>
 
@@ -12,7 +14,7 @@ namespace xesp {
 // range of them (or a CPU past what the kernel's affinity calls take).
 Result<std::vector<int>> parse_cpu_list(const std::string &s);
 
-// Pins the calling thread to one CPU.
-Result<void> pin_to_cpu(int cpu);
+// Pins a thread (the calling one by default) to one CPU.
+Result<void> pin_to_cpu(int cpu, pthread_t thread = pthread_self());
 
 }  // namespace xesp

@@ -358,7 +358,7 @@ Result<void> run_daemon(const DaemonOptions &o)
     if (!o.cpus.empty()) {
         auto cpus = parse_cpu_list(o.cpus);
         if (!cpus)
-            return make_error("--cpus: " + cpus.error().message);
+            return make_error("--" + cpus.error().message);  // --cpus: what and where
         go.cpus = std::move(*cpus);
     }
     if (go.workers > OrderedPool::kMaxWorkers)

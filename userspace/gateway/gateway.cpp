@@ -364,18 +364,24 @@ void Gateway::rx_one(Port &port)
     // the deletion of and not yet deleted (classifier_sync.h): the engine looks the packet up
     // again in the tables it has, so a change loses no packet.
     const uint64_t reclassified = engine_->stats().reclassified;
+    process_here(port, ready, cls, k, big);
+    count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
+}
+
+// A burst through the engine on this thread, split first if it has to be (prefragment()).
+void Gateway::process_here(Port &port, Pkt *const *ready, const Classified *cls, size_t k, bool big)
+{
     if (!big) {
         engine_->process_classified(ready, cls, k);
         transmit(port, ready, k);
-    } else {
-        Pkt pieces[kBurst];
-        Pkt *all[kBurst * 2];
-        Classified all_cls[kBurst * 2];
-        size_t m = prefragment(port, split_mtu(), ready, cls, k, pieces, all, all_cls);
-        engine_->process_classified(all, all_cls, m);
-        transmit(port, all, m);
+        return;
     }
-    count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
+    Pkt pieces[kBurst];
+    Pkt *all[kBurst * 2];
+    Classified all_cls[kBurst * 2];
+    size_t m = prefragment(port, split_mtu(), ready, cls, k, pieces, all, all_cls);
+    engine_->process_classified(all, all_cls, m);
+    transmit(port, all, m);
 }
 
 // The burst through the workers: classified and prepared here, its crypto one job, finished
@@ -396,12 +402,7 @@ void Gateway::rx_pipelined(Port &port)
     const uint64_t reclassified = engine_->stats().reclassified;
     if (big) {
         drain();
-        Pkt pieces[kBurst];
-        Pkt *all[kBurst * 2];
-        Classified all_cls[kBurst * 2];
-        size_t m = prefragment(port, split_mtu(), j.ready, j.cls, k, pieces, all, all_cls);
-        engine_->process_classified(all, all_cls, m);
-        transmit(port, all, m);
+        process_here(port, j.ready, j.cls, k, true);
     } else {
         free_jobs_.pop_back();
         engine_->begin_classified(j.ready, j.cls, k, j.b);

@@ -235,6 +235,7 @@ private:
     size_t reap_jobs();
     size_t take_burst(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     void rx_pipelined(Port &port);
+    void process_here(Port &port, Pkt *const *ready, const Classified *cls, size_t k, bool big);
     Gateway() = default;
     Result<void> attach_iface(const std::string &name, IfaceRole role, bool local);
     void open_local_link();

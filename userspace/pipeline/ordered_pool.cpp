@@ -1,12 +1,9 @@
 #include "userspace/pipeline/ordered_pool.h"
 
-#include <pthread.h>
-#include <sched.h>
-
-#include <cstring>
 #include <string>
 
 #include "userspace/base/clock.h"
+#include "userspace/base/cpu_list.h"
 
 namespace xesp {
 
@@ -41,17 +38,13 @@ OrderedPool::create(unsigned workers, const std::vector<int> &cpus, size_t limit
         if (!cpus.empty()) {
             // cpus[0] is the io thread's: the workers go round the others, if there are any.
             int cpu = cpus.size() > 1 ? cpus[1 + (i - 1) % (cpus.size() - 1)] : cpus[0];
-            cpu_set_t set;
-            CPU_ZERO(&set);
-            CPU_SET(cpu, &set);
-            if (int e = pthread_setaffinity_np(w->thread.native_handle(), sizeof set, &set)) {
+            if (auto r = pin_to_cpu(cpu, w->thread.native_handle()); !r) {
                 w->stop.store(true);
                 w->wake.fetch_add(1);
                 w->wake.notify_one();
                 w->thread.join();
-                return make_error("workers: worker " + std::to_string(i) + " on cpu " +
-                                      std::to_string(cpu) + ": " + std::strerror(e),
-                                  e);
+                return make_error("workers: worker " + std::to_string(i) + ": " +
+                                  r.error().message);
             }
         }
         pool->workers_.push_back(std::move(w));
