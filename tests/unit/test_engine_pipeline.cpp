@@ -71,7 +71,7 @@ std::vector<size_t> run_bursts(Engine &e, std::vector<Frame> &frames,
         ended.push_back(b.index);
     };
     for (auto &j : jobs) {
-        e.begin_classified(j->pkts.data(), j->cls.data(), j->pkts.size(), j->b);
+        REQUIRE(e.begin_classified(j->pkts.data(), j->cls.data(), j->pkts.size(), j->b));
         j->run = run_burst_job;
         j->tail = &tail;
         j->weight = uint32_t(j->pkts.size());
@@ -215,4 +215,57 @@ TEST_CASE("bursts through delayed workers come out as on one thread, in order, r
             CHECK(forged_in_flight <= 20);  // of the 20 forged copies
         }
     }
+}
+
+TEST_CASE("an SA updated while its bursts are in flight: the next burst waits for them, the "
+          "replay window stays exact",
+          "[threads][pipeline]")
+{
+    const TransformCase &tc = all_transforms()[0];
+    SaConfig sa = make_sa(tc, Mode::Tunnel, 4);
+    auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+    auto rx = make_engine(receiver(sa));
+    std::vector<std::vector<uint8_t>> esp;
+    for (int i = 0; i < 8; i++) {
+        Frame f(udp_packet(4, "10.1.0.1", "10.2.0.1", 100));
+        REQUIRE(run(*tx, f) == Verdict::Encrypted);
+        esp.push_back(f.bytes());
+    }
+    // Burst a: the eight packets, begun and in flight. Then `sa update` (the same SA, a new
+    // lifetime), and burst b: an attacker's copies of the eight.
+    std::vector<Frame> fa, fb;
+    twin_frames(esp, fa, fb);
+    std::vector<Pkt *> pa, pb;
+    for (size_t i = 0; i < esp.size(); i++) {
+        pa.push_back(&fa[i].pkt);
+        pb.push_back(&fb[i].pkt);
+    }
+    std::vector<Classified> cls(esp.size(), Classified{Classified::Decap, 0, kIpv4Len, false});
+    Engine::Burst a, b;
+    REQUIRE(rx->begin_classified(pa.data(), cls.data(), pa.size(), a));
+    EngineChange update;
+    SaConfig limited = sa;
+    limited.dir = Dir::In;
+    limited.lifetime.hard_packets = 1000;
+    update.put_sas.push_back(limited);
+    REQUIRE(rx->change(update, Backend::Auto));
+    Sa *now = rx->sas().find_in(limited.dst, limited.spi);
+    REQUIRE(now);
+    REQUIRE(now->following());
+
+    // Begun now, b's SA would take over a window without a's numbers in it.
+    CHECK_FALSE(rx->begin_classified(pb.data(), cls.data(), pb.size(), b));
+    Engine::crypt(a);
+    rx->end(a);
+    for (auto &f : fa)
+        REQUIRE(f.pkt.verdict == Verdict::Decrypted);
+    REQUIRE(rx->begin_classified(pb.data(), cls.data(), pb.size(), b));
+    Engine::crypt(b);
+    rx->end(b);
+    for (size_t i = 0; i < fb.size(); i++) {
+        INFO("copy " << i);
+        CHECK(fb[i].pkt.verdict == Verdict::Drop);
+        CHECK(fb[i].pkt.drop == Drop::InReplay);
+    }
+    CHECK(rx->stats().decrypted == esp.size());
 }

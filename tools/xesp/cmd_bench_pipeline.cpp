@@ -239,7 +239,9 @@ Result run_bench(const PipelineOptions &o, Engine &engine, Engine *checker,
             j.cls[i] = encap ? Classified{Classified::Encap, uint32_t(sa), wire::kIpv4Len, false}
                              : Classified{Classified::Decap, uint32_t(sa), wire::kIpv4Len, false};
         }
-        engine.begin_classified(j.pkts, j.cls, k, j.b);
+        while (!engine.begin_classified(j.pkts, j.cls, k, j.b))  // tables changed: never here
+            while (pool.in_flight())
+                pool.reap(finish);
         j.run = run_bench_job;
         j.weight = uint32_t(k);
         j.tail = &tail;

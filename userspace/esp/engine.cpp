@@ -1050,15 +1050,25 @@ void Engine::process_classified(Pkt *const *pkts, const Classified *cls, size_t 
     }
 }
 
-void Engine::begin_classified(Pkt *const *pkts, const Classified *cls, size_t n, Burst &b)
+bool Engine::begin_classified(Pkt *const *pkts, const Classified *cls, size_t n, Burst &b)
 {
-    classify_ids(tables_.read(), pkts, cls, n, b);
+    // An SA updated since the open bursts began takes over its predecessor's state, and
+    // lets go of it, with its first packet: not before they have ended.
+    const Tables &t = tables_.read();
+    if (open_ && &t != open_tables_)
+        return false;
+    open_++;
+    open_tables_ = &t;
+    classify_ids(t, pkts, cls, n, b);
     prepare_burst(b, true);
+    return true;
 }
 
 void Engine::end(Burst &b)
 {
-    finish_burst(tables_.read(), b);
+    // The tables the burst began with: this thread has not been quiescent since.
+    finish_burst(*open_tables_, b);
+    open_--;
 }
 
 bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c)

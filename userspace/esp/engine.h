@@ -350,6 +350,10 @@ public:
     // Between begin and end this thread holds pointers into the tables: it may not be
     // quiescent (rcu.h). Bursts that share an SA must end in the order they began. `pkts`
     // must stay where it is until end().
+    // begin_classified() refuses a burst (false, nothing done) while bursts begun with
+    // tables that a change has since replaced are still open: the caller ends them first.
+    // An SA put in place of another (`sa update`) takes over its replay window and sequence
+    // numbers with its first packet, and must see what the bursts in flight put there.
     struct Burst {
         struct Group {
             Sa *sa;
@@ -368,7 +372,8 @@ public:
         EspBurst enc, dec;
         size_t enc_here = 0, dec_here = 0;  // ops begin_classified() ran itself
     };
-    void begin_classified(Pkt *const *pkts, const Classified *cls, size_t n, Burst &b);
+    [[nodiscard]] bool begin_classified(Pkt *const *pkts, const Classified *cls, size_t n,
+                                        Burst &b);
     static void crypt(Burst &b);
     void end(Burst &b);
 
@@ -434,6 +439,9 @@ private:
     size_t time_next_ = 0;
     uint64_t time_last_ = 0;
     uint64_t time_owed_ = 0;
+    // Bursts begun and not ended (begin_classified()), and the tables they began with.
+    size_t open_ = 0;
+    const Tables *open_tables_ = nullptr;
 };
 
 }  // namespace xesp

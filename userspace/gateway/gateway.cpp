@@ -405,7 +405,10 @@ void Gateway::rx_pipelined(Port &port)
         process_here(port, j.ready, j.cls, k, true);
     } else {
         free_jobs_.pop_back();
-        engine_->begin_classified(j.ready, j.cls, k, j.b);
+        // Refused while bursts begun with tables that a change has replaced are in flight:
+        // they end first.
+        while (!engine_->begin_classified(j.ready, j.cls, k, j.b))
+            drain();
         j.port = &port;
         j.n = k;
         j.run = run_job;
