@@ -64,7 +64,6 @@ std::vector<size_t> run_bursts(Engine &e, std::vector<Frame> &frames,
         }
         return ended;
     }
-    Job *tail = nullptr;  // one chain: the gateway's per socket
     auto finish = [&](Job &j) {
         auto &b = static_cast<BurstJob &>(j);
         e.end(b.b);
@@ -73,7 +72,7 @@ std::vector<size_t> run_bursts(Engine &e, std::vector<Frame> &frames,
     for (auto &j : jobs) {
         REQUIRE(e.begin_classified(j->pkts.data(), j->cls.data(), j->pkts.size(), j->b));
         j->run = run_burst_job;
-        j->tail = &tail;
+        j->nkeys = uint32_t(j->b.sa_keys(j->keys));
         j->weight = uint32_t(j->pkts.size());
         while (!pool->submit(*j))
             pool->reap(finish);

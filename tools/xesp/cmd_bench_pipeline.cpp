@@ -3,8 +3,8 @@
 // the io thread (worker 0), as the gateway's data thread is: it takes a burst, has the engine
 // look each packet's policy or SA up by the id the XDP classifier would have given it and
 // run each SA's serial prepare step (Engine::begin_classified), submits the burst's crypto
-// as one job, and reaps what the workers have done, finishing the bursts in the order it
-// took them (Engine::end). TX checks that each SA's packets come out in the order they came
+// as one job, and reaps what the workers have done, finishing each SA's bursts in the order
+// it took them (Engine::end). TX checks that each SA's packets come out in the order they came
 // in and counts what went out.
 //
 // Encap: SA i carries the plaintext for 10.128.0.0 + i, the RX ring writes each frame's IP
@@ -167,7 +167,6 @@ Result run_bench(const PipelineOptions &o, Engine &engine, Engine *checker,
     const uint64_t sample_every = std::max<uint64_t>(1, o.packets / o.burst / 100000);
     r.latency.reserve(o.packets / o.burst / sample_every + 2);
     uint64_t bursts = 0;
-    Job *tail = nullptr;  // one RX ring: its bursts end in the order they came
     auto finish = [&](Job &job) {
         auto &j = static_cast<BenchJob &>(job);
         engine.end(j.b);
@@ -244,7 +243,7 @@ Result run_bench(const PipelineOptions &o, Engine &engine, Engine *checker,
                 pool.reap(finish);
         j.run = run_bench_job;
         j.weight = uint32_t(k);
-        j.tail = &tail;
+        j.nkeys = uint32_t(j.b.sa_keys(j.keys));
         while (!pool.submit(j))
             pool.reap(finish);
         r.sent += k;

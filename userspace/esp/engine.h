@@ -371,6 +371,15 @@ public:
         Pkt *sorted[kMaxBurst];  // by group
         EspBurst enc, dec;
         size_t enc_here = 0, dec_here = 0;  // ops begin_classified() ran itself
+
+        // Its SAs, for keys (at most kMaxBurst) that keep it in order with the bursts that
+        // share one of them (OrderedPool's Job::keys). Returns how many.
+        size_t sa_keys(uint64_t *keys) const
+        {
+            for (size_t g = 0; g < ngroups; g++)
+                keys[g] = uint64_t(reinterpret_cast<uintptr_t>(groups[g].sa));
+            return ngroups;
+        }
     };
     [[nodiscard]] bool begin_classified(Pkt *const *pkts, const Classified *cls, size_t n,
                                         Burst &b);

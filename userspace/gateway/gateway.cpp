@@ -412,7 +412,8 @@ void Gateway::rx_pipelined(Port &port)
         j.port = &port;
         j.n = k;
         j.run = run_job;
-        j.tail = &tail_;
+        static_assert(Job::kMaxKeys >= kMaxBurst);
+        j.nkeys = uint32_t(j.b.sa_keys(j.keys));
         j.weight = uint32_t(k);
         while (!workers_->submit(j))  // not while jobs_ are few enough (create())
             reap_jobs();

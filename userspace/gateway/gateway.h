@@ -10,9 +10,11 @@
 // With workers (GatewayOptions::workers > 1), process_classified is cut in three
 // (Engine::Burst): the data thread, the io thread of pipeline/ordered_pool.h, classifies
 // each RX burst and runs its SAs' prepare step, the burst's crypto goes to a worker as one
-// job (the data thread being worker 0), and the data thread finishes the bursts in the order
-// it took them, from whichever socket, then transmits them: an SA's packets leave in the
-// order they came, whichever workers encrypted them. The sockets share a few jobs
+// job (the data thread being worker 0), and the data thread finishes each burst once it and
+// every burst taken before it that shares an SA with it (from whichever socket: an SA's
+// packets may come on several) are done, then transmits it: an SA's packets leave in the
+// order they came, whichever workers encrypted them, and a stalled worker holds up only
+// the SAs of the bursts it has. The sockets share a few jobs
 // (kJobsPerWorker a worker); when they are all in flight, a socket's next burst waits in its
 // RX ring (pipeline-full), and what the ring cannot hold the kernel drops and counts (af_xdp).
 //
@@ -310,9 +312,6 @@ private:
     std::unique_ptr<OrderedPool> workers_;
     std::vector<std::unique_ptr<BurstJob>> jobs_;
     std::vector<BurstJob *> free_jobs_;
-    // The last burst in flight: all bursts are finished in the order they were taken, from
-    // whichever socket, as one thread would (an SA's packets may come on several sockets).
-    Job *tail_ = nullptr;
     uint64_t started_ns_ = 0;
     std::array<uint64_t, size_t(GwCounter::Count)> counters_{};
     uint32_t frag_ident_ = 0;

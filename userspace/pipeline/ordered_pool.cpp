@@ -111,15 +111,33 @@ bool OrderedPool::room(unsigned worker) const
 
 void OrderedPool::hand(Job &j, unsigned worker)
 {
-    // Into its SA's chain: behind the SA's last job in flight, or the head.
-    j.next = nullptr;
+    // Behind the last job in flight in each of its keys' slots.
     j.done = false;
+    j.waits = 0;
+    j.own = j.linked = 0;
     j.worker = uint16_t(worker);
-    Job *last = *j.tail;
-    j.head = last == nullptr;
-    if (last)
-        last->next = &j;
-    *j.tail = &j;
+    static_assert(Job::kMaxKeys <= 64);
+    for (uint32_t k = 0; k < j.nkeys; k++) {
+        uint16_t s = uint16_t((j.keys[k] * 0x9e3779b97f4a7c15ull) >> (64 - kSlotBits));
+        Job *last = slots_[s];
+        if (last == &j)  // a key before this one has the slot
+            continue;
+        j.slot[k] = s;
+        j.own |= uint64_t(1) << k;
+        slots_[s] = &j;
+        if (!last)
+            continue;
+        // Linked behind last, at last's key with the slot.
+        for (uint64_t m = last->own & ~last->linked; m; m &= m - 1) {
+            unsigned at = unsigned(__builtin_ctzll(m));
+            if (last->slot[at] == s) {
+                last->next[at] = &j;
+                last->linked |= uint64_t(1) << at;
+                break;
+            }
+        }
+        j.waits++;
+    }
     in_flight_++;
     if (worker == 0) {
         uint64_t t0 = timed_ ? now_ns() : 0;

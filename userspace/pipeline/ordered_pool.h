@@ -3,9 +3,12 @@
 // The flow, for one burst on the thread that owns the sockets (the io thread):
 //   1. The io thread classifies the burst and runs each SA's serial prepare step (sequence
 //      numbers, replay pre-check) itself: one thread, so an SA's steps are serial.
-//   2. Each SA's group of the burst becomes a Job, chained behind the jobs of the same SA still
-//      in flight (Job::next, from the SA's tail slot, Job::tail): a per-SA ordered queue that
-//      costs two pointers, whatever the number of SAs.
+//   2. The burst's crypto becomes a Job whose keys are its SAs (Job::keys). The pool keeps,
+//      for each key (hashed into 4096 order slots), the last job in flight that has it; the
+//      new job is linked behind each of those it finds (Job::next) and counts them
+//      (Job::waits): per-SA ordered queues through which a job may run in several at once,
+//      at a cost of a slot and a link per key, whatever the number of SAs. Two keys that
+//      share a slot only order more than they must.
 //   3. submit() hands the job to the next worker thread with room, round robin, through a
 //      bounded single-producer single-consumer ring (spsc_ring.h), up to a limit of weight
 //      (packets) that keeps few frames waiting. A worker without room (stalled, or slow) is
@@ -14,13 +17,14 @@
 //      workers are behind, so the load balances itself. When it has no room either (kDepth
 //      jobs run since the last reap()), submit() refuses the job and the caller reaps, or
 //      drops and counts it. Nothing waits for a worker, and a stalled worker holds up only
-//      its own jobs and those behind them in the same chain.
-//   4. A worker runs the job (one call to the cipher for the whole group, in place in the
+//      its own jobs and those that share an SA with them, after them.
+//   4. A worker runs the job (one call to the cipher for the whole burst, in place in the
 //      frames) and pushes it back on its own completion ring.
-//   5. reap() takes the completions and marks each job done. A job whose SA has no earlier job
-//      in flight (the head of its chain) is finished at once, then the jobs behind it that are
-//      done too, in order: the serial finish step (replay window, lifetimes, counters) sees an
-//      SA's packets in the order they arrived, whatever order the workers ended in.
+//   5. reap() takes the completions and marks each job done. A done job that waits for no
+//      earlier one is finished at once; each job linked behind it waits for one fewer, and is
+//      finished in turn if that leaves it waiting for none and it is done. The serial finish
+//      step (replay window, lifetimes, counters) sees an SA's packets in the order they
+//      arrived, whatever order the workers ended in; bursts of other SAs do not wait for it.
 //   6. No lock and no allocation on this path: jobs come from the caller's fixed pool, rings are
 //      fixed arrays, and a worker with nothing to do sleeps on a futex (std::atomic::wait) that
 //      the io thread touches only when the worker said it was going to sleep.
@@ -39,16 +43,22 @@
 namespace xesp {
 
 struct Job {
-    // The caller's: the work (on a worker), and where its SA keeps the tail of its chain
-    // (nullptr before the first job; the pool's thereafter, on the io thread only).
+    static constexpr size_t kMaxKeys = 64;  // a burst's SAs
+    // The caller's: the work (on a worker), and what it keeps order with: jobs that share a key
+    // are finished in the order they were submitted, others as they are done (none: at once).
     void (*run)(Job &) = nullptr;
-    Job **tail = nullptr;
+    uint64_t keys[kMaxKeys];
+    uint32_t nkeys = 0;
     uint32_t weight = 1;  // what it counts against a worker's limit (its packets, say)
     // The pool's, on the io thread only.
-    Job *next = nullptr;  // the next job of the same SA
-    bool head = false;    // no earlier job of its SA in flight
+    uint16_t slot[kMaxKeys];  // each key's order slot
+    uint64_t own = 0;         // the keys whose slot no key before them has
+    uint64_t linked = 0;      // the keys of those with a next job in flight in their slot
+    Job *next[kMaxKeys];      // which
+    uint32_t waits = 0;       // earlier jobs in flight it shares a slot with
     bool done = false;
     uint16_t worker = 0;
+    Job *ready = nullptr;  // reap()'s list of jobs to finish
 };
 
 struct PoolStats {
@@ -76,14 +86,14 @@ public:
     OrderedPool(const OrderedPool &) = delete;
     OrderedPool &operator=(const OrderedPool &) = delete;
 
-    // The io thread's. submit() takes the job into its SA's chain and onto a worker thread
-    // with room, round robin, else onto the io thread; false: no room anywhere (step 3), the
-    // job is not taken.
+    // The io thread's. submit() links the job behind those in flight it shares keys with and
+    // hands it to a worker thread with room, round robin, else to the io thread; false: no
+    // room anywhere (step 3), the job is not taken.
     // submit_to() asks for one worker (tests), and false when that one has no room.
     bool submit(Job &j);
     bool submit_to(Job &j, unsigned worker);
-    // Finishes, in each SA's order, every job that can be: finish(Job &) for each. Returns how
-    // many were finished.
+    // Finishes, in each key's order, every job that can be: finish(Job &) for each. Returns
+    // how many were finished.
     template <class Finish> size_t reap(Finish &&finish)
     {
         size_t n = 0;
@@ -130,21 +140,34 @@ private:
             w.owed_weight -= j.weight;
         }
         j.done = true;
+        if (j.waits)
+            return 0;
         size_t n = 0;
-        for (Job *at = &j; at && at->head && at->done;) {
-            Job *next = at->next;
-            Job **tail = at->tail;
+        j.ready = nullptr;
+        for (Job *ready = &j; ready;) {
+            Job *at = ready;
+            ready = at->ready;
             in_flight_--;
-            if (next)
-                next->head = true;
-            else
-                *tail = nullptr;  // the SA has nothing in flight any more
+            for (uint64_t m = at->own; m; m &= m - 1) {
+                unsigned k = unsigned(__builtin_ctzll(m));
+                if (!(at->linked >> k & 1)) {
+                    slots_[at->slot[k]] = nullptr;  // the last in flight in this slot
+                    continue;
+                }
+                Job *next = at->next[k];
+                if (--next->waits == 0 && next->done) {
+                    next->ready = ready;
+                    ready = next;
+                }
+            }
             finish(*at);
             n++;
-            at = next;
         }
         return n;
     }
+
+    static constexpr unsigned kSlotBits = 12;
+    Job *slots_[1u << kSlotBits] = {};  // the last job in flight in each order slot
 
     std::vector<std::unique_ptr<Worker>> workers_;  // threads: workers 1..N-1
     Job *inline_[kDepth];                           // run on the io thread, waiting for reap()
