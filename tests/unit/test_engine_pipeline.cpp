@@ -242,12 +242,16 @@ TEST_CASE("an SA updated while its bursts are in flight: the next burst waits fo
     std::vector<Classified> cls(esp.size(), Classified{Classified::Decap, 0, kIpv4Len, false});
     Engine::Burst a, b;
     REQUIRE(rx->begin_classified(pa.data(), cls.data(), pa.size(), a));
-    EngineChange update;
+    // Updated twice: the second change brings the tables a reader sees back to the same
+    // of their two copies.
     SaConfig limited = sa;
     limited.dir = Dir::In;
-    limited.lifetime.hard_packets = 1000;
-    update.put_sas.push_back(limited);
-    REQUIRE(rx->change(update, Backend::Auto));
+    for (uint64_t hard : {1000u, 2000u}) {
+        EngineChange update;
+        limited.lifetime.hard_packets = hard;
+        update.put_sas.push_back(limited);
+        REQUIRE(rx->change(update, Backend::Auto));
+    }
     Sa *now = rx->sas().find_in(limited.dst, limited.spi);
     REQUIRE(now);
     REQUIRE(now->following());

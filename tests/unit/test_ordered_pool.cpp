@@ -187,7 +187,7 @@ TEST_CASE("bursts over several SAs: a stalled worker holds up only the bursts th
     auto pool = make_pool(3);
     std::atomic<bool> gate{false};
     // Jobs in the order submitted, with their SAs: 0 stalls on worker 1; 1, 3 and 4 share
-    // an SA with it or with a job that waits for it; 2 and 5 share none.
+    // an SA with it or with a job that waits for it; 2 and 5 do not (5 waits for 2 only).
     const std::vector<std::vector<uint64_t>> sas = {{10, 11}, {11, 12}, {13, 14},
                                                     {12},     {14, 10}, {15, 13, 16}};
     std::vector<TestJob> jobs(sas.size());
@@ -228,6 +228,43 @@ TEST_CASE("bursts over several SAs: a stalled worker holds up only the bursts th
     REQUIRE(reap_until(*pool, finish, [&] { return done.back() == 99; }));
     gate.store(true, std::memory_order_release);
     REQUIRE(reap_until(*pool, finish, [&] { return pool->in_flight() == 0; }));
+}
+
+TEST_CASE("keys that share an order slot keep order with each other; in one job, once",
+          "[threads][pipeline]")
+{
+    const uint64_t a = 1000;
+    uint64_t b = a + 1;
+    while (OrderedPool::slot_of(b) != OrderedPool::slot_of(a))
+        b++;
+    auto pool = make_pool(3);
+    std::atomic<bool> gate{false};
+    std::vector<TestJob> jobs(4);
+    std::vector<uint64_t> done;
+    auto finish = [&](Job &j) { done.push_back(static_cast<TestJob &>(j).seq); };
+    // 0 {a} stalls; 1 {a, b}: both keys in one slot, one wait; 2 {b}: another key, the same
+    // slot; 3 {b + 1}: another slot.
+    const std::vector<std::vector<uint64_t>> keys = {{a}, {a, b}, {b}, {b + 1}};
+    for (size_t i = 0; i < jobs.size(); i++) {
+        TestJob &t = jobs[i];
+        t.run = run_test_job;
+        t.seq = i;
+        t.nkeys = uint32_t(keys[i].size());
+        std::copy(keys[i].begin(), keys[i].end(), t.keys);
+        t.gate = i == 0 ? &gate : nullptr;
+        REQUIRE(pool->submit_to(t, i == 0 ? 1 : 2));
+    }
+    REQUIRE(reap_until(*pool, finish, [&] { return done.size() == 1; }));
+    CHECK(done == std::vector<uint64_t>{3});
+    CHECK(pool->in_flight() == 3);
+    gate.store(true, std::memory_order_release);
+    REQUIRE(reap_until(*pool, finish, [&] { return pool->in_flight() == 0; }));
+    CHECK(done == std::vector<uint64_t>{3, 0, 1, 2});
+    // Nothing left in the slot: a job with both keys now waits for none.
+    jobs[1].gate = &gate;
+    REQUIRE(pool->submit_to(jobs[1], 2));
+    REQUIRE(reap_until(*pool, finish, [&] { return pool->in_flight() == 0; }));
+    CHECK(done.back() == 1);
 }
 
 TEST_CASE("a full worker is passed over; with no room anywhere, submit refuses",

@@ -1,6 +1,7 @@
 #include "userspace/esp/engine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "bpf/abi_check.h"
@@ -390,7 +391,9 @@ void Engine::abandon(Prepared &&p)
 
 void Engine::commit(Prepared &&p)
 {
+    const uint64_t generation = ++generation_;
     tables_.change([&](Tables &t) {
+        t.generation = generation;
         for (const auto &del : p.sa_dels)
             t.sas.remove(del.id);
         for (const auto &put : p.sa_puts)
@@ -1055,10 +1058,11 @@ bool Engine::begin_classified(Pkt *const *pkts, const Classified *cls, size_t n,
     // An SA updated since the open bursts began takes over its predecessor's state, and
     // lets go of it, with its first packet: not before they have ended.
     const Tables &t = tables_.read();
-    if (open_ && &t != open_tables_)
+    if (open_ && t.generation != open_generation_)
         return false;
     open_++;
     open_tables_ = &t;
+    open_generation_ = t.generation;
     classify_ids(t, pkts, cls, n, b);
     prepare_burst(b, true);
     return true;
@@ -1067,6 +1071,7 @@ bool Engine::begin_classified(Pkt *const *pkts, const Classified *cls, size_t n,
 void Engine::end(Burst &b)
 {
     // The tables the burst began with: this thread has not been quiescent since.
+    assert(open_ > 0);
     finish_burst(*open_tables_, b);
     open_--;
 }

@@ -390,6 +390,7 @@ private:
     struct Tables {
         SaTable sas;
         Spd spd;
+        uint64_t generation = 0;  // changes made to them (commit())
     };
     explicit Engine(Qsbr *readers) : tables_(readers) {}
 
@@ -449,8 +450,14 @@ private:
     uint64_t time_last_ = 0;
     uint64_t time_owed_ = 0;
     // Bursts begun and not ended (begin_classified()), and the tables they began with.
+    // process() and process_classified() may run between (the gateway's ICMP answers, which
+    // it encrypts as it finishes a burst): with newer tables, an SA there may take over from
+    // one whose bursts are open, which is safe for an outbound SA only (its numbers were
+    // taken as each burst began), and only outbound packets go that way then.
+    uint64_t generation_ = 0;  // the changing thread's
     size_t open_ = 0;
     const Tables *open_tables_ = nullptr;
+    uint64_t open_generation_ = 0;
 };
 
 }  // namespace xesp

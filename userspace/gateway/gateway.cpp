@@ -385,7 +385,7 @@ void Gateway::process_here(Port &port, Pkt *const *ready, const Classified *cls,
 }
 
 // The burst through the workers: classified and prepared here, its crypto one job, finished
-// and sent by reap_jobs() in the port's order. A burst that must be split before encryption
+// and sent by reap_jobs() after the bursts taken before it that share an SA with it. A burst that must be split before encryption
 // (rare: NAT-T) is not: the bursts in flight are finished first, then it as rx_one() would.
 void Gateway::rx_pipelined(Port &port)
 {

@@ -14,7 +14,7 @@
 // every burst taken before it that shares an SA with it (from whichever socket: an SA's
 // packets may come on several) are done, then transmits it: an SA's packets leave in the
 // order they came, whichever workers encrypted them, and a stalled worker holds up only
-// the SAs of the bursts it has. The sockets share a few jobs
+// the bursts that share an SA with its own (or with one that waits). The sockets share a few jobs
 // (kJobsPerWorker a worker); when they are all in flight, a socket's next burst waits in its
 // RX ring (pipeline-full), and what the ring cannot hold the kernel drops and counts (af_xdp).
 //

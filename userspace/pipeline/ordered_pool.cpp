@@ -118,7 +118,7 @@ void OrderedPool::hand(Job &j, unsigned worker)
     j.worker = uint16_t(worker);
     static_assert(Job::kMaxKeys <= 64);
     for (uint32_t k = 0; k < j.nkeys; k++) {
-        uint16_t s = uint16_t((j.keys[k] * 0x9e3779b97f4a7c15ull) >> (64 - kSlotBits));
+        uint16_t s = slot_of(j.keys[k]);
         Job *last = slots_[s];
         if (last == &j)  // a key before this one has the slot
             continue;

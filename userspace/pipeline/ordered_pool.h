@@ -17,7 +17,8 @@
 //      workers are behind, so the load balances itself. When it has no room either (kDepth
 //      jobs run since the last reap()), submit() refuses the job and the caller reaps, or
 //      drops and counts it. Nothing waits for a worker, and a stalled worker holds up only
-//      its own jobs and those that share an SA with them, after them.
+//      its own jobs and those after them that share an SA with them or with a job that
+//      waits.
 //   4. A worker runs the job (one call to the cipher for the whole burst, in place in the
 //      frames) and pushes it back on its own completion ring.
 //   5. reap() takes the completions and marks each job done. A done job that waits for no
@@ -72,6 +73,7 @@ class OrderedPool {
 public:
     static constexpr size_t kDepth = 256;  // jobs in flight per worker thread
     static constexpr unsigned kMaxWorkers = 64;
+    static constexpr unsigned kSlotBits = 12;  // 4096 order slots
 
     // `workers` counts the io thread: 1 runs everything on it, with no thread. cpus, if not
     // empty, pins the workers i >= 1 to cpus[1..] in turn, or to cpus[0] if that is all
@@ -105,6 +107,11 @@ public:
             n += complete(*inline_[i], finish);
         inline_n_ = 0;
         return n;
+    }
+    // The order slot of a key: keys that share one keep order with each other.
+    static uint16_t slot_of(uint64_t key)
+    {
+        return uint16_t((key * 0x9e3779b97f4a7c15ull) >> (64 - kSlotBits));
     }
     // Jobs submitted and not finished yet.
     size_t in_flight() const { return in_flight_; }
@@ -166,7 +173,6 @@ private:
         return n;
     }
 
-    static constexpr unsigned kSlotBits = 12;
     Job *slots_[1u << kSlotBits] = {};  // the last job in flight in each order slot
 
     std::vector<std::unique_ptr<Worker>> workers_;  // threads: workers 1..N-1
