@@ -1,0 +1,369 @@
+// Super-packets cut before encryption and joined after (offload/gso.h): the pieces are what
+// the kernel's TSO and USO would send, with checksums right, and joining them gives back the
+// super-packet.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "tests/unit/esp_fixture.h"
+#include "userspace/offload/gso.h"
+
+using namespace xesp;
+using namespace xesp::test;
+using namespace xesp::wire;
+
+namespace {
+
+constexpr uint8_t kFin = 0x01, kPsh = 0x08, kAck = 0x10, kCwr = 0x80;
+constexpr size_t kMss = 1000;  // GRO's segments
+
+// A TCP segment from 10.1.0.1:40000 to 10.2.0.1:5201 (IPv6: 2001:db8:1::1 to 2001:db8:2::1)
+// with a timestamp option (12 bytes), `payload` bytes from `seq` on, checksums right.
+std::vector<uint8_t> tcp_packet(int family, uint32_t seq, size_t payload, uint8_t flags = kAck,
+                                uint32_t ack = 777, uint16_t sport = 40000)
+{
+    const size_t hl = family == 4 ? kIpv4Len : kIpv6Len, th = 32;
+    std::vector<uint8_t> p =
+        udp_packet(family, family == 4 ? "10.1.0.1" : "2001:db8:1::1",
+                   family == 4 ? "10.2.0.1" : "2001:db8:2::1", th + payload - kUdpLen);
+    if (family == 4) {
+        p[9] = kProtoTcp;
+        ipv4_set_checksum(p.data());
+    } else {
+        p[6] = kProtoTcp;
+    }
+    uint8_t *t = p.data() + hl;
+    std::memset(t, 0, th);
+    put16(t, sport);
+    put16(t + 2, 5201);
+    put32(t + 4, seq);
+    put32(t + 8, ack);
+    t[12] = uint8_t(th / 4) << 4;
+    t[13] = flags;
+    put16(t + 14, 502);
+    t[20] = 1;  // NOP, NOP, timestamps
+    t[21] = 1;
+    t[22] = 8;
+    t[23] = 10;
+    put32(t + 24, 1000);
+    put32(t + 28, 2000);
+    for (size_t i = 0; i < payload; i++)
+        t[th + i] = uint8_t((seq + i) * 7);
+    const uint32_t l4len = uint32_t(p.size() - hl);
+    uint32_t sum = family == 4 ? csum_add(0, &p[12], 8) + kProtoTcp + l4len
+                               : csum_add(0, &p[8], 32) + l4len + kProtoTcp;
+    put16(t + 16, uint16_t(~csum_fold(csum_add(sum, t, l4len))));
+    return p;
+}
+
+// The L4 checksum of a whole packet, checked: the sum over the pseudo-header and segment.
+bool l4_ok(const std::vector<uint8_t> &p)
+{
+    const bool v4 = ip_version(p.data()) == 4;
+    const size_t hl = v4 ? kIpv4Len : kIpv6Len, l4len = p.size() - hl;
+    uint32_t sum =
+        v4 ? csum_add(0, &p[12], 8) + p[9] + l4len : csum_add(0, &p[8], 32) + l4len + p[6];
+    return csum_fold(csum_add(sum, &p[hl], l4len)) == 0xffff;
+}
+
+bool ipv4_ok(const std::vector<uint8_t> &p)
+{
+    return csum_fold(csum_add(0, p.data(), kIpv4Len)) == 0xffff;
+}
+
+// The vnet header the kernel writes for a TSO super-packet, and its checksum field as it
+// leaves it: the pseudo-header's sum.
+VnetHdr tso_header(std::vector<uint8_t> &p, uint16_t mss)
+{
+    const bool v4 = ip_version(p.data()) == 4;
+    const uint16_t l4 = v4 ? kIpv4Len : kIpv6Len;
+    const uint32_t l4len = uint32_t(p.size() - l4);
+    uint32_t sum = v4 ? csum_add(0, &p[12], 8) + kProtoTcp + l4len
+                      : csum_add(0, &p[8], 32) + l4len + kProtoTcp;
+    put16(&p[l4 + 16], csum_fold(sum));
+    VnetHdr h;
+    h.flags = VnetHdr::kNeedsCsum;
+    h.gso_type = v4 ? VnetHdr::kGsoTcpv4 : VnetHdr::kGsoTcpv6;
+    h.hdr_len = uint16_t(l4 + 32);
+    h.gso_size = mss;
+    h.csum_start = l4;
+    h.csum_offset = 16;
+    return h;
+}
+
+struct Frames {
+    std::vector<std::vector<uint8_t>> mem;
+    std::vector<uint8_t *> at;
+    std::vector<uint32_t> len;
+    explicit Frames(size_t n, size_t room = 2048) : mem(n, std::vector<uint8_t>(room)), len(n)
+    {
+        for (auto &m : mem)
+            at.push_back(m.data());
+    }
+    std::vector<uint8_t> piece(size_t i) const { return {mem[i].begin(), mem[i].begin() + len[i]}; }
+};
+
+}  // namespace
+
+TEST_CASE("a TCP super-packet is cut as TSO cuts it, to the tunnel's MTU", "[gso]")
+{
+    for (int family : {4, 6}) {
+        INFO("IPv" << family);
+        const size_t payload = 20000;
+        auto super = tcp_packet(family, 1'000'000, payload, kAck | kPsh | kFin | kCwr);
+        VnetHdr h = tso_header(super, 1448);
+        const size_t hl = family == 4 ? kIpv4Len : kIpv6Len, hdrs = hl + 32;
+        Frames f(32);
+        size_t n = 0;
+        // The tunnel's inner MTU is below what the host's MSS makes: pieces of 1400 bytes.
+        REQUIRE(gso_split(h, super.data(), super.size(), 1400, f.at.data(), 2048, f.len.data(),
+                          f.at.size(), &n) == GsoError::None);
+        const size_t seg = 1400 - hdrs;
+        REQUIRE(n == (payload + seg - 1) / seg);
+        std::vector<uint8_t> joined;
+        for (size_t i = 0; i < n; i++) {
+            INFO("piece " << i);
+            auto p = f.piece(i);
+            const uint8_t *t = &p[hl];
+            CHECK(p.size() <= 1400);
+            CHECK(p.size() == hdrs + std::min(seg, payload - i * seg));
+            if (family == 4) {
+                CHECK(get16(&p[2]) == p.size());
+                CHECK(get16(&p[4]) == uint16_t(0x1234 + i));
+                CHECK(ipv4_ok(p));
+            } else {
+                CHECK(get16(&p[4]) == p.size() - kIpv6Len);
+            }
+            CHECK(l4_ok(p));
+            CHECK(get32(t + 4) == 1'000'000 + i * seg);
+            const bool first = i == 0, last = i + 1 == n;
+            CHECK(t[13] == (kAck | (first ? kCwr : 0) | (last ? kPsh | kFin : 0)));
+            // Everything else of the headers is the super-packet's.
+            CHECK(std::memcmp(t + 20, &super[hl + 20], 12) == 0);
+            CHECK(std::memcmp(t, &super[hl], 4) == 0);
+            joined.insert(joined.end(), p.begin() + long(hdrs), p.end());
+        }
+        CHECK(std::equal(joined.begin(), joined.end(), super.begin() + long(hdrs)));
+        CHECK(joined.size() == payload);
+    }
+}
+
+TEST_CASE("a UDP super-packet is cut into datagrams (USO); one packet gets its checksum done",
+          "[gso]")
+{
+    for (int family : {4, 6}) {
+        INFO("IPv" << family);
+        auto super = udp_packet(family, family == 4 ? "10.1.0.1" : "2001:db8:1::1",
+                                family == 4 ? "10.2.0.1" : "2001:db8:2::1", 5000);
+        const uint16_t l4 = family == 4 ? kIpv4Len : kIpv6Len;
+        VnetHdr h;
+        h.flags = VnetHdr::kNeedsCsum;
+        h.gso_type = VnetHdr::kGsoUdpL4;
+        h.gso_size = 1200;
+        h.csum_start = l4;
+        h.csum_offset = 6;
+        Frames f(8);
+        size_t n = 0;
+        REQUIRE(gso_split(h, super.data(), super.size(), 1500, f.at.data(), 2048, f.len.data(),
+                          f.at.size(), &n) == GsoError::None);
+        REQUIRE(n == 5);
+        for (size_t i = 0; i < n; i++) {
+            auto p = f.piece(i);
+            CHECK(get16(&p[l4 + 4]) == p.size() - l4);
+            CHECK(get16(&p[l4 + 6]) != 0);
+            CHECK(l4_ok(p));
+            CHECK(std::memcmp(&p[l4 + 8], &super[l4 + 8 + i * 1200], p.size() - l4 - 8) == 0);
+        }
+
+        // Not GSO, the checksum the device's to do: the pseudo-header's sum in its place.
+        auto one = udp_packet(family, family == 4 ? "10.1.0.1" : "2001:db8:1::1",
+                              family == 4 ? "10.2.0.1" : "2001:db8:2::1", 300);
+        const uint32_t l4len = uint32_t(one.size() - l4);
+        uint32_t sum = family == 4 ? csum_add(0, &one[12], 8) + kProtoUdp + l4len
+                                   : csum_add(0, &one[8], 32) + l4len + kProtoUdp;
+        put16(&one[l4 + 6], csum_fold(sum));
+        VnetHdr partial;
+        partial.flags = VnetHdr::kNeedsCsum;
+        partial.csum_start = l4;
+        partial.csum_offset = 6;
+        REQUIRE(gso_split(partial, one.data(), one.size(), 1500, f.at.data(), 2048, f.len.data(),
+                          f.at.size(), &n) == GsoError::None);
+        REQUIRE(n == 1);
+        CHECK_FALSE(l4_ok(one));
+        CHECK(l4_ok(f.piece(0)));
+    }
+}
+
+TEST_CASE("a vnet header that does not fit its packet cuts nothing", "[gso]")
+{
+    auto super = tcp_packet(4, 1, 6000);
+    Frames f(4);
+    size_t n = 7;
+    VnetHdr h = tso_header(super, 1448);
+    auto split = [&](const VnetHdr &v, uint32_t mtu = 1500) {
+        return gso_split(v, super.data(), super.size(), mtu, f.at.data(), 2048, f.len.data(),
+                         f.at.size(), &n);
+    };
+    VnetHdr bad = h;
+    bad.csum_start = uint16_t(super.size());
+    CHECK(split(bad) == GsoError::BadHeader);
+    bad = h;
+    bad.gso_type = VnetHdr::kGsoTcpv6;  // an IPv4 packet
+    CHECK(split(bad) == GsoError::BadPacket);
+    bad = h;
+    bad.gso_size = 0;
+    CHECK(split(bad) == GsoError::BadHeader);
+    bad = h;
+    bad.gso_type = VnetHdr::kGsoUdp;  // UFO: not offered
+    CHECK(split(bad) == GsoError::BadHeader);
+    bad = h;
+    bad.flags = 0;
+    CHECK(split(bad) == GsoError::BadHeader);
+    CHECK(split(h, 52) == GsoError::BadPacket);  // no room for a byte of payload
+    CHECK(split(h, 1000) == GsoError::TooMany);  // 7 pieces for 4 frames
+    put16(&super[2], uint16_t(super.size() - 1));
+    CHECK(split(h) == GsoError::BadPacket);  // the IP length
+    CHECK(n == 0);
+}
+
+namespace {
+
+struct Burst {
+    std::vector<std::vector<uint8_t>> pkts;
+    std::vector<const uint8_t *> at;
+    std::vector<uint32_t> len;
+    std::vector<uint16_t> run_of;
+    void add(std::vector<uint8_t> p) { pkts.push_back(std::move(p)); }
+    void plan()
+    {
+        at.clear();
+        len.clear();
+        for (auto &p : pkts) {
+            at.push_back(p.data());
+            len.push_back(uint32_t(p.size()));
+        }
+        run_of.assign(pkts.size(), 0);
+        Gro::plan(at.data(), len.data(), pkts.size(), run_of.data());
+    }
+    std::vector<uint8_t> write(size_t first, VnetHdr *h)
+    {
+        std::vector<uint8_t> out(Gro::kMaxLen);
+        uint32_t n =
+            Gro::write(at.data(), len.data(), pkts.size(), run_of.data(), first, out.data(), h);
+        out.resize(n);
+        return out;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("segments cut by TSO are joined back into the super-packet", "[gso]")
+{
+    for (int family : {4, 6}) {
+        INFO("IPv" << family);
+        auto super = tcp_packet(family, 5000, 30000, kAck | kPsh);
+        VnetHdr h = tso_header(super, 1400);
+        Frames f(32);
+        size_t n = 0;
+        REQUIRE(gso_split(h, super.data(), super.size(), 1500, f.at.data(), 2048, f.len.data(),
+                          f.at.size(), &n) == GsoError::None);
+        Burst b;
+        for (size_t i = 0; i < n; i++)
+            b.add(f.piece(i));
+        b.plan();
+        for (size_t i = 0; i < n; i++)
+            CHECK(b.run_of[i] == 0);
+        VnetHdr out;
+        auto joined = b.write(0, &out);
+        CHECK(out.flags == VnetHdr::kNeedsCsum);
+        CHECK(out.gso_type == (family == 4 ? VnetHdr::kGsoTcpv4 : VnetHdr::kGsoTcpv6));
+        CHECK(out.gso_size == 1400);
+        CHECK(out.csum_start == (family == 4 ? kIpv4Len : kIpv6Len));
+        CHECK(out.csum_offset == 16);
+        CHECK(out.hdr_len == out.csum_start + 32);
+        // The kernel's TSO input again, byte for byte (its checksum field the pseudo-header's
+        // sum, as the sender's kernel left it).
+        CHECK(joined == super);
+    }
+}
+
+TEST_CASE("GRO joins only what follows on in one flow, and nothing passes its connection", "[gso]")
+{
+    auto seg = [&](uint32_t k, uint8_t flags = kAck, uint32_t ack = 777, uint16_t port = 40000,
+                   size_t len = kMss) { return tcp_packet(4, k * kMss, len, flags, ack, port); };
+
+    SECTION("two flows interleaved: each its own run, in its order")
+    {
+        Burst b;
+        b.add(seg(0));
+        b.add(seg(0, kAck, 777, 40001));
+        b.add(seg(1));
+        b.add(seg(1, kAck, 777, 40001));
+        b.add(udp_packet(4, "10.1.0.9", "10.2.0.9", 100));
+        b.add(seg(2, kAck | kPsh));
+        b.plan();
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 0, 1, 4, 0});
+        VnetHdr h;
+        auto a = b.write(0, &h);
+        CHECK(a.size() == kIpv4Len + 32 + 3 * kMss);
+        CHECK((a[kIpv4Len + 13] & kPsh) != 0);  // the last one's
+        CHECK(h.gso_size == kMss);
+        auto alone = b.write(4, &h);
+        CHECK(alone == b.pkts[4]);
+        CHECK(h.gso_type == VnetHdr::kGsoNone);
+        CHECK(h.flags == 0);
+    }
+    SECTION("what ends a run")
+    {
+        Burst b;
+        uint32_t seq = 0;
+        // The next segment of the flow: len bytes from where the last one ended (+ skip).
+        auto next = [&](size_t len = kMss, uint8_t flags = kAck, uint32_t ack = 777,
+                        uint32_t skip = 0) {
+            seq += skip;
+            b.add(tcp_packet(4, seq, len, flags, ack));
+            seq += uint32_t(len);
+        };
+        next();                        // 0
+        next(kMss, kAck, 777, 1);      // 1: a gap
+        next(kMss, kAck, 778);         // 2: another acknowledgement
+        next(kMss, kAck, 778);         //    joins 2
+        next(kMss, kAck | kPsh, 778);  //    joins 2, and ends it
+        next(kMss, kAck, 778);         // 5
+        next(500, kAck, 778);          //    joins 5: smaller, the last
+        next(kMss, kAck, 778);         // 7: after a smaller one
+        next(kMss, kAck | kFin, 778);  // 8: a FIN, alone, and the end of 7's run
+        next(kMss, kAck, 778);         // 9
+        next(0, kAck, 778);            // 10: a pure ACK: alone, and the end of 9's run
+        next(kMss, kAck, 778);         // 11
+        next(kMss, kAck, 778);         // 12: a bad checksum: alone, and the end of 11's run
+        b.pkts.back().back() ^= 1;
+        next(kMss, kAck, 778);  // 13
+        next(kMss, kAck, 778);  //    joins 13
+        b.plan();
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 2, 2, 2, 5, 5, 7, 8, 9, 10, 11, 12, 13, 13});
+    }
+    SECTION("a first segment with a bad checksum is left alone")
+    {
+        Burst b;
+        auto bad = seg(0);
+        bad.back() ^= 1;
+        b.add(bad);
+        b.add(seg(1));
+        b.add(seg(2));
+        b.plan();
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 1});
+    }
+    SECTION("at most 64 KB")
+    {
+        Burst b;
+        for (uint32_t k = 0; k < 50; k++)
+            b.add(tcp_packet(4, k * 1400, 1400));
+        b.plan();
+        // 52 bytes of headers and 46 payloads of 1400: 64,452 bytes; one more is too many.
+        CHECK(b.run_of[45] == 0);
+        CHECK(b.run_of[46] == 46);
+        CHECK(b.run_of[49] == 46);
+    }
+}
