@@ -130,7 +130,7 @@ TEST_CASE("engines built beside the running one take over without restarting its
     t.join();
 
     CHECK(all_encrypted);
-    REQUIRE(seqs.size() > 50);
+    REQUIRE(seqs.size() >= 50);  // a round before each call, at least
     bool in_order = true;
     for (size_t i = 0; i < seqs.size(); i++)
         in_order &= seqs[i] == i + 1;
