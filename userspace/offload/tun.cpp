@@ -1,0 +1,70 @@
+#include "userspace/offload/tun.h"
+
+#include <fcntl.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace xesp {
+
+Result<std::unique_ptr<Tun>> Tun::create(const std::string &name)
+{
+    if (name.empty() || name.size() >= IFNAMSIZ)
+        return make_error("tun: '" + name + "' is not a device name (1 to " +
+                          std::to_string(IFNAMSIZ - 1) + " characters)");
+    std::unique_ptr<Tun> t(new Tun);
+    t->fd_ = ::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (t->fd_ < 0)
+        return make_error("tun: /dev/net/tun: " + std::string(std::strerror(errno)), errno);
+    ifreq ifr{};
+    std::memcpy(ifr.ifr_name, name.data(), name.size());
+    ifr.ifr_flags = IFF_TUN | IFF_NO_PI | IFF_VNET_HDR;
+    if (::ioctl(t->fd_, TUNSETIFF, &ifr) < 0)
+        return make_error("tun: " + name + ": " + std::strerror(errno), errno);
+    t->name_ = ifr.ifr_name;
+    int hdr = sizeof(VnetHdr);
+    if (::ioctl(t->fd_, TUNSETVNETHDRSZ, &hdr) < 0)
+        return make_error("tun: " + name + ": vnet header size: " + std::strerror(errno), errno);
+    // USO where the kernel has it (6.2 on), without it where it does not.
+    for (unsigned want :
+         {kCsum | kTso4 | kTso6 | kTsoEcn | kUso4 | kUso6, kCsum | kTso4 | kTso6 | kTsoEcn}) {
+        if (::ioctl(t->fd_, TUNSETOFFLOAD, want) == 0) {
+            t->offloads_ = want;
+            return t;
+        }
+        if (errno != EINVAL)
+            break;
+    }
+    return make_error("tun: " + name + ": offloads: " + std::strerror(errno), errno);
+}
+
+Tun::~Tun()
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+}
+
+ssize_t Tun::read(VnetHdr *h, uint8_t *buf, size_t room)
+{
+    iovec iov[2] = {{h, sizeof *h}, {buf, room}};
+    ssize_t n = ::readv(fd_, iov, 2);
+    if (n < 0)
+        return errno == EAGAIN ? 0 : -errno;
+    if (size_t(n) < sizeof *h)
+        return -EPROTO;
+    return n - ssize_t(sizeof *h);
+}
+
+int Tun::write(const VnetHdr &h, const uint8_t *pkt, size_t len)
+{
+    iovec iov[2] = {{const_cast<VnetHdr *>(&h), sizeof h}, {const_cast<uint8_t *>(pkt), len}};
+    ssize_t n = ::writev(fd_, iov, 2);
+    return n < 0 ? -errno : 0;
+}
+
+}  // namespace xesp

@@ -1,0 +1,51 @@
+// A TUN device that takes and gives super-packets: each packet read or written has a
+// virtio-net header in front (IFF_VNET_HDR) that says how it is to be cut and where its
+// checksum is to go, and the device tells the kernel it does TSO, USO and checksums itself
+// (TUNSETOFFLOAD), so that what the kernel routes into it stays whole, as wireguard-go's TUN
+// does. Kernels before 6.2 know no USO: UDP then comes in datagrams.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "userspace/base/result.h"
+#include "userspace/offload/gso.h"
+
+namespace xesp {
+
+class Tun {
+public:
+    // What the device may be handed whole (TUN_F_*).
+    static constexpr unsigned kCsum = 0x01, kTso4 = 0x02, kTso6 = 0x04, kTsoEcn = 0x08,
+                              kUso4 = 0x20, kUso6 = 0x40;
+
+    // Creates the device `name` in this network namespace (gone when the last descriptor is
+    // closed), its descriptor non-blocking.
+    static Result<std::unique_ptr<Tun>> create(const std::string &name);
+    ~Tun();
+    Tun(const Tun &) = delete;
+    Tun &operator=(const Tun &) = delete;
+
+    int fd() const { return fd_; }
+    const std::string &name() const { return name_; }
+    // The offloads the kernel took: TSO and checksums always, USO where the kernel has it.
+    unsigned offloads() const { return offloads_; }
+
+    // One packet, its header in *h and its bytes (from the IP header) in buf: its length; 0
+    // when there is none; -errno on an error. room: at least 64 KB.
+    ssize_t read(VnetHdr *h, uint8_t *buf, size_t room);
+    // One packet with its header: 0, or -errno (-EAGAIN: the device's queue is full).
+    int write(const VnetHdr &h, const uint8_t *pkt, size_t len);
+
+private:
+    Tun() = default;
+    int fd_ = -1;
+    std::string name_;
+    unsigned offloads_ = 0;
+};
+
+}  // namespace xesp
