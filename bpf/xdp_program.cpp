@@ -524,4 +524,39 @@ Result<void> XdpProgram::detach_egress(int ifindex)
     return {};
 }
 
+int XdpProgram::protected_prog_fd() const
+{
+    return bpf_program__fd(skel_->progs.xesp_tc_protected);
+}
+
+Result<void> XdpProgram::attach_protected(int ifindex)
+{
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+    int err = bpf_tc_hook_create(&hook);
+    if (err && err != -EEXIST)
+        return bpf_error("tc: create the clsact qdisc on " + ifname(ifindex), err);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = protected_prog_fd(), .flags = BPF_TC_F_REPLACE,
+                .handle = 1, .priority = 1);
+    if (int e = bpf_tc_attach(&hook, &opts))
+        return bpf_error("tc: attach the protected-side program to " + ifname(ifindex), e);
+    return {};
+}
+
+Result<void> XdpProgram::detach_protected(int ifindex)
+{
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
+    int err = bpf_tc_detach(&hook, &opts);
+    if (err && err != -ENOENT && err != -EINVAL)
+        return bpf_error("tc: detach the protected-side program from " + ifname(ifindex), err);
+    return {};
+}
+
+Result<void> XdpProgram::set_tun_link(uint32_t ifindex)
+{
+    uint32_t zero = 0;
+    return update(bpf_map__fd(skel_->maps.tun_link), &zero, &ifindex, BPF_ANY,
+                  "xdp: set the tun link");
+}
+
 }  // namespace xesp

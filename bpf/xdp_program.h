@@ -146,6 +146,14 @@ public:
     // Where the egress program sends the kernel's own plaintext that an out policy protects:
     // a device whose far end is one of the gateway's protected interfaces. 0: nowhere (dropped).
     Result<void> set_local_link(uint32_t ifindex);
+    // The tc ingress program (xesp_tc_protected) on a protected interface in tun mode: what
+    // an out policy protects goes whole to the TUN device set_tun_link() names (dropped while
+    // there is none), blocked plaintext is dropped, the rest goes on. Stays after this process
+    // exits, and drops what it would send to the TUN once the TUN is gone (fail closed).
+    int protected_prog_fd() const;
+    Result<void> attach_protected(int ifindex);
+    static Result<void> detach_protected(int ifindex);
+    Result<void> set_tun_link(uint32_t ifindex);
     // A socket of the gateway's that sends ESP through the kernel (transport-mode ESP carries
     // the hosts' addresses): the egress program lets what it sends leave as it is.
     Result<void> add_own_socket(int fd);

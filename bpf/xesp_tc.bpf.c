@@ -40,6 +40,13 @@ struct {
     __type(value, __u32);
 } own_sockets SEC(".maps"); /* the daemon's sockets that send ESP */
 
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u32); /* ifindex; 0: none */
+} tun_link SEC(".maps");  /* the gateway's TUN device, for protected interfaces in tun mode */
+
 /* Sent by the gateway itself. */
 static __always_inline int is_local_src(const struct flow *f)
 {
@@ -101,6 +108,74 @@ int xesp_tc_egress(struct __sk_buff *skb)
         count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
         return TC_ACT_SHOT;
     }
+    return TC_ACT_OK;
+}
+
+/* A protected interface in tun mode: what arrives there that an out policy protects is sent to
+ * the gateway's TUN device whole, as the host's TSO made it (an XDP program would have the
+ * kernel cut it first), for the gateway to cut, encrypt and send; without a TUN (no gateway
+ * running) it is dropped, never routed on in the clear. Blocked plaintext is dropped; the rest
+ * (bypass, no policy, the gateway's own traffic, ND, what is not IP) goes on to the kernel. */
+SEC("tc")
+int xesp_tc_protected(struct __sk_buff *skb)
+{
+    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256); /* headers in the linear part */
+    void *data = (void *)(long)skb->data;
+    struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
+    struct flow f;
+    __builtin_memset(&f, 0, sizeof(f));
+
+    int rc = parse_ip(&c, data, &f);
+    if (rc == PARSE_VLAN_DEPTH) {
+        count(XESP_CTR_DROP_VLAN_DEPTH);
+        return TC_ACT_SHOT;
+    }
+    if (rc == PARSE_EXT_DEPTH) {
+        count(XESP_CTR_DROP_IPV6_EXT_DEPTH);
+        return TC_ACT_SHOT;
+    }
+    if (rc == PARSE_NON_IP) {
+        count(XESP_CTR_PASS_NON_IP);
+        return TC_ACT_OK;
+    }
+    if (rc < 0 || f.bad_length) {
+        count(XESP_CTR_PASS_MALFORMED);
+        return TC_ACT_OK;
+    }
+    if (is_local_addr(f.family, f.dst)) {
+        count(XESP_CTR_PASS_LOCAL);
+        return TC_ACT_OK;
+    }
+    if (f.proto == NEXTHDR_ICMP_ && f.family == XESP_FAMILY_V6 && !f.fragment) {
+        __u8 *type = c.pos;
+        if ((void *)(type + 1) <= c.end && *type >= 133 && *type <= 137) {
+            count(XESP_CTR_PASS_ND);
+            return TC_ACT_OK;
+        }
+    }
+    parse_ports(&c, &f);
+    struct spd_match r;
+    spd_init(&r);
+    spd_lookup(&f, XESP_DIR_OUT, &r);
+    if (r.found && (r.flags & XESP_POL_F_TMPL) && r.action == XESP_ACTION_ALLOW) {
+        __u32 zero = 0;
+        __u32 *tun = bpf_map_lookup_elem(&tun_link, &zero);
+        if (tun && *tun) {
+            count(XESP_CTR_TUN_ENCAP);
+            return bpf_redirect(*tun, 0);
+        }
+        count(XESP_CTR_DROP_TUN_GONE);
+        return TC_ACT_SHOT;
+    }
+    if (r.shadow_rank < r.rank) {
+        count(XESP_CTR_DROP_PORTS_UNKNOWN);
+        return TC_ACT_SHOT;
+    }
+    if (r.found && r.action == XESP_ACTION_BLOCK) {
+        count(XESP_CTR_DROP_OUT_BLOCK);
+        return TC_ACT_SHOT;
+    }
+    count(r.found ? XESP_CTR_PASS_BYPASS : XESP_CTR_PASS_NO_POLICY);
     return TC_ACT_OK;
 }
 

@@ -214,7 +214,9 @@ struct xesp_meta {
     X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth")     /* too many extension headers to see */      \
     X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */            \
     X(PASS_EGRESS_OWN, "pass-egress-own")             /* tc egress: our own IKE, NAT-T, ESP */     \
-    X(EGRESS_LOCAL, "egress-local")                   /* tc egress: the kernel's own, to encrypt */
+    X(EGRESS_LOCAL, "egress-local")   /* tc egress: the kernel's own, to encrypt */                \
+    X(TUN_ENCAP, "tun-encap")         /* tc ingress, tun mode: to protect, to the gateway's TUN */ \
+    X(DROP_TUN_GONE, "drop-tun-gone") /* tc ingress, tun mode: to protect, and no TUN (stopped) */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,

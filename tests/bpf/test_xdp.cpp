@@ -479,6 +479,55 @@ TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the lo
     CHECK(egress("plain4_protect_tcp") == kShot);
 }
 
+TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked dropped, the "
+          "rest on to the kernel")
+{
+    auto prog = loaded();
+    auto ingress = [&](const char *name) {
+        const XdpFixturePacket *p = packet(name);
+        REQUIRE(p);
+        std::vector<uint8_t> out(p->len + 64);
+        LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->data, .data_out = out.data(),
+                    .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()));
+        REQUIRE(bpf_prog_test_run_opts(prog->protected_prog_fd(), &opts) == 0);
+        return int(opts.retval);
+    };
+    constexpr int kOk = 0, kShot = 2, kRedirect = 7;  // TC_ACT_*
+    struct Row {
+        const char *name;
+        int verdict;
+        const char *counted;
+    };
+    auto check_rows = [&](const std::vector<Row> &rows) {
+        for (const Row &r : rows) {
+            INFO(r.name);
+            XdpCounters before = counters(*prog);
+            CHECK(ingress(r.name) == r.verdict);
+            CHECK(describe(before, counters(*prog)) == r.counted);
+        }
+    };
+    const std::vector<Row> rest = {
+        {"plain4_bypass_ssh", kOk, "pass-bypass+1 "},
+        {"plain4_unmatched", kOk, "pass-no-policy+1 "},
+        {"plain4_to_gateway", kOk, "pass-local+1 "},
+        {"nd6_ns", kOk, "pass-nd+1 "},
+        {"arp", kOk, "pass-non-ip+1 "},
+        {"plain4_block", kShot, "drop-out-policy-block+1 "},
+        {"plain4_fragment_unsure", kShot, "drop-ports-unknown+1 "},
+    };
+    check_rows(rest);
+    // Protected: dropped while there is no TUN (no gateway), then sent to it.
+    check_rows({{"plain4_protect_tcp", kShot, "drop-tun-gone+1 "},
+                {"plain6_protect_tcp", kShot, "drop-tun-gone+1 "}});
+    REQUIRE(prog->set_tun_link(kLoIfindex));
+    check_rows({{"plain4_protect_tcp", kRedirect, "tun-encap+1 "},
+                {"plain6_protect_tcp", kRedirect, "tun-encap+1 "},
+                {"plain4_protect_vlan_udp", kRedirect, "tun-encap+1 "}});
+    check_rows(rest);
+    REQUIRE(prog->set_tun_link(0));
+    CHECK(ingress("plain4_protect_tcp") == kShot);
+}
+
 TEST_CASE("policy table errors say what is wrong")
 {
     auto prog = loaded();
