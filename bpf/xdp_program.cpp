@@ -501,27 +501,43 @@ bool XdpProgram::attached_to(int ifindex)
     return ours;
 }
 
-Result<void> XdpProgram::attach_egress(int ifindex)
+namespace {
+
+// A tc program on one side of an interface (clsact, handle 1, priority 1), replacing whatever
+// was there; `what` names it in errors.
+Result<void> tc_attach(int ifindex, bpf_tc_attach_point point, int prog_fd, const char *what)
 {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = point);
     int err = bpf_tc_hook_create(&hook);
     if (err && err != -EEXIST)
         return bpf_error("tc: create the clsact qdisc on " + ifname(ifindex), err);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = egress_prog_fd(), .flags = BPF_TC_F_REPLACE,
-                .handle = 1, .priority = 1);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE, .handle = 1,
+                .priority = 1);
     if (int e = bpf_tc_attach(&hook, &opts))
-        return bpf_error("tc: attach the egress program to " + ifname(ifindex), e);
+        return bpf_error(std::string("tc: attach the ") + what + " to " + ifname(ifindex), e);
     return {};
+}
+
+Result<void> tc_detach(int ifindex, bpf_tc_attach_point point, const char *what)
+{
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = point);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
+    int err = bpf_tc_detach(&hook, &opts);
+    if (err && err != -ENOENT && err != -EINVAL)  // no filter, or no clsact qdisc at all
+        return bpf_error(std::string("tc: detach the ") + what + " from " + ifname(ifindex), err);
+    return {};
+}
+
+}  // namespace
+
+Result<void> XdpProgram::attach_egress(int ifindex)
+{
+    return tc_attach(ifindex, BPF_TC_EGRESS, egress_prog_fd(), "egress program");
 }
 
 Result<void> XdpProgram::detach_egress(int ifindex)
 {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
-    int err = bpf_tc_detach(&hook, &opts);
-    if (err && err != -ENOENT && err != -EINVAL)  // no filter, or no clsact qdisc at all
-        return bpf_error("tc: detach the egress program from " + ifname(ifindex), err);
-    return {};
+    return tc_detach(ifindex, BPF_TC_EGRESS, "egress program");
 }
 
 int XdpProgram::protected_prog_fd() const
@@ -531,25 +547,12 @@ int XdpProgram::protected_prog_fd() const
 
 Result<void> XdpProgram::attach_protected(int ifindex)
 {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
-    int err = bpf_tc_hook_create(&hook);
-    if (err && err != -EEXIST)
-        return bpf_error("tc: create the clsact qdisc on " + ifname(ifindex), err);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = protected_prog_fd(), .flags = BPF_TC_F_REPLACE,
-                .handle = 1, .priority = 1);
-    if (int e = bpf_tc_attach(&hook, &opts))
-        return bpf_error("tc: attach the protected-side program to " + ifname(ifindex), e);
-    return {};
+    return tc_attach(ifindex, BPF_TC_INGRESS, protected_prog_fd(), "protected-side program");
 }
 
 Result<void> XdpProgram::detach_protected(int ifindex)
 {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
-    int err = bpf_tc_detach(&hook, &opts);
-    if (err && err != -ENOENT && err != -EINVAL)
-        return bpf_error("tc: detach the protected-side program from " + ifname(ifindex), err);
-    return {};
+    return tc_detach(ifindex, BPF_TC_INGRESS, "protected-side program");
 }
 
 Result<void> XdpProgram::set_tun_link(uint32_t ifindex)

@@ -416,18 +416,26 @@ TEST_CASE("map updates take effect: SA and policy removal, local addresses")
     CHECK(r.meta.id == 11);
 }
 
+namespace {
+
+// A tc program's verdict (TC_ACT_*) on a fixture frame.
+int tc_run(int prog_fd, const char *name)
+{
+    const XdpFixturePacket *p = packet(name);
+    REQUIRE(p);
+    std::vector<uint8_t> out(p->len + 64);
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->data, .data_out = out.data(),
+                .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()));
+    REQUIRE(bpf_prog_test_run_opts(prog_fd, &opts) == 0);
+    return int(opts.retval);
+}
+
+}  // namespace
+
 TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the local link")
 {
     auto prog = loaded();
-    auto egress = [&](const char *name) {
-        const XdpFixturePacket *p = packet(name);
-        REQUIRE(p);
-        std::vector<uint8_t> out(p->len + 64);
-        LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->data, .data_out = out.data(),
-                    .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()));
-        REQUIRE(bpf_prog_test_run_opts(prog->egress_prog_fd(), &opts) == 0);
-        return int(opts.retval);
-    };
+    auto egress = [&](const char *name) { return tc_run(prog->egress_prog_fd(), name); };
     constexpr int kOk = 0, kShot = 2, kRedirect = 7;  // TC_ACT_*
     // Neither protected nor blocked: the kernel sends it.
     for (const char *name : {"plain4_bypass_ssh", "plain4_unmatched", "plain6_unmatched"}) {
@@ -483,15 +491,7 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
           "rest on to the kernel")
 {
     auto prog = loaded();
-    auto ingress = [&](const char *name) {
-        const XdpFixturePacket *p = packet(name);
-        REQUIRE(p);
-        std::vector<uint8_t> out(p->len + 64);
-        LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->data, .data_out = out.data(),
-                    .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()));
-        REQUIRE(bpf_prog_test_run_opts(prog->protected_prog_fd(), &opts) == 0);
-        return int(opts.retval);
-    };
+    auto ingress = [&](const char *name) { return tc_run(prog->protected_prog_fd(), name); };
     constexpr int kOk = 0, kShot = 2, kRedirect = 7;  // TC_ACT_*
     struct Row {
         const char *name;
