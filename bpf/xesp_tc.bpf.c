@@ -138,9 +138,12 @@ int xesp_tc_protected(struct __sk_buff *skb)
         count(XESP_CTR_PASS_NON_IP);
         return TC_ACT_OK;
     }
-    if (rc < 0 || f.bad_length) {
-        count(XESP_CTR_PASS_MALFORMED);
-        return TC_ACT_OK;
+    /* Headers it cannot read in the linear part cannot be checked against the policies:
+     * dropped, never passed on. (The payload may lie beyond the linear part, in a GSO packet's
+     * fragments: an IP length beyond data_end is no fault here; the kernel checks it.) */
+    if (rc < 0) {
+        count(XESP_CTR_DROP_UNREADABLE);
+        return TC_ACT_SHOT;
     }
     if (is_local_addr(f.family, f.dst)) {
         count(XESP_CTR_PASS_LOCAL);

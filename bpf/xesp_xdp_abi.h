@@ -216,7 +216,8 @@ struct xesp_meta {
     X(PASS_EGRESS_OWN, "pass-egress-own")             /* tc egress: our own IKE, NAT-T, ESP */     \
     X(EGRESS_LOCAL, "egress-local")   /* tc egress: the kernel's own, to encrypt */                \
     X(TUN_ENCAP, "tun-encap")         /* tc ingress, tun mode: to protect, to the gateway's TUN */ \
-    X(DROP_TUN_GONE, "drop-tun-gone") /* tc ingress, tun mode: to protect, and no TUN (stopped) */
+    X(DROP_TUN_GONE, "drop-tun-gone") /* tc ingress, tun mode: to protect, and no TUN (stopped) */ \
+    X(DROP_UNREADABLE, "drop-unreadable") /* tc ingress, tun mode: headers it cannot read */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,

@@ -514,6 +514,8 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
         {"arp", kOk, "pass-non-ip+1 "},
         {"plain4_block", kShot, "drop-out-policy-block+1 "},
         {"plain4_fragment_unsure", kShot, "drop-ports-unknown+1 "},
+        {"ip4_ihl_too_small", kShot, "drop-unreadable+1 "},
+        {"ip6_ext_truncated", kShot, "drop-unreadable+1 "},
     };
     check_rows(rest);
     // Protected: dropped while there is no TUN (no gateway), then sent to it.
