@@ -192,6 +192,14 @@ TEST_CASE("a UDP super-packet is cut into datagrams (USO); one packet gets its c
         REQUIRE(n == 1);
         CHECK_FALSE(l4_ok(one));
         CHECK(l4_ok(f.piece(0)));
+
+        // Too big for the tunnel: the datagram not to cut is refused, and so are USO's
+        // datagrams, each a message of the sender's, rather than cut smaller.
+        CHECK(gso_split(partial, one.data(), one.size(), 300, f.at.data(), 2048, f.len.data(),
+                        f.at.size(), &n) == GsoError::TooBig);
+        CHECK(gso_split(h, super.data(), super.size(), 1200, f.at.data(), 2048, f.len.data(),
+                        f.at.size(), &n) == GsoError::TooBig);
+        CHECK(n == 0);
     }
 }
 
@@ -220,7 +228,7 @@ TEST_CASE("a vnet header that does not fit its packet cuts nothing", "[gso]")
     bad = h;
     bad.flags = 0;
     CHECK(split(bad) == GsoError::BadHeader);
-    CHECK(split(h, 52) == GsoError::BadPacket);  // no room for a byte of payload
+    CHECK(split(h, 52) == GsoError::TooBig);     // no room for a byte of payload
     CHECK(split(h, 1000) == GsoError::TooMany);  // 7 pieces for 4 frames
     put16(&super[2], uint16_t(super.size() - 1));
     CHECK(split(h) == GsoError::BadPacket);  // the IP length
@@ -313,6 +321,17 @@ TEST_CASE("GRO joins only what follows on in one flow, and nothing passes its co
         CHECK(alone == b.pkts[4]);
         CHECK(h.gso_type == VnetHdr::kGsoNone);
         CHECK(h.flags == 0);
+    }
+    SECTION("a packet that does not join ends every run between its addresses")
+    {
+        Burst b;
+        b.add(seg(0));
+        b.add(seg(0, kAck, 777, 40001));
+        b.add(seg(1, kAck, 777, 40001, 0));  // B's pure ACK: B1 may not pass it
+        b.add(seg(1, kAck, 777, 40001));
+        b.add(seg(1));
+        b.plan();
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 2, 3, 4});
     }
     SECTION("what ends a run")
     {

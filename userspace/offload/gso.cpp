@@ -70,7 +70,7 @@ GsoError gso_split(const VnetHdr &h, const uint8_t *pkt, size_t len, uint32_t in
         if (max_out < 1)
             return GsoError::TooMany;
         if (len > room || len > inner_mtu)
-            return GsoError::BadPacket;
+            return GsoError::TooBig;
         std::memcpy(out[0], pkt, len);
         if (csum) {  // the sum from csum_start on, the pseudo-header's already in its place
             uint8_t *at = out[0] + h.csum_start + h.csum_offset;
@@ -105,10 +105,13 @@ GsoError gso_split(const VnetHdr &h, const uint8_t *pkt, size_t len, uint32_t in
     }
     const size_t limit = inner_mtu < room ? inner_mtu : room;
     if (hdrs >= limit)
-        return GsoError::BadPacket;
+        return GsoError::TooBig;
     size_t seg = h.gso_size;
-    if (hdrs + seg > limit)
+    if (hdrs + seg > limit) {
+        if (!tcp)
+            return GsoError::TooBig;
         seg = limit - hdrs;
+    }
     const size_t payload = len - hdrs;
     const size_t pieces = payload ? (payload + seg - 1) / seg : 1;
     if (pieces > max_out)
@@ -227,7 +230,7 @@ bool checksum_ok(const uint8_t *p, uint32_t len, const Seg &s)
 // not join the run ends it: nothing of the connection may pass another.
 bool same_conn(const uint8_t *a, const Seg &sa, const uint8_t *b, uint32_t len, const Seg *seg)
 {
-    if (ip_version(a) != ip_version(b))
+    if (len < 1 || ip_version(a) != ip_version(b))
         return false;
     const bool v4 = ip_version(a) == 4;
     const size_t at = v4 ? 12 : 8, n = v4 ? 8 : 32;
@@ -255,14 +258,24 @@ void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint1
         run_of[i] = uint16_t(i);
         Seg s;
         const bool seg = tcp_seg(pkts[i], lens[i], &s);
+        if (!seg) {
+            // Not to join: it ends every run between its addresses (whatever its ports: it
+            // may be of any of them).
+            for (size_t o = 0; o < nopen;) {
+                if (same_conn(pkts[open[o].first], open[o].head, pkts[i], lens[i], nullptr))
+                    open[o] = open[--nopen];
+                else
+                    o++;
+            }
+            continue;
+        }
         size_t o = 0;
-        while (o < nopen &&
-               !same_conn(pkts[open[o].first], open[o].head, pkts[i], lens[i], seg ? &s : nullptr))
+        while (o < nopen && !same_conn(pkts[open[o].first], open[o].head, pkts[i], lens[i], &s))
             o++;
         if (o < nopen) {
             Open &r = open[o];
-            bool join = seg && same_flow(pkts[r.first], r.head, pkts[i], s) &&
-                        s.seq == r.next_seq && s.payload <= r.head.payload &&
+            bool join = same_flow(pkts[r.first], r.head, pkts[i], s) && s.seq == r.next_seq &&
+                        s.payload <= r.head.payload &&
                         lens[r.last] - r.head.hdrs == r.head.payload &&
                         !(pkts[r.last][r.head.l4 + 13] & kTcpPsh) &&
                         r.total + s.payload <= kMaxLen && r.count < kMaxRun;
@@ -280,7 +293,7 @@ void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint1
             }
             open[o] = open[--nopen];  // the run ends here
         }
-        if (seg && nopen < kMaxRun)
+        if (nopen < kMaxRun)
             open[nopen++] = Open{i, i, s, s.seq + s.payload, lens[i], 1, false};
     }
 }

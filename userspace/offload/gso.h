@@ -12,7 +12,8 @@
 //   - UDP (UDP_L4, the kernel's USO): each piece a datagram with its own UDP header;
 //   - anything else: one packet, its checksum completed where the header asks for it
 //     (VIRTIO_NET_HDR_F_NEEDS_CSUM: the host left it to the device).
-// Segments are at most the header's gso_size, and smaller where the tunnel's inner MTU asks.
+// TCP segments are at most the header's gso_size, and smaller where the tunnel's inner MTU
+// asks; UDP datagrams that would not fit are refused (TooBig), as is a packet not to cut.
 //
 // In (Gro): the decrypted packets of a burst, in order, are looked at for TCP segments of one
 // flow that follow each other, as the kernel's tcp_gro_receive joins them: the same
@@ -54,6 +55,8 @@ enum class GsoError : uint8_t {
     None,
     BadHeader,  // the vnet header does not fit the packet (lengths, offsets, types)
     BadPacket,  // the IP or L4 header is not what the vnet header says
+    TooBig,     // would not fit the tunnel: a packet not to cut, a UDP datagram (USO's are the
+                // sender's messages, not to be cut smaller), or headers with no room for data
     TooMany,    // more pieces than the caller has frames for
 };
 
