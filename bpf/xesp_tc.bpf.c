@@ -53,18 +53,27 @@ static __always_inline int is_local_src(const struct flow *f)
     return is_local_addr(f->family, f->src);
 }
 
+/* The headers of skb, pulled into its linear part (256 bytes at most), parsed into f; c is
+ * left after the IP headers. Returns parse_ip()'s result. */
+static __always_inline int tc_parse(struct __sk_buff *skb, struct cursor *c, struct flow *f)
+{
+    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256);
+    void *data = (void *)(long)skb->data;
+    c->pos = data;
+    c->end = (void *)(long)skb->data_end;
+    __builtin_memset(f, 0, sizeof(*f));
+    return parse_ip(c, data, f);
+}
+
+/* ---- The program ----------------------------------------------------------------------- */
 /* ---- The program ----------------------------------------------------------------------- */
 
 SEC("tc")
 int xesp_tc_egress(struct __sk_buff *skb)
 {
-    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256); /* headers in the linear part */
-    void *data = (void *)(long)skb->data;
-    struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
+    struct cursor c;
     struct flow f;
-    __builtin_memset(&f, 0, sizeof(f));
-
-    int rc = parse_ip(&c, data, &f);
+    int rc = tc_parse(skb, &c, &f);
     if (rc == PARSE_VLAN_DEPTH || rc == PARSE_EXT_DEPTH) {
         count(XESP_CTR_DROP_EGRESS_PLAINTEXT); /* cannot tell: fail closed */
         return TC_ACT_SHOT;
@@ -119,13 +128,9 @@ int xesp_tc_egress(struct __sk_buff *skb)
 SEC("tc")
 int xesp_tc_protected(struct __sk_buff *skb)
 {
-    bpf_skb_pull_data(skb, skb->len < 256 ? skb->len : 256); /* headers in the linear part */
-    void *data = (void *)(long)skb->data;
-    struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
+    struct cursor c;
     struct flow f;
-    __builtin_memset(&f, 0, sizeof(f));
-
-    int rc = parse_ip(&c, data, &f);
+    int rc = tc_parse(skb, &c, &f);
     if (rc == PARSE_VLAN_DEPTH) {
         count(XESP_CTR_DROP_VLAN_DEPTH);
         return TC_ACT_SHOT;
