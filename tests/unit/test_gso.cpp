@@ -386,3 +386,40 @@ TEST_CASE("GRO joins only what follows on in one flow, and nothing passes its co
         CHECK(b.run_of[49] == 46);
     }
 }
+
+TEST_CASE("GRO joins IPv4 segments whose ids go up by one, or stay the same with DF", "[gso]")
+{
+    // inet_gro_flush (include/net/gro.h): the second segment decides whether the run's ids
+    // are fixed (the same id, DF set) or incrementing (the first's plus the index); a segment
+    // that does neither ends the run and starts the next.
+    struct Case {
+        const char *name;
+        bool df;
+        std::vector<uint16_t> ids;
+        std::vector<uint16_t> run_of;
+    };
+    const Case cases[] = {
+        {"incrementing, DF", true, {7, 8, 9, 10}, {0, 0, 0, 0}},
+        {"incrementing, no DF", false, {7, 8, 9, 10}, {0, 0, 0, 0}},
+        {"incrementing across 0xffff", false, {0xfffe, 0xffff, 0, 1}, {0, 0, 0, 0}},
+        {"fixed, DF", true, {7, 7, 7, 7}, {0, 0, 0, 0}},
+        {"fixed, no DF: nothing joins", false, {7, 7, 7, 7}, {0, 1, 2, 3}},
+        {"a gap ends the run", true, {7, 8, 10, 11}, {0, 0, 2, 2}},
+        {"going down ends the run", false, {9, 8, 7, 6}, {0, 1, 2, 3}},
+        {"fixed, then one up: the end of the run", true, {7, 7, 8, 9}, {0, 0, 2, 2}},
+        {"incrementing, then the same again: the end of the run", true, {7, 8, 8, 8}, {0, 0, 2, 2}},
+    };
+    for (const Case &c : cases) {
+        INFO(c.name);
+        Burst b;
+        for (size_t k = 0; k < c.ids.size(); k++) {
+            auto p = tcp_packet(4, uint32_t(k * kMss), kMss);
+            put16(&p[4], c.ids[k]);
+            p[6] = c.df ? 0x40 : 0;
+            ipv4_set_checksum(p.data());
+            b.add(std::move(p));
+        }
+        b.plan();
+        CHECK(b.run_of == c.run_of);
+    }
+}

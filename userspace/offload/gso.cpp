@@ -225,6 +225,19 @@ bool checksum_ok(const uint8_t *p, uint32_t len, const Seg &s)
            0xffff;
 }
 
+// Whether b's IPv4 id may follow in the run that starts with a (count packets so far, its ids
+// fixed or not), as inet_gro_flush (include/net/gro.h) has it: the first's id plus count
+// (incrementing), or the first's (fixed: DF set, decided by the second packet). *fixed: what
+// the run is with b in it. IPv6 has no id.
+bool id_follows(const uint8_t *a, const uint8_t *b, size_t count, bool *fixed)
+{
+    if (ip_version(a) != 4)
+        return true;
+    const uint16_t offset = uint16_t(get16(b + 4) - get16(a + 4));
+    *fixed = *fixed || (count == 1 && (get16(b + 6) & kIpv4Df) && offset == 0);
+    return offset == (*fixed ? 0 : uint16_t(count));
+}
+
 // Whether b is of the connection whose run starts with a (its fields sa): the same addresses,
 // and for a segment (seg: its fields) the same ports too. A packet of the connection that may
 // not join the run ends it: nothing of the connection may pass another.
@@ -250,7 +263,8 @@ void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint1
         Seg head;
         uint32_t next_seq;
         size_t total, count;
-        bool checked;  // the first's checksum
+        bool checked;   // the first's checksum
+        bool fixed_id;  // IPv4: every packet the first's id (DF), not the first's plus its index
     };
     Open open[kMaxRun];
     size_t nopen = 0;
@@ -274,7 +288,9 @@ void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint1
             o++;
         if (o < nopen) {
             Open &r = open[o];
+            bool fixed_id = r.fixed_id;
             bool join = same_flow(pkts[r.first], r.head, pkts[i], s) && s.seq == r.next_seq &&
+                        id_follows(pkts[r.first], pkts[i], r.count, &fixed_id) &&
                         s.payload <= r.head.payload &&
                         lens[r.last] - r.head.hdrs == r.head.payload &&
                         !(pkts[r.last][r.head.l4 + 13] & kTcpPsh) &&
@@ -289,12 +305,13 @@ void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint1
                 r.next_seq = s.seq + s.payload;
                 r.total += s.payload;
                 r.count++;
+                r.fixed_id = fixed_id;
                 continue;
             }
             open[o] = open[--nopen];  // the run ends here
         }
         if (nopen < kMaxRun)
-            open[nopen++] = Open{i, i, s, s.seq + s.payload, lens[i], 1, false};
+            open[nopen++] = Open{i, i, s, s.seq + s.payload, lens[i], 1, false, false};
     }
 }
 

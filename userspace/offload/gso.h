@@ -16,15 +16,19 @@
 // asks; UDP datagrams that would not fit are refused (TooBig), as is a packet not to cut.
 //
 // In (Gro): the decrypted packets of a burst, in order, are looked at for TCP segments of one
-// flow that follow each other, as the kernel's tcp_gro_receive joins them: the same
-// addresses, ports, IP fields (but the length, id and checksum), TCP options, window and
-// acknowledgement; no flag but ACK (PSH ends a run), sequence numbers that follow on, every
-// payload of the first's size (a smaller one ends the run), at most 64 KB in all, and each
-// checksum right (a joined packet's is made anew by the kernel, which would hide a bad one).
+// flow that follow each other, as the kernel's inet_gro_receive and tcp_gro_receive join
+// them: the same addresses, ports, IP fields (but the length, id and checksum), TCP options,
+// window and acknowledgement; IPv4 ids that go up by one from the first's, or that all are
+// the first's with DF set (the second packet says which: inet_gro_flush); no flag but ACK
+// (PSH ends a run), sequence numbers that follow on, every payload of the first's size (a
+// smaller one ends the run), at most 64 KB in all, and each checksum right (a joined
+// packet's is made anew by the kernel, which would hide a bad one).
 // Any other packet between the same addresses ends the run: nothing of a connection passes
 // another of its packets.
-// A run is written as one packet with a header that has the kernel cut it again where it
-// must (gso_size: the first's payload).
+// A run is written as one packet, with the first's IP header, and a vnet header that has the
+// kernel cut it again where it must (gso_size: the first's payload). Cut again, its IPv4 ids
+// go up by one from the first's: a vnet header has no word for fixed ids
+// (SKB_GSO_TCP_FIXEDID), and with DF set an id means nothing (RFC 6864).
 //
 // Nothing here allocates: the caller has the frames and the buffer.
 #pragma once
