@@ -423,3 +423,37 @@ TEST_CASE("GRO joins IPv4 segments whose ids go up by one, or stay the same with
         CHECK(b.run_of == c.run_of);
     }
 }
+
+TEST_CASE("GRO leaves alone an IPv4 segment whose header checksum is wrong", "[gso]")
+{
+    // Its TCP checksum is right (the IP header's is not in it): the kernel drops it only
+    // once it has it alone, and a joined packet's IP checksum would be made anew.
+    auto seg = [](uint32_t k, bool bad = false) {
+        auto p = tcp_packet(4, k * kMss, kMss);
+        if (bad)
+            p[10] ^= 0x01;
+        return p;
+    };
+    SECTION("in the middle: alone, and the end of the run before it")
+    {
+        Burst b;
+        b.add(seg(0));
+        b.add(seg(1, true));
+        b.add(seg(2));
+        b.add(seg(3));
+        b.plan();
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 2, 2});
+        VnetHdr h;
+        CHECK(b.write(1, &h) == b.pkts[1]);
+        CHECK(h.gso_type == VnetHdr::kGsoNone);
+    }
+    SECTION("the first: alone, the next ones a run of their own")
+    {
+        Burst b;
+        b.add(seg(0, true));
+        b.add(seg(1));
+        b.add(seg(2));
+        b.plan();
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 1});
+    }
+}

@@ -169,9 +169,11 @@ bool tcp_seg(const uint8_t *p, uint32_t len, Seg *s)
     if (len < kIpv4Len)
         return false;
     if (ip_version(p) == 4) {
-        // No options, not a fragment, the length exact.
+        // No options, not a fragment, the length exact, the header's checksum right (as
+        // inet_gro_receive: the joined packet's is made anew, which would hide a bad one).
         if (p[0] != 0x45 || p[9] != kProtoTcp || get16(p + 2) != len ||
-            (get16(p + 6) & (kIpv4Mf | kIpv4OffsetMask)))
+            (get16(p + 6) & (kIpv4Mf | kIpv4OffsetMask)) ||
+            csum_fold(csum_add(0, p, kIpv4Len)) != 0xffff)
             return false;
         s->l4 = kIpv4Len;
     } else {

@@ -21,8 +21,9 @@
 // window and acknowledgement; IPv4 ids that go up by one from the first's, or that all are
 // the first's with DF set (the second packet says which: inet_gro_flush); no flag but ACK
 // (PSH ends a run), sequence numbers that follow on, every payload of the first's size (a
-// smaller one ends the run), at most 64 KB in all, and each checksum right (a joined
-// packet's is made anew by the kernel, which would hide a bad one).
+// smaller one ends the run), at most 64 KB in all, and each checksum right, the IPv4
+// header's and the TCP one (a joined packet's are made anew, here and by the kernel, which
+// would hide a bad one: a packet with a bad one stays alone, for the kernel to drop).
 // Any other packet between the same addresses ends the run: nothing of a connection passes
 // another of its packets.
 // A run is written as one packet, with the first's IP header, and a vnet header that has the
