@@ -36,7 +36,7 @@ void on_term(int)
 
 struct Counters {
     unsigned long reads = 0, super = 0, pieces = 0, joined = 0, writes = 0, write_errors = 0,
-                  split_errors = 0, not_up = 0;
+                  split_errors = 0, not_up = 0, read_empty = 0, read_errors = 0;
 };
 
 }  // namespace
@@ -98,7 +98,15 @@ int main(int argc, char **argv)
             Tun &in = *tun[i], &out = *tun[1 - i];
             VnetHdr h;
             ssize_t n;
-            while ((n = in.read(&h, buf.data(), buf.size())) > 0) {
+            while ((n = in.read(&h, buf.data(), buf.size())) != -EAGAIN) {
+                if (n == 0 || n == -EINVAL) {  // a packet with nothing to use: the next
+                    c.read_empty++;
+                    continue;
+                }
+                if (n < 0) {  // the device's error: counted, and the next poll
+                    c.read_errors++;
+                    break;
+                }
                 c.reads++;
                 c.super += h.gso_type != VnetHdr::kGsoNone;
                 if (mode == "pass") {
@@ -134,9 +142,9 @@ int main(int argc, char **argv)
         return 1;
     std::fprintf(f,
                  "reads %lu\nsuper %lu\npieces %lu\njoined %lu\nwrites %lu\nwrite_errors %lu\n"
-                 "split_errors %lu\nnot_up %lu\n",
+                 "split_errors %lu\nnot_up %lu\nread_empty %lu\nread_errors %lu\n",
                  c.reads, c.super, c.pieces, c.joined, c.writes, c.write_errors, c.split_errors,
-                 c.not_up);
+                 c.not_up, c.read_empty, c.read_errors);
     std::fclose(f);
     return 0;
 }

@@ -1,13 +1,26 @@
 // Super-packets cut before encryption and joined after (offload/gso.h): the pieces are what
 // the kernel's TSO and USO would send, with checksums right, and joining them gives back the
-// super-packet.
+// super-packet. And what Tun::read (offload/tun.h) says of a device with nothing to read.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "tests/unit/esp_fixture.h"
 #include "userspace/offload/gso.h"
+#include "userspace/offload/tun.h"
 
 using namespace xesp;
 using namespace xesp::test;
@@ -456,4 +469,110 @@ TEST_CASE("GRO leaves alone an IPv4 segment whose header checksum is wrong", "[g
         b.plan();
         CHECK(b.run_of == std::vector<uint16_t>{0, 1, 1});
     }
+}
+
+namespace {
+
+constexpr const char *kTestTun = "xesptest0";
+
+// Up, with IPv6 off (its router solicitations would come between what a test sends).
+void tun_up()
+{
+    const std::string v6 = std::string("/proc/sys/net/ipv6/conf/") + kTestTun + "/disable_ipv6";
+    if (FILE *f = std::fopen(v6.c_str(), "w")) {
+        std::fputs("1\n", f);
+        std::fclose(f);
+    }
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr{};
+    std::strcpy(ifr.ifr_name, kTestTun);
+    ::ioctl(s, SIOCGIFFLAGS, &ifr);
+    ifr.ifr_flags = short(ifr.ifr_flags | IFF_UP);
+    ::ioctl(s, SIOCSIFFLAGS, &ifr);
+    ::close(s);
+}
+
+// Each of pkts (IPv4) out of the device, for its reader, through a packet socket. "": all
+// sent, or what went wrong.
+std::string tun_send(const std::vector<std::vector<uint8_t>> &pkts)
+{
+    int ps = ::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_IP));
+    sockaddr_ll to{};
+    to.sll_family = AF_PACKET;
+    to.sll_protocol = htons(ETH_P_IP);
+    to.sll_ifindex = int(::if_nametoindex(kTestTun));
+    std::string why;
+    for (const auto &p : pkts)
+        if (::sendto(ps, p.data(), p.size(), 0, reinterpret_cast<sockaddr *>(&to), sizeof to) !=
+            ssize_t(p.size()))
+            why += std::string("sendto: ") + std::strerror(errno) + "; ";
+    ::close(ps);
+    return why;
+}
+
+// What Tun::read gave, on a device of a network namespace of its own.
+struct TunReads {
+    bool ran = false;  // false: no namespace or no TUN device to be had (not root)
+    std::string why;
+    ssize_t idle = 0;           // before anything was sent
+    std::vector<ssize_t> read;  // after each packet was sent
+    std::vector<std::vector<uint8_t>> got;
+    std::vector<uint8_t> gso_types;
+    ssize_t drained = 0;  // once everything was read
+};
+
+// Sends pkts into a TUN device and reads them back. On a thread of its own, in a network
+// namespace of its own: the device touches nothing of the host's and is gone with the thread.
+TunReads tun_reads(const std::vector<std::vector<uint8_t>> &pkts)
+{
+    TunReads r;
+    std::thread t([&] {
+        if (::unshare(CLONE_NEWNET) != 0) {
+            r.why = std::string("unshare: ") + std::strerror(errno);
+            return;
+        }
+        auto tun = Tun::create(kTestTun);
+        if (!tun) {
+            r.why = tun.error().message;
+            return;
+        }
+        r.ran = true;
+        std::vector<uint8_t> buf(Gro::kMaxLen + 1);
+        VnetHdr h;
+        r.idle = (*tun)->read(&h, buf.data(), buf.size());
+        tun_up();
+        r.why = tun_send(pkts);
+        for (size_t i = 0; i < pkts.size(); i++) {
+            pollfd pfd{(*tun)->fd(), POLLIN, 0};
+            ::poll(&pfd, 1, 1000);
+            ssize_t n = (*tun)->read(&h, buf.data(), buf.size());
+            r.read.push_back(n);
+            r.got.emplace_back(buf.begin(), buf.begin() + (n > 0 ? n : 0));
+            r.gso_types.push_back(h.gso_type);
+        }
+        r.drained = (*tun)->read(&h, buf.data(), buf.size());
+    });
+    t.join();
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("Tun::read: a packet's length, -EAGAIN when there is none", "[gso]")
+{
+    const auto small = udp_packet(4, "10.1.0.1", "10.2.0.1", 64 - 28),
+               big = udp_packet(4, "10.1.0.1", "10.2.0.1", 1400 - 28);
+    TunReads r = tun_reads({small, big});
+    if (!r.ran) {
+        WARN("no TUN device in a network namespace of its own (" << r.why << "): not run");
+        return;
+    }
+    INFO(r.why);
+    CHECK(r.idle == -EAGAIN);  // not 0: that would be a packet with nothing in it
+    CHECK(r.read == std::vector<ssize_t>{64, 1400});
+    REQUIRE(r.got.size() == 2);
+    CHECK(r.got[0] == small);
+    CHECK(r.got[1] == big);
+    CHECK(r.gso_types == std::vector<uint8_t>{VnetHdr::kGsoNone, VnetHdr::kGsoNone});
+    CHECK(r.drained == -EAGAIN);
 }

@@ -54,10 +54,10 @@ ssize_t Tun::read(VnetHdr *h, uint8_t *buf, size_t room)
     iovec iov[2] = {{h, sizeof *h}, {buf, room}};
     ssize_t n = ::readv(fd_, iov, 2);
     if (n < 0)
-        return errno == EAGAIN ? 0 : -errno;
+        return -errno;  // -EAGAIN: nothing to read
     if (size_t(n) < sizeof *h)
-        return -EPROTO;
-    return n - ssize_t(sizeof *h);
+        return -EINVAL;             // not even a vnet header: nothing to go by
+    return n - ssize_t(sizeof *h);  // 0: a packet with no bytes after its vnet header
 }
 
 int Tun::write(const VnetHdr &h, const uint8_t *pkt, size_t len)

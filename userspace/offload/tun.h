@@ -35,8 +35,14 @@ public:
     // The offloads the kernel took: TSO and checksums always, USO where the kernel has it.
     unsigned offloads() const { return offloads_; }
 
-    // One packet, its header in *h and its bytes (from the IP header) in buf: its length; 0
-    // when there is none; -errno on an error. room: at least 64 KB.
+    // One packet, its vnet header in *h and its bytes (from the IP header) in buf (room: at
+    // least 64 KB). Returns
+    //   > 0      its length;
+    //   0        a packet with no bytes after its vnet header: nothing to use, but the next
+    //            read may have one;
+    //   -EAGAIN  nothing to read now (the descriptor is non-blocking: poll for POLLIN);
+    //   -EINVAL  a packet shorter than a vnet header: nothing to use, as 0;
+    //   -errno   any other error of readv(2) on the device.
     ssize_t read(VnetHdr *h, uint8_t *buf, size_t room);
     // One packet with its header: 0, or -errno (-EAGAIN: the device's queue is full).
     int write(const VnetHdr &h, const uint8_t *pkt, size_t len);
