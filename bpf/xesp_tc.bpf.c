@@ -6,7 +6,8 @@
  * Plaintext that an out policy blocks is dropped. Plaintext it protects cannot be encrypted
  * here: it is sent to the gateway's local link (local_link), a veth whose far end is one of
  * the gateway's protected interfaces, and is dropped if there is none; it never leaves in the
- * clear. Like the XDP program, this stays attached after a crash.
+ * clear. IP whose headers it cannot read is dropped too (drop-unreadable): what it cannot check
+ * does not leave. Like the XDP program, this stays attached after a crash.
  *
  * This file is compiled on its own and linked with xesp_xdp.bpf.c into one BPF object (see
  * shared_maps.h): the policies, local addresses and counters it reads are the very maps the
@@ -66,7 +67,6 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct cursor *c, str
 }
 
 /* ---- The program ----------------------------------------------------------------------- */
-/* ---- The program ----------------------------------------------------------------------- */
 
 SEC("tc")
 int xesp_tc_egress(struct __sk_buff *skb)
@@ -78,8 +78,14 @@ int xesp_tc_egress(struct __sk_buff *skb)
         count(XESP_CTR_DROP_EGRESS_PLAINTEXT); /* cannot tell: fail closed */
         return TC_ACT_SHOT;
     }
-    if (rc < 0)
-        return TC_ACT_OK;
+    if (rc == PARSE_NON_IP)
+        return TC_ACT_OK; /* ARP and the like: no policy is about them */
+    /* IP headers it cannot read (or a frame too short to say whether it is IP) cannot be
+     * checked against the policies: dropped, never sent unchecked. */
+    if (rc < 0) {
+        count(XESP_CTR_DROP_UNREADABLE);
+        return TC_ACT_SHOT;
+    }
     parse_ports(&c, &f);
     /* IKE, NAT-T keepalives and ESP (in UDP or not) leave as they are only when the gateway
      * sends them: made on this host (a socket, so not forwarded, whatever its source address

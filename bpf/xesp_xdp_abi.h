@@ -181,7 +181,8 @@ struct xesp_meta {
 /* ---- Counters: one per-CPU array slot each ---------------------------------------------
  * Every packet counts `rx` and exactly one verdict counter (redirect-*, pass-*, drop-*);
  * xsk-missing and meta-failed count alongside a redirect verdict. drop-egress-plaintext,
- * pass-egress-own and egress-local are counted by the tc egress program, outside `rx`.
+ * pass-egress-own and egress-local are counted by the tc egress program, outside `rx`;
+ * drop-unreadable by both tc programs (xesp_tc.bpf.c).
  *
  *   X(enumerator suffix, name shown to the operator) */
 #define XESP_XDP_FOREACH_COUNTER(X)                                                                \
@@ -217,7 +218,7 @@ struct xesp_meta {
     X(EGRESS_LOCAL, "egress-local")   /* tc egress: the kernel's own, to encrypt */                \
     X(TUN_ENCAP, "tun-encap")         /* tc ingress, tun mode: to protect, to the gateway's TUN */ \
     X(DROP_TUN_GONE, "drop-tun-gone") /* tc ingress, tun mode: to protect, and no TUN (stopped) */ \
-    X(DROP_UNREADABLE, "drop-unreadable") /* tc ingress, tun mode: headers it cannot read */
+    X(DROP_UNREADABLE, "drop-unreadable") /* both tc programs: IP headers they cannot read */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,

@@ -442,6 +442,21 @@ TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the lo
         INFO(name);
         CHECK(egress(name) == kOk);
     }
+    // What is not IP leaves as it is; IP (or what may be IP) whose headers it cannot read
+    // cannot be checked against the policies, and never leaves unchecked.
+    for (const char *name : {"arp", "arp_vlan"}) {
+        INFO(name);
+        XdpCounters before = counters(*prog);
+        CHECK(egress(name) == kOk);
+        CHECK(describe(before, counters(*prog)).empty());
+    }
+    for (const char *name :
+         {"vlan_truncated", "ip4_ihl_too_small", "ip4_ihl_beyond_frame", "ip6_ext_truncated"}) {
+        INFO(name);
+        XdpCounters before = counters(*prog);
+        CHECK(egress(name) == kShot);
+        CHECK(describe(before, counters(*prog)) == "drop-unreadable+1 ");
+    }
     // IKE and ESP from the gateway's own address leave as they are, even where an out policy
     // would protect that destination; from anyone else they are plaintext like the rest.
     for (const char *name : {"esp4_gw_to_subnet", "ike4_gw_to_subnet"}) {
