@@ -524,3 +524,58 @@ TEST_CASE("from the metadata to the verdict", "[classified][meta]")
         CHECK(std::vector<uint8_t>(ef.pkt.ip(), ef.pkt.ip() + ef.pkt.len) == plain);
     }
 }
+
+TEST_CASE("Classified::Plain: plaintext looked up from its headers, never taken in as ESP",
+          "[classified]")
+{
+    const TransformCase &tc = all_transforms()[0];
+    SaConfig sa = make_sa(tc, Mode::Tunnel, 4);
+    // One engine sends and receives: an out policy for 10.1/16 -> 10.2/16, and the SA it
+    // encrypts with also decrypts (the receiver's SA, a copy with the same keys).
+    Config c = sender(sa, "10.1.0.0/16", "10.2.0.0/16");
+    EngineOptions opt;
+    opt.link_mtu = 1500;
+    auto tx = make_engine_opt(c, opt);
+    auto rx = make_engine(receiver(sa));
+
+    // Plaintext the out policy protects: encrypted, byte for byte as the classified path does.
+    auto plain = udp_packet(4, "10.1.0.1", "10.2.0.1", 100);
+    Frame a(plain), b(plain);
+    CHECK(run_classified(*tx, a, Classified{Classified::Plain}) == Verdict::Encrypted);
+    auto tx2 = make_engine_opt(c, opt);
+    CHECK(run_classified(*tx2, b, Classified{Classified::Encap, 0, kIpv4Len}) ==
+          Verdict::Encrypted);
+    CHECK(a.bytes() == b.bytes());
+
+    // ESP for an SA the engine holds, handed over as plaintext: not decrypted. process() would
+    // take it in; as Plain it is only plaintext, and no out policy covers it.
+    Frame esp(a.bytes());
+    Frame esp2(a.bytes());
+    CHECK(run(*rx, esp2) == Verdict::Decrypted);  // the control: it is valid ESP
+    CHECK(run_classified(*rx, esp, Classified{Classified::Plain}) != Verdict::Decrypted);
+    CHECK(rx->stats().decrypted == 1);
+
+    // What cannot be read is dropped: it came because a policy protects it.
+    auto cut = plain;
+    cut.resize(10);
+    Frame bad(cut);
+    CHECK(run_classified(*tx, bad, Classified{Classified::Plain}) == Verdict::Drop);
+    CHECK(bad.pkt.drop == Drop::OutBadInner);
+    // An IPv4 header whose total length is beyond the packet: the same.
+    auto lies = plain;
+    lies[2] = 0x7f;
+    Frame liar(lies);
+    CHECK(run_classified(*tx, liar, Classified{Classified::Plain}) == Verdict::Drop);
+    CHECK(liar.pkt.drop == Drop::OutBadInner);
+
+    // The inner MTU of a super-packet: its SA's, within the link MTU; none for what no out
+    // policy protects.
+    auto big = udp_packet(4, "10.1.0.1", "10.2.0.1", 1000);
+    uint32_t mtu = tx->plain_inner_mtu(big.data(), uint32_t(big.size()));
+    CHECK(mtu > 1400);
+    CHECK(mtu < 1500);
+    const Sa &s = *tx->sas().all()[0];
+    CHECK(mtu == s.inner_mtu(1500));
+    auto other = udp_packet(4, "10.9.0.1", "10.2.0.1", 100);
+    CHECK(tx->plain_inner_mtu(other.data(), uint32_t(other.size())) == 0);
+}

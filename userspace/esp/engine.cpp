@@ -513,13 +513,18 @@ static Engine::Dirn bad_length(Pkt &p, uint8_t proto)
     return Engine::Dirn::None;
 }
 
-Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa)
+Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa, bool plain_only)
 {
     *sa = nullptr;
     s.stage = Step::Done;
     uint8_t *ip = p.ip();
     IpHeader h;
     IpParse st = parse_ip(ip, p.len, &h);
+    if (plain_only && st != IpParse::Ok) {
+        // Sent here because a policy protects it: what cannot be read goes nowhere.
+        p.set_drop(Drop::OutBadInner);
+        return Dirn::None;
+    }
     if (st == IpParse::NotIp)
         return Dirn::None;
     if (!lengths_ok(st))
@@ -530,9 +535,15 @@ Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa)
     // ESP fragments are reassembled by the kernel first. All other fragments, UDP ones too
     // (ESP in UDP or not, only the first one has ports), go to the SPD: a protected flow's
     // fragments must not leave in the clear.
-    if (h.fragment && h.proto == kProtoEsp)
+    if (h.fragment && h.proto == kProtoEsp && !plain_only)
         return Dirn::None;
     const uint32_t off = h.l4_off;
+    if (plain_only) {
+        flow_from_header(h, &s.flow);
+        t.spd.prefetch(Dir::Out, s.flow, &s.probe);
+        s.stage = Step::Policy;
+        return Dirn::None;
+    }
     if (h.proto == kProtoEsp)
         return classify_esp(t, p, ip, off, false, h.dst(), sa);
     if (!h.fragment && h.proto == kProtoUdp && off + kUdpLen <= p.len &&
@@ -993,18 +1004,41 @@ Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa)
 uint32_t Engine::natt_inner_mtu(const Classified &c, const Pkt &p)
 {
     const Tables &t = tables_.read();
-    if (c.kind != Classified::Encap)
-        return 0;
-    const PolicyConfig *pol = t.spd.by_id(c.id);
-    if (!pol || pol->dir != Dir::Out || pol->action == Action::Block || !pol->tmpl)
+    if (c.kind != Classified::Encap && c.kind != Classified::Plain)
         return 0;
     IpHeader h;
     if (!lengths_ok(parse_ip(p.ip(), p.len, &h)))
+        return 0;
+    const PolicyConfig *pol = nullptr;
+    if (c.kind == Classified::Encap) {
+        pol = t.spd.by_id(c.id);
+    } else {
+        FlowKey flow;
+        flow_from_header(h, &flow);
+        pol = t.spd.lookup(Dir::Out, flow);
+    }
+    if (!pol || pol->dir != Dir::Out || pol->action == Action::Block || !pol->tmpl)
         return 0;
     Sa *sa = out_sa(t, *pol, h);
     // Transport mode carries whole datagrams only (RFC 4303 3.3.4): its packets are not split
     // before encryption, the outer packet is fragmented instead.
     uint32_t mtu = sa && sa->natt() && sa->tunnel() ? sa->outer_mtu(options_.link_mtu) : 0;
+    return mtu ? sa->inner_mtu(mtu) : 0;
+}
+
+uint32_t Engine::plain_inner_mtu(const uint8_t *ip, uint32_t len)
+{
+    const Tables &t = tables_.read();
+    IpHeader h;
+    if (parse_ip(ip, len, &h) != IpParse::Ok)
+        return 0;
+    FlowKey flow;
+    flow_from_header(h, &flow);
+    const PolicyConfig *pol = t.spd.lookup(Dir::Out, flow);
+    if (!pol || pol->action == Action::Block || !pol->tmpl)
+        return 0;
+    Sa *sa = out_sa(t, *pol, h);
+    uint32_t mtu = sa ? sa->outer_mtu(options_.link_mtu) : 0;
     return mtu ? sa->inner_mtu(mtu) : 0;
 }
 
@@ -1030,6 +1064,8 @@ void Engine::classify_ids(const Tables &t, Pkt *const *pkts, const Classified *c
             steps[i].id = cls[i].id;
             steps[i].stage = Step::ById;
             t.spd.prefetch_id(cls[i].id);
+        } else if (cls[i].kind == Classified::Plain) {
+            b.dirn[i] = classify_begin(t, p, steps[i], &b.owner[i], true);
         }
     }
     b.pkts = pkts;

@@ -165,7 +165,10 @@ struct EngineOptions {
 struct Classified {
     // Report: an ICMP too-big about ESP for a host behind the gateway; the gateway reads it
     // (pmtu.h), the engine passes it.
-    enum Kind : uint8_t { Decap, Encap, Report } kind = Decap;
+    // Plain: plaintext that came without metadata from a protected interface in tun mode
+    // (the tc program sent it to the gateway's TUN device): looked up from its own headers as
+    // process() does, but only as plaintext to protect (never as ESP or IKE to take in).
+    enum Kind : uint8_t { Decap, Encap, Report, Plain } kind = Decap;
     uint32_t id = 0;    // Decap: SA id (Engine::sa_id); Encap: out-policy id (policy_by_id)
     uint16_t l4 = 0;    // Decap: ESP header, bytes from the IP header (behind UDP for NAT-T);
                         // Encap: the transport header (not needed by the engine);
@@ -292,12 +295,17 @@ public:
     // Decrypted, TooBig) gets l2_len = 0: its link-layer header is the caller's to write.
     void process_classified(Pkt *const *pkts, const Classified *cls, size_t n);
 
-    // For an Encap packet: the largest plaintext its SA still carries within the link MTU (or
+    // For an Encap or Plain packet: the largest plaintext its SA still carries within the link MTU (or
     // its learnt path MTU) once encrypted, if that SA is ESP in UDP (NAT-T) in tunnel mode; 0
     // otherwise (transport mode encrypts whole datagrams only), or if it cannot be told (no
     // MTU known, no SA yet). The gateway splits bigger IPv4 packets that may be fragmented
     // before they are encrypted (fragment.h says why).
     uint32_t natt_inner_mtu(const Classified &c, const Pkt &p);
+    // For plaintext of any size from its IP header (a super-packet from the TUN device, not
+    // yet cut): the largest packet its out policy's SA carries within the link MTU (or its
+    // learnt path MTU) once encrypted; 0 when no SA would carry it or no MTU is known. One
+    // lookup, on the data thread.
+    uint32_t plain_inner_mtu(const uint8_t *ip, uint32_t len);
 
     // Ids for the XDP classifier's maps (XdpProgram::add_sa, add_policy): from create(), an
     // SA's index in Config::sas and a policy's index in Config::policies (whatever its
@@ -418,7 +426,7 @@ private:
         Sa *sa = nullptr;
     };
     Dirn classify(const Tables &t, Pkt &p, Sa **sa);
-    Dirn classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa);
+    Dirn classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa, bool plain_only = false);
     Dirn classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa);
     void classify_burst(const Tables &t, Pkt *const *pkts, Step *steps, Dirn *dirn, Sa **owner,
                         size_t n);
