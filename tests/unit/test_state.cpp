@@ -374,7 +374,8 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
                    "t");
     REQUIRE(loaded);
     st.config = *loaded;
-    st.ifaces.emplace_back("eth0", IfaceRole::Public);
+    st.ifaces.push_back({"eth0", IfaceRole::Public});
+    st.ifaces.push_back({"eth1", IfaceRole::Protected, IfaceMode::Tun});
     KeyFingerprint fp = st.ledger.fingerprint(st.config.sas.nth(0).xf);
     st.ledger.new_round();
     st.ledger.new_round();
@@ -439,9 +440,10 @@ std::string format_state_by_document(const GatewayState &st)
     j["version"] = 2;
     j["config"] = to_batch(st.config, true);
     j["ifaces"] = nlohmann::json::array();
-    for (const auto &[name, role] : st.ifaces)
-        j["ifaces"].push_back(
-            {{"name", name}, {"role", role == IfaceRole::Public ? "public" : "protected"}});
+    for (const auto &i : st.ifaces)
+        j["ifaces"].push_back({{"name", i.name},
+                               {"role", iface_role_name(i.role)},
+                               {"mode", iface_mode_name(i.mode)}});
     if (st.netns)
         j["netns"] = *st.netns;
     j["journal"] = st.journal;
@@ -486,7 +488,7 @@ TEST_CASE("state file: its text is the JSON document's, written without building
     st.ledger.new_round();
     st.ifaces = {{"eth0", IfaceRole::Public},
                  {"we\"ird\\na\tme\x01\x7f", IfaceRole::Protected},
-                 {"caf\xc3\xa9", IfaceRole::Protected}};
+                 {"caf\xc3\xa9", IfaceRole::Protected, IfaceMode::Tun}};
     st.netns = "blue";
     st.journal = 7;
     ReplayWindow w;

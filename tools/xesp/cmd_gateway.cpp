@@ -59,7 +59,7 @@ std::string with_rate(uint64_t now, const json *prev_obj, const char *key, doubl
 }
 
 // `iface list -j`: the interfaces of `xesp stats -j` the operator added (not the local link),
-// each {name, role, ifindex, queues, mtu[, warning]}.
+// each {name, role, mode, ifindex, queues, mtu[, warning]}.
 json iface_list_json(const json &stats)
 {
     json out = json::array();
@@ -128,8 +128,9 @@ void print_stats(const json &s, const json *prev, double secs)
 {
     std::printf("interfaces:");
     for (const auto &i : s["ifaces"])
-        std::printf("  %s (%s, %u queues, MTU %u)", i.value("name", "").c_str(),
-                    i.value("role", "").c_str(), i.value("queues", 0u), i.value("mtu", 0u));
+        std::printf("  %s (%s, %s mode, %u queues, MTU %u)", i.value("name", "").c_str(),
+                    i.value("role", "").c_str(), i.value("mode", "xdp").c_str(),
+                    i.value("queues", 0u), i.value("mtu", 0u));
     std::printf("%s\n", s["ifaces"].empty() ? "  none (xesp iface add DEV role ...)" : "");
     std::printf("engine: encrypted %s  decrypted %s  dropped %s  too-big %s\n",
                 with_rate(num(s, "encrypted"), prev, "encrypted", secs).c_str(),
@@ -216,7 +217,9 @@ void register_gateway_commands(CLI::App &app)
     auto *iface = app.add_subcommand("iface", "attach the gateway to interfaces: add, del, list");
     iface->add_option("--socket", *socket, "the daemon's control socket");
     auto words = std::make_shared<std::vector<std::string>>();
-    iface->add_option("words", *words, "add DEV role protected|public | del DEV | list")
+    iface
+        ->add_option("words", *words,
+                     "add DEV role protected|public [mode xdp|tun] | del DEV | list")
         ->required();
     auto iface_json = std::make_shared<bool>(false);
     iface->add_flag("-j,--json", *iface_json, "list: a JSON array, one object per interface");

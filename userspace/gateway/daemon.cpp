@@ -53,14 +53,18 @@ public:
     {
         if (w.size() == 1 && w[0] == "list")
             return on_data<std::string>([&] { return iface_list(); });
-        if (w.size() == 4 && w[0] == "add" && w[2] == "role" &&
-            (w[3] == "public" || w[3] == "protected")) {
-            IfaceRole role = w[3] == "public" ? IfaceRole::Public : IfaceRole::Protected;
-            return changed_ifaces([&] { return gw_.add_iface(w[1], role); });
+        if ((w.size() == 4 || w.size() == 6) && w[0] == "add" && w[2] == "role" &&
+            (w[3] == "public" || w[3] == "protected") &&
+            (w.size() == 4 || (w[4] == "mode" && (w[5] == "xdp" || w[5] == "tun")))) {
+            IfaceSpec spec{w[1], w[3] == "public" ? IfaceRole::Public : IfaceRole::Protected};
+            if (w.size() == 6 && w[5] == "tun")
+                spec.mode = IfaceMode::Tun;
+            return changed_ifaces([&] { return gw_.add_iface(spec); });
         }
         if (w.size() == 2 && w[0] == "del")
             return changed_ifaces([&] { return gw_.del_iface(w[1]); });
-        return make_error("iface: expected `add DEV role protected|public`, `del DEV` or `list`");
+        return make_error(
+            "iface: expected `add DEV role protected|public [mode xdp|tun]`, `del DEV` or `list`");
     }
 
     // `sa add` and `sa update` answer with a warning line when two SAs share a key and salt.
@@ -179,9 +183,9 @@ private:
         std::string out;
         for (const auto &i : gw_.ifaces())
             if (!i.local) {
-                out += i.name + " role " + (i.role == IfaceRole::Public ? "public" : "protected") +
-                       " queues " + std::to_string(i.queues) + " mtu " + std::to_string(i.mtu) +
-                       "\n";
+                out += i.name + " role " + iface_role_name(i.role) + " mode " +
+                       iface_mode_name(i.mode) + " queues " + std::to_string(i.queues) + " mtu " +
+                       std::to_string(i.mtu) + "\n";
                 if (!i.warning.empty())
                     out += "  warning: " + i.warning + "\n";
             }
@@ -390,8 +394,8 @@ Result<void> run_daemon(const DaemonOptions &o)
     auto server = ControlServer::listen(handler, o.socket);
     if (!server)
         return server.error();
-    for (const auto &[name, role] : st->ifaces)
-        if (auto r = (*gw)->add_iface(name, role); !r)
+    for (const auto &spec : st->ifaces)
+        if (auto r = (*gw)->add_iface(spec); !r)
             log(LogLevel::Error, "%s (from the state file)", r.error().message.c_str());
     handler.save_now();
     // Loading many tunnels leaves the heap with free room behind it (the parsed batch, the

@@ -27,14 +27,6 @@ constexpr uint64_t kRefreshNs = 2'000'000'000;  // local addresses
 // plaintext packet shorter than the MTU it must fit by more than this fits whatever its SA.
 constexpr uint32_t kMaxEncapOverhead = 128;
 
-// Whether prefragment() has to look at p: plaintext to encrypt, IPv4 without DF, and long
-// enough that some SA might not fit it within mtu (split_mtu()). Headers only, no lookup.
-bool may_split(const Pkt &p, const Classified &c, uint32_t mtu)
-{
-    return c.kind == Classified::Encap && p.len + kMaxEncapOverhead > mtu &&
-           wire::ip_version(p.ip()) == 4 && may_fragment(p);
-}
-
 // Every address of every interface in this network namespace (IPv6 link-local ones too).
 std::vector<std::pair<std::string, IpAddr>> interface_addresses()
 {
@@ -257,6 +249,7 @@ size_t Gateway::poll_data()
     size_t before = counters_[size_t(GwCounter::Rx)];
     for (auto &p : ports_)
         rx_one(*p);
+    rx_tun();
     return counters_[size_t(GwCounter::Rx)] - before;
 }
 
@@ -399,25 +392,34 @@ void Gateway::rx_pipelined(Port &port)
     size_t k = take_burst(port, j.pkts, j.ready, j.cls, &big);
     if (!k)
         return;
-    const uint64_t reclassified = engine_->stats().reclassified;
     if (big) {
+        const uint64_t reclassified = engine_->stats().reclassified;
         drain();
         process_here(port, j.ready, j.cls, k, true);
-    } else {
-        free_jobs_.pop_back();
-        // Refused while bursts begun with tables that a change has replaced are in flight:
-        // they end first.
-        while (!engine_->begin_classified(j.ready, j.cls, k, j.b))
-            drain();
-        j.port = &port;
-        j.n = k;
-        j.run = run_job;
-        static_assert(Job::kMaxKeys >= kMaxBurst);
-        j.nkeys = uint32_t(j.b.sa_keys(j.keys));
-        j.weight = uint32_t(k);
-        while (!workers_->submit(j))  // not while jobs_ are few enough (create())
-            reap_jobs();
+        count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
+        return;
     }
+    submit(port, j, k);
+}
+
+// The burst of k packets in j (the last of free_jobs_) prepared here and handed to the
+// workers.
+void Gateway::submit(Port &port, BurstJob &j, size_t k)
+{
+    const uint64_t reclassified = engine_->stats().reclassified;
+    free_jobs_.pop_back();
+    // Refused while bursts begun with tables that a change has replaced are in flight: they
+    // end first.
+    while (!engine_->begin_classified(j.ready, j.cls, k, j.b))
+        drain();
+    j.port = &port;
+    j.n = k;
+    j.run = run_job;
+    static_assert(Job::kMaxKeys >= kMaxBurst);
+    j.nkeys = uint32_t(j.b.sa_keys(j.keys));
+    j.weight = uint32_t(k);
+    while (!workers_->submit(j))  // not while jobs_ are few enough (create())
+        reap_jobs();
     count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
 }
 
@@ -452,6 +454,14 @@ void Gateway::drain()
 #endif
         }
     }
+}
+
+// Whether prefragment() has to look at p: plaintext to encrypt, IPv4 without DF, and long
+// enough that some SA might not fit it within mtu (split_mtu()). Headers only, no lookup.
+bool Gateway::may_split(const Pkt &p, const Classified &c, uint32_t mtu)
+{
+    return (c.kind == Classified::Encap || c.kind == Classified::Plain) &&
+           p.len + kMaxEncapOverhead > mtu && wire::ip_version(p.ip()) == 4 && may_fragment(p);
 }
 
 // ESP in UDP (NAT-T) that the outer header would fragment cannot be put together again by the
@@ -530,6 +540,8 @@ std::vector<int> Gateway::wait_fds() const
     for (const auto &p : ports_)
         fds.push_back(p->x.fd());
     fds.push_back(hops_->event_fd());
+    if (tun_)
+        fds.push_back(tun_->fd());
     if (kernel_esp_ok_) {
         for (int i = 0; i < KernelEspInput::kSockets; i++)
             fds.push_back(kernel_esp_.fds()[i]);

@@ -51,11 +51,13 @@
 #include "userspace/esp/engine.h"
 #include "userspace/esp/icmp.h"
 #include "userspace/gateway/classifier_sync.h"
+#include "userspace/gateway/iface_spec.h"
 #include "userspace/kernel/kernel_esp.h"
 #include "userspace/gateway/local_link.h"
 #include "userspace/kernel/nexthop.h"
 #include "userspace/kernel/pmtu.h"
 #include "userspace/control/report.h"
+#include "userspace/offload/tun.h"
 #include "userspace/pipeline/ordered_pool.h"
 
 namespace xesp {
@@ -82,7 +84,15 @@ namespace xesp {
     X(PipelineFull, "pipeline-full", false)     /* every job in flight: a socket's burst waits */  \
     X(PmtuLearnt, "pmtu-learnt", false)         /* ICMP lowered an SA's path MTU */                \
     X(PmtuIgnored, "pmtu-ignored", false)       /* ICMP naming no SA of ours, or stale */          \
-    X(ReportsTaken, "pmtu-reports-kept", false) /* for a host, about our SA: not passed on */
+    X(ReportsTaken, "pmtu-reports-kept", false) /* for a host, about our SA: not passed on */      \
+    X(TunRx, "tun-rx", false)                   /* super-packets read from the TUN device */       \
+    X(TunPieces, "tun-pieces", false)           /* ... and the packets cut from them */            \
+    X(TunBad, "drop-tun-bad", true)             /* its vnet header or headers did not add up */    \
+    X(TunTooBig, "drop-tun-too-big", true)      /* not to cut, and over a frame */                 \
+    X(TunNoTunnel, "drop-tun-no-public", true)  /* read with no public interface to send on */     \
+    X(TunTx, "tun-tx", false)                   /* packets written to the TUN device */            \
+    X(TunJoined, "tun-joined", false)           /* decrypted segments joined into those (GRO) */   \
+    X(TunWriteError, "drop-tun-write", true)    /* segments the TUN device refused */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
@@ -127,8 +137,9 @@ struct GatewayIface {
     std::string name;
     uint32_t ifindex = 0;
     IfaceRole role = IfaceRole::Protected;
-    uint32_t slot = 0;  // its range in the XSKMAP
-    uint32_t queues = 0;
+    IfaceMode mode = IfaceMode::Xdp;
+    uint32_t slot = 0;    // its range in the XSKMAP (xdp mode)
+    uint32_t queues = 0;  // with a socket each (xdp mode; tun mode: none)
     uint32_t mtu = 0;
     bool local = false;   // the gateway's end of its local link (local_link.h)
     std::string warning;  // protected: unfinished checksums, with the fix (or "")
@@ -164,9 +175,10 @@ public:
     Result<void> apply(const ConfigChange &ch);
     Qsbr &readers() { return readers_; }
 
-    // Attaches the classifier to an interface and opens a socket on each of its RX queues.
-    // The first public interface also brings up the local link (local_link.h).
-    Result<void> add_iface(const std::string &name, IfaceRole role);
+    // Attaches the classifier to an interface and opens a socket on each of its RX queues;
+    // in tun mode, attaches the tc program and opens the TUN device (gateway_tun.cpp). The
+    // first public interface also brings up the local link (local_link.h).
+    Result<void> add_iface(const IfaceSpec &spec);
     Result<void> del_iface(const std::string &name);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
 
@@ -237,9 +249,11 @@ private:
     size_t reap_jobs();
     size_t take_burst(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     void rx_pipelined(Port &port);
+    void submit(Port &port, BurstJob &j, size_t k);
     void process_here(Port &port, Pkt *const *ready, const Classified *cls, size_t k, bool big);
     Gateway() = default;
-    Result<void> attach_iface(const std::string &name, IfaceRole role, bool local);
+    Result<void> attach_iface(const IfaceSpec &spec, bool local);
+    Result<void> attach_tun_mode(GatewayIface i);
     void open_local_link();
     void forget_iface(std::vector<GatewayIface>::iterator it);
     Result<void> release_leftover(const std::string &name);
@@ -266,8 +280,10 @@ private:
         Pkt *recycle[kTxSort];  // dropped, or not sent: frames back to the pool
         Pkt *kernel[kTxSort];   // bypass, or no next hop of ours: the kernel routes it
         Pkt *answers[kTxSort];  // ICMP time exceeded, for the engine again
+        Pkt *tun[kTxSort];      // decrypted, for a protected interface in tun mode: joined, then
+                                // to the TUN device, for the kernel to forward
         Out out[kTxSort];       // out of a port
-        size_t nrecycle = 0, nkernel = 0, nanswers = 0, nout = 0;
+        size_t nrecycle = 0, nkernel = 0, nanswers = 0, ntun = 0, nout = 0;
     };
     void transmit(Port &rx, Pkt *const *pkts, size_t n);
     void sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l);
@@ -275,7 +291,9 @@ private:
     void flush_ports();
     void to_kernel(Port &rx, Pkt &p);
     static bool forward_hop(Pkt &p);
+    static bool ttl_ends(const Pkt &p);
     bool time_exceeded(Pkt &p);
+    static bool may_split(const Pkt &p, const Classified &c, uint32_t mtu);
     size_t prefragment(Port &port, uint32_t split, Pkt *const *in, const Classified *in_cls,
                        size_t n, Pkt *pieces, Pkt **out, Classified *out_cls);
     Port *tx_port(uint32_t ifindex, uint32_t queue);
@@ -315,6 +333,27 @@ private:
     uint64_t started_ns_ = 0;
     std::array<uint64_t, size_t(GwCounter::Count)> counters_{};
     uint32_t frag_ident_ = 0;
+
+    // Tun mode (gateway_tun.cpp): the TUN device of the protected interfaces in that mode,
+    // the super-packet read last, and its pieces, each in a frame of the Umem, waiting for a
+    // burst. kTunPieces: what the most pieces one super-packet can make (the device's
+    // gso_max_segs, and 64 KB at the smallest tunnel MTU).
+    static constexpr const char *kTunName = "xesp-tun";
+    static constexpr size_t kTunPieces = 256;
+    Result<void> open_tun();
+    void close_tun();
+    void drop_tun_frames();
+    void rx_tun();
+    size_t take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
+    bool cut_tun(uint32_t len);
+    void tx_tun(Port &rx, Pkt *const *pkts, size_t n);
+    Port *tun_port();
+    std::unique_ptr<Tun> tun_;
+    VnetHdr tun_hdr_;               // of the super-packet in tun_buf_
+    std::vector<uint8_t> tun_buf_;  // a super-packet read
+    std::vector<uint8_t> gro_buf_;  // a joined one to write
+    std::vector<Pkt> tun_pieces_;   // cut, not yet in a burst: [tun_next_, end)
+    size_t tun_next_ = 0;
     IcmpLimiter icmp_limit_;
     uint64_t last_refresh_ns_ = 0;
 };

@@ -44,6 +44,7 @@ void Gateway::close_ports()
     for (auto &p : ports_)
         (void)prog_->clear_xsk(p->x.queue(), p->slot);
     ports_.clear();
+    drop_tun_frames();
     pool_.reset();
     umem_.reset();
 }
@@ -93,8 +94,13 @@ Result<void> Gateway::rebuild_ports()
     return {};
 }
 
-Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
+Result<void> Gateway::add_iface(const IfaceSpec &spec)
 {
+    const std::string &name = spec.name;
+    const IfaceRole role = spec.role;
+    if (role == IfaceRole::Public && spec.mode == IfaceMode::Tun)
+        return make_error("iface add " + name +
+                          ": mode tun is for protected interfaces; a public one is always xdp");
     for (const auto &i : ifaces_)
         if (i.name == name)
             return make_error(
@@ -103,7 +109,7 @@ Result<void> Gateway::add_iface(const std::string &name, IfaceRole role)
                          : std::string("already added as ") +
                                (i.role == IfaceRole::Public ? "public" : "protected") +
                                "; `xesp iface del " + name + "` first to change its role"));
-    if (auto r = attach_iface(name, role, false); !r)
+    if (auto r = attach_iface(spec, false); !r)
         return r;
     if (role == IfaceRole::Public && !local_link_)
         open_local_link();
@@ -120,7 +126,7 @@ void Gateway::open_local_link()
         return;
     }
     local_link_ = std::move(*l);
-    auto r = attach_iface(LocalLink::kGatewayEnd, IfaceRole::Protected, true);
+    auto r = attach_iface({LocalLink::kGatewayEnd, IfaceRole::Protected}, true);
     if (r)
         r = prog_->set_local_link(local_link_.kernel_ifindex());
     if (!r) {
@@ -143,20 +149,29 @@ void Gateway::open_local_link()
         LocalLink::kKernelEnd);
 }
 
-Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool local)
+Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local)
 {
+    const std::string &name = spec.name;
+    const IfaceRole role = spec.role;
     GatewayIface i;
     i.name = name;
     i.role = role;
+    i.mode = spec.mode;
     i.local = local;
     i.ifindex = if_nametoindex(name.c_str());
     if (!i.ifindex)
         return make_error("iface add " + name + ": no such interface in this network namespace");
-    i.queues = std::min(rx_queues(name), XdpProgram::kMaxQueues);
     i.mtu = read_uint("/sys/class/net/" + name + "/mtu");
+    if (i.mode == IfaceMode::Tun)
+        return attach_tun_mode(i);
+    // What an earlier daemon left of the other mode.
+    if (auto r = XdpProgram::detach_protected(int(i.ifindex)); !r)
+        return make_error("iface add " + name + ": " + r.error().message);
+    i.queues = std::min(rx_queues(name), XdpProgram::kMaxQueues);
     std::vector<bool> taken(XdpProgram::kMaxIfaceSlots);
     for (const auto &o : ifaces_)
-        taken[o.slot] = true;
+        if (o.mode == IfaceMode::Xdp)
+            taken[o.slot] = true;
     auto free = std::find(taken.begin(), taken.end(), false);
     if (free == taken.end())
         return make_error("iface add " + name + ": " + std::to_string(XdpProgram::kMaxIfaceSlots) +
@@ -195,7 +210,7 @@ Result<void> Gateway::attach_iface(const std::string &name, IfaceRole role, bool
     log(LogLevel::Info,
         "%s: attached as %s, %u queue(s), MTU %u; XDP in driver mode, one program (no "
         "libxdp dispatcher)%s; AF_XDP %s mode",
-        name.c_str(), role == IfaceRole::Public ? "public" : "protected", i.queues, i.mtu,
+        name.c_str(), iface_role_name(role), i.queues, i.mtu,
         role == IfaceRole::Public ? "; tc egress guard for the kernel's own plaintext" : "",
         ports_.empty() ? "-" : xsk_mode_name(ports_.back()->x.mode()));
     return {};
@@ -211,8 +226,9 @@ Result<void> Gateway::del_iface(const std::string &name)
         return make_error("iface del " + name +
                           ": the gateway's own local link, not an "
                           "interface to detach");
+    const bool sockets = it->mode == IfaceMode::Xdp;
     forget_iface(it);
-    auto r = rebuild_ports();
+    auto r = sockets ? rebuild_ports() : Result<void>{};
     if (r)
         relink_engine();
     if (!r)
@@ -226,6 +242,14 @@ void Gateway::forget_iface(std::vector<GatewayIface>::iterator it)
 {
     GatewayIface gone = *it;
     ifaces_.erase(it);
+    if (gone.mode == IfaceMode::Tun) {
+        if (auto r = XdpProgram::detach_protected(int(gone.ifindex)); !r)
+            log(LogLevel::Warning, "%s", r.error().message.c_str());
+        if (std::none_of(ifaces_.begin(), ifaces_.end(),
+                         [](const GatewayIface &i) { return i.mode == IfaceMode::Tun; }))
+            close_tun();
+        return;
+    }
     if (auto r = XdpProgram::detach(int(gone.ifindex)); !r)
         log(LogLevel::Warning, "%s", r.error().message.c_str());
     if (gone.role == IfaceRole::Public)
@@ -239,8 +263,17 @@ void Gateway::forget_iface(std::vector<GatewayIface>::iterator it)
 Result<void> Gateway::release_leftover(const std::string &name)
 {
     int ifindex = int(if_nametoindex(name.c_str()));
-    if (!ifindex || !XdpProgram::attached_to(ifindex))
+    if (!ifindex)
         return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+    if (!XdpProgram::attached_to(ifindex)) {
+        // Tun mode: the tc program, if any, goes; the kernel forwards what it would take.
+        if (auto r = XdpProgram::detach_protected(ifindex); !r)
+            return make_error("iface del " + name + ": " + r.error().message);
+        log(LogLevel::Info,
+            "%s: not added; a tun-mode program an earlier daemon left (if any) detached",
+            name.c_str());
+        return {};
+    }
     if (auto r = XdpProgram::detach(ifindex); !r)
         return make_error("iface del " + name + ": " + r.error().message);
     if (auto r = XdpProgram::detach_egress(ifindex); !r)
@@ -256,6 +289,7 @@ void Gateway::shutdown(bool detach)
 {
     close_ports();
     (void)prog_->set_local_link(0);  // the gateway's own protected traffic: dropped
+    close_tun();                     // tun mode: the tc program drops what it would send
     std::string names;
     for (const auto &i : ifaces_) {
         if (i.local)
@@ -263,6 +297,11 @@ void Gateway::shutdown(bool detach)
         names += (names.empty() ? "" : ", ") + i.name;
         if (!detach)
             continue;
+        if (i.mode == IfaceMode::Tun) {
+            if (auto r = XdpProgram::detach_protected(int(i.ifindex)); !r)
+                log(LogLevel::Warning, "%s", r.error().message.c_str());
+            continue;
+        }
         if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
         if (i.role == IfaceRole::Public)

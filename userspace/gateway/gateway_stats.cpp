@@ -50,9 +50,9 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
     j["xdp"] = xdp;
     json ifs = json::array();
     for (const auto &i : s.ifaces) {
-        const char *role = i.role == IfaceRole::Public ? "public" : "protected";
         ifs.push_back({{"name", i.name},
-                       {"role", i.local ? "local" : role},
+                       {"role", i.local ? "local" : iface_role_name(i.role)},
+                       {"mode", iface_mode_name(i.mode)},
                        {"ifindex", i.ifindex},
                        {"queues", i.queues},
                        {"mtu", i.mtu}});

@@ -34,6 +34,13 @@ bool Gateway::forward_hop(Pkt &p)
     return true;
 }
 
+// Whether forward_hop() would refuse p: its TTL or hop limit ends at this hop.
+bool Gateway::ttl_ends(const Pkt &p)
+{
+    const uint8_t *ip = p.ip();
+    return (wire::ip_version(ip) == 6 ? ip[7] : ip[8]) <= 1;
+}
+
 // p's TTL ran out at this hop: p becomes the ICMP time exceeded for its sender, from the
 // gateway's address on the protected side, if one may be sent and the rate limit allows it.
 bool Gateway::time_exceeded(Pkt &p)
@@ -83,14 +90,6 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
             l.recycle[l.nrecycle++] = &p;
             continue;
         }
-        if (p.verdict == Verdict::Decrypted && !forward_hop(p)) {
-            count(GwCounter::TtlExceeded);
-            if (time_exceeded(p))
-                l.answers[l.nanswers++] = &p;
-            else
-                l.recycle[l.nrecycle++] = &p;
-            continue;
-        }
         if (p.verdict == Verdict::TooBig && !icmp_limit_.allow(now_ns())) {
             count(GwCounter::IcmpLimited);
             l.recycle[l.nrecycle++] = &p;
@@ -101,6 +100,23 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
         if (p.verdict != Verdict::Pass) {  // Pass: a bypass policy, the kernel forwards it
             hop = hops_->lookup(ip_dst(p.ip()));
             out = hop ? tx_port(hop->ifindex, rx.x.queue()) : nullptr;
+        }
+        if (p.verdict == Verdict::Decrypted) {
+            // For a tun-mode interface, or the kernel's: its forwarding takes the hop, we
+            // answer where the TTL runs out, as for the rest.
+            const bool via_tun = !out && tun_;
+            if (via_tun && !ttl_ends(p)) {
+                l.tun[l.ntun++] = &p;
+                continue;
+            }
+            if (!forward_hop(p)) {
+                count(GwCounter::TtlExceeded);
+                if (time_exceeded(p))
+                    l.answers[l.nanswers++] = &p;
+                else
+                    l.recycle[l.nrecycle++] = &p;
+                continue;
+            }
         }
         if (!out) {  // bypass, unresolved, local, or not one of ours
             l.kernel[l.nkernel++] = &p;
@@ -179,7 +195,7 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
     TxLists l;
     while (n) {
         size_t k = n < kTxSort ? n : kTxSort;
-        l.nrecycle = l.nkernel = l.nanswers = l.nout = 0;
+        l.nrecycle = l.nkernel = l.nanswers = l.ntun = l.nout = 0;
         sort_tx(rx, pkts, k, l);
         for (size_t i = 0; i < l.nout; i++)
             if (!queue_out(rx, *l.out[i].p, *l.out[i].hop, *l.out[i].port))
@@ -187,6 +203,8 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
         flush_ports();
         for (size_t i = 0; i < l.nkernel; i++)
             to_kernel(rx, *l.kernel[i]);
+        if (l.ntun)
+            tx_tun(rx, l.tun, l.ntun);
         for (size_t i = 0; i < l.nrecycle; i++)
             rx.x.recycle(*l.recycle[i]);
         // Time exceeded for packets that came through a tunnel goes back through it: the

@@ -80,16 +80,6 @@ int dev_ioctl(unsigned long req, ifreq &ifr)
     return rc;
 }
 
-int set_up(const char *name)
-{
-    ifreq ifr{};
-    std::strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
-    if (int rc = dev_ioctl(SIOCGIFFLAGS, ifr))
-        return rc;
-    ifr.ifr_flags = short(ifr.ifr_flags | IFF_UP);
-    return dev_ioctl(SIOCSIFFLAGS, ifr);
-}
-
 // TX checksum offload off: the kernel finishes checksums before the frame crosses the pair,
 // since a frame the XDP program hands to AF_XDP never gets them finished later.
 int tx_checksum_off(const char *name)
@@ -120,6 +110,29 @@ Error link_error(const std::string &what, int rc)
 
 }  // namespace
 
+int link_set_up(const char *name)
+{
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+    if (int rc = dev_ioctl(SIOCGIFFLAGS, ifr))
+        return rc;
+    ifr.ifr_flags = short(ifr.ifr_flags | IFF_UP);
+    return dev_ioctl(SIOCSIFFLAGS, ifr);
+}
+
+int link_set_gso_max_segs(const char *name, uint32_t segs)
+{
+    uint32_t ifindex = if_nametoindex(name);
+    if (!ifindex)
+        return -ENODEV;
+    rtnl::Requests rtnl;
+    if (auto r = rtnl.open(kRtnlTimeoutSeconds); !r)
+        return -r.error().code.value();
+    nlmsghdr *nlh = link_request(rtnl, RTM_NEWLINK, 0, ifindex);
+    mnl_attr_put_u32(nlh, IFLA_GSO_MAX_SEGS, segs);
+    return link_call(rtnl, nlh);
+}
+
 Result<LocalLink> LocalLink::create()
 {
     if (uint32_t old = if_nametoindex(kKernelEnd))
@@ -135,7 +148,7 @@ Result<LocalLink> LocalLink::create()
     if (int rc = tx_checksum_off(kKernelEnd))
         return link_error("turn TX checksum offload off", rc);
     for (const char *name : {kGatewayEnd, kKernelEnd})
-        if (int rc = set_up(name))
+        if (int rc = link_set_up(name))
             return link_error(std::string("set ") + name + " up", rc);
     return l;
 }

@@ -458,8 +458,14 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
         const std::string &role = i["role"].get_ref<const std::string &>();
         if (role != "public" && role != "protected")
             return bad("role " + xfrm::shown(role) + " is neither public nor protected");
-        st.ifaces.emplace_back(i["name"].get<std::string>(),
-                               role == "public" ? IfaceRole::Public : IfaceRole::Protected);
+        IfaceSpec spec{i["name"].get<std::string>(),
+                       role == "public" ? IfaceRole::Public : IfaceRole::Protected};
+        if (auto m = i.find("mode"); m != i.end()) {  // absent from older files: xdp
+            if (!m->is_string() || (*m != "xdp" && *m != "tun"))
+                return bad("mode " + xfrm::shown(m->dump()) + " is neither xdp nor tun");
+            spec.mode = *m == "tun" ? IfaceMode::Tun : IfaceMode::Xdp;
+        }
+        st.ifaces.push_back(std::move(spec));
     }
     if (j.contains("netns")) {
         if (!j["netns"].is_string())
@@ -636,13 +642,15 @@ std::string format_state(const StateView &st)
     j.put('"');
     j.key("ifaces");
     j.open('[');
-    for (const auto &[name, role] : st.ifaces) {
+    for (const auto &i : st.ifaces) {
         j.item();
         j.open('{');
+        j.key("mode");  // the keys in the order a JSON document keeps them
+        j.str(iface_mode_name(i.mode));
         j.key("name");
-        j.str(name);
+        j.str(i.name);
         j.key("role");
-        j.str(role == IfaceRole::Public ? "public" : "protected");
+        j.str(iface_role_name(i.role));
         j.close('}');
     }
     j.close(']');

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bpf/xdp_program.h"
+#include "userspace/gateway/iface_spec.h"
 #include "userspace/config/config.h"
 #include "userspace/esp/replay.h"
 #include "userspace/base/result.h"
@@ -37,7 +38,7 @@ struct SavedReplay {
 
 struct GatewayState {
     Config config;  // replay-oseq: each SA's reservation; replay-seq: its highest received
-    std::vector<std::pair<std::string, IfaceRole>> ifaces;
+    std::vector<IfaceSpec> ifaces;
     SeqLedger ledger;
     std::vector<SavedReplay> replay;
     // The named network namespace (netns.h) of the daemon that wrote it, "" for none; absent
@@ -54,7 +55,7 @@ struct GatewayState {
 // together (the writer of a daemon with many tunnels keeps its own view of them).
 struct StateView {
     const Config &config;
-    const std::vector<std::pair<std::string, IfaceRole>> &ifaces;
+    const std::vector<IfaceSpec> &ifaces;
     const SeqLedger &ledger;
     const std::vector<SavedReplay> &replay;
     const std::optional<std::string> &netns;

@@ -423,7 +423,7 @@ StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now, bool whole)
                 take(*ref, ref, true, true);
         for (const auto &i : gw.ifaces())
             if (!i.local)  // made afresh at each start
-                job.ifaces.emplace_back(i.name, i.role);
+                job.ifaces.push_back({i.name, i.role, i.mode});
         return job;
     }
     // Each SA once, whatever lists it.

@@ -112,7 +112,7 @@ private:
         bool control = false;               // record_change()'s: its result goes to that thread
         std::vector<ConfigChange> changes;  // since the last job, in order
         std::vector<Sample> sas;
-        std::vector<std::pair<std::string, IfaceRole>> ifaces;
+        std::vector<IfaceSpec> ifaces;
         uint64_t now = 0;
         uint64_t ticket = 0;  // covers the requests up to this one
     };
@@ -165,7 +165,7 @@ private:
     // The writer thread's (set_config() before it starts).
     Config config_;  // as of the last job, with the reservations given
     std::unordered_map<SaKey, ReplayWindow::Snapshot, ConfigKeyHash> windows_;
-    std::vector<std::pair<std::string, IfaceRole>> ifaces_;
+    std::vector<IfaceSpec> ifaces_;
     Journal journal_;
     uint64_t generation_ = 0;  // of the file and the journal lines that follow it
     SeqLedger ledger_;

@@ -1,0 +1,349 @@
+// Gateway, protected interfaces in tun mode (`xesp iface add DEV role protected mode tun`):
+// the hosts behind DEV keep their TSO and GRO, as the kernel's own IPsec and wireguard-go's
+// TUN offloads let them.
+//
+//   host --TSO, 64 KB--> DEV: tc ingress (xesp_tc_protected): an out policy protects it?
+//        --bpf_redirect--> xesp-tun (IFF_VNET_HDR, TUNSETOFFLOAD) --read()--> take_tun():
+//        cut (gso_split) into frames of the Umem --> bursts of Classified::Plain --> the
+//        engine, on the data thread or the workers as any burst --> out of a public port
+//   public port --XDP, AF_XDP--> the engine, decrypted --> no port of ours for its next hop
+//        --> tx_tun(): joined (Gro) --write()--> xesp-tun --> the kernel forwards it to DEV,
+//        whole, and cuts it only where it must
+//
+// 1. Why not XDP. An XDP program on a veth turns its peer's GSO off: the host then sends
+//    1,500-byte segments, each copied into a page for the program. A tc program on DEV sees
+//    the super-packet as the host made it, and only redirects it: the TUN device hands it to
+//    the gateway with a vnet header that says how to cut it and where its checksum goes.
+// 2. Classification. The tc program looked the packet up in the SPD maps; the engine looks
+//    each piece up again in its own tables (Classified::Plain: as plaintext only, never as
+//    ESP or IKE to take in). The TUN is one for all tun-mode interfaces, as the local link is.
+// 3. The tunnel's MTU. TCP is cut to what its SA carries once encrypted
+//    (Engine::plain_inner_mtu: one lookup per super-packet), so that no encrypted packet is
+//    fragmented; the kernel's TSO would cut to the route's MTU the same way. UDP datagrams
+//    and packets not to cut are left as the sender made them: the engine answers "too big" or
+//    fragments the outer packet, as in xdp mode.
+// 4. The hop. A piece is forwarded here: its TTL or hop limit goes down (and ICMP time
+//    exceeded goes back) as for a packet the XDP program hands over. A decrypted packet
+//    written to the TUN is the kernel's to forward: it counts that hop itself.
+// 5. Fail closed. With no TUN device (the daemon stopped: set_tun_link(0); it died: the device
+//    went with its last descriptor), the tc program drops what it would send there, or the
+//    kernel drops it at the redirect: protected plaintext is never routed on in the clear.
+// 6. Frames. A super-packet is cut straight into frames taken from the pool; the pieces wait
+//    in tun_pieces_ for bursts of up to kBurst. The TUN device's gso_max_segs (kTunPieces)
+//    bounds what one super-packet can make.
+#include <errno.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "userspace/base/log.h"
+#include "userspace/base/wire.h"
+#include "userspace/gateway/gateway.h"
+#include "userspace/gateway/local_link.h"
+
+namespace xesp {
+
+namespace {
+
+// The most a piece may be: a frame after the headroom, with room for the ESP trailer.
+constexpr uint32_t kPieceRoom = kFrameSize - kFrameHeadroom - kMaxEspOverheadBack;
+
+// A sysctl of the TUN device; false if it could not be written.
+bool set_conf(const std::string &path, const char *value)
+{
+    std::ofstream f(path);
+    f << value << "\n";
+    f.flush();
+    return bool(f);
+}
+
+int read_conf(const std::string &path)
+{
+    std::ifstream f(path);
+    int v = -1;
+    f >> v;
+    return v;
+}
+
+}  // namespace
+
+Result<void> Gateway::attach_tun_mode(GatewayIface i)
+{
+    const std::string what = "iface add " + i.name;
+    if (i.role != IfaceRole::Protected)
+        return make_error(what + ": mode tun is for protected interfaces");
+    const bool opened = !tun_;
+    if (opened)
+        if (auto r = open_tun(); !r)
+            return make_error(what + ": " + r.error().message);
+    // What an earlier daemon left of xdp mode: its program would take the traffic first.
+    auto r = XdpProgram::detach(int(i.ifindex));
+    if (r)
+        r = prog_->attach_protected(int(i.ifindex));
+    if (!r) {
+        if (opened)
+            close_tun();
+        return make_error(what + ": " + r.error().message);
+    }
+    ifaces_.push_back(i);
+    relink_engine();  // ICMP errors for its hosts come from its address
+    log(LogLevel::Info,
+        "%s: attached as protected, tun mode, MTU %u; tc ingress program, what is protected "
+        "goes to %s whole",
+        i.name.c_str(), i.mtu, kTunName);
+    return {};
+}
+
+Result<void> Gateway::open_tun()
+{
+    auto t = Tun::create(kTunName);
+    if (!t)
+        return t.error();
+    const std::string conf4 = std::string("/proc/sys/net/ipv4/conf/") + kTunName + "/";
+    // What comes out of the tunnels enters the kernel through the TUN: its sources are the
+    // far sites, which the kernel routes elsewhere (rp_filter would drop them), and the kernel
+    // forwards it from there (the device's forwarding, as ip_forward sets for new ones).
+    if (!set_conf(conf4 + "rp_filter", "0") || !set_conf(conf4 + "forwarding", "1"))
+        return make_error(std::string(kTunName) + ": cannot set rp_filter and forwarding in " +
+                          conf4);
+    if (read_conf("/proc/sys/net/ipv4/conf/all/rp_filter") == 1)
+        log(LogLevel::Warning,
+            "%s: net.ipv4.conf.all.rp_filter is 1 (strict): the kernel drops what comes out of "
+            "the tunnels through %s; set it to 0 or 2",
+            kTunName, kTunName);
+    if (read_conf("/proc/sys/net/ipv6/conf/all/forwarding") == 0)
+        log(LogLevel::Warning,
+            "%s: net.ipv6.conf.all.forwarding is 0: IPv6 out of the tunnels will not be "
+            "forwarded in tun mode",
+            kTunName);
+    // At most kTunPieces segments in one super-packet: the kernel cuts bigger ones first.
+    if (int rc = link_set_gso_max_segs((*t)->name().c_str(), uint32_t(kTunPieces)); rc < 0)
+        log(LogLevel::Warning, "%s: gso_max_segs: %s", kTunName, std::strerror(-rc));
+    if (int rc = link_set_up((*t)->name().c_str()); rc < 0)
+        return make_error(std::string(kTunName) + ": set up: " + std::strerror(-rc), -rc);
+    uint32_t ifindex = if_nametoindex(kTunName);
+    if (!ifindex)
+        return make_error(std::string(kTunName) + ": gone after it was made");
+    if (auto r = prog_->set_tun_link(ifindex); !r)
+        return r;
+    tun_ = std::move(*t);
+    tun_buf_.resize(Gro::kMaxLen + 1);
+    gro_buf_.resize(Gro::kMaxLen);
+    tun_pieces_.reserve(kTunPieces + kBurst);
+    return {};
+}
+
+void Gateway::close_tun()
+{
+    if (!tun_)
+        return;
+    (void)prog_->set_tun_link(0);  // the tc program drops, before the device is gone
+    drop_tun_frames();
+    tun_.reset();
+}
+
+// The pieces waiting for a burst: their frames back to the pool (when the Umem is closed,
+// they go with it).
+void Gateway::drop_tun_frames()
+{
+    if (pool_)
+        for (size_t i = tun_next_; i < tun_pieces_.size(); i++) {
+            uint64_t addr = uint64_t(tun_pieces_[i].frame - umem_->frame(0));
+            pool_->free(&addr, 1);
+        }
+    tun_pieces_.clear();
+    tun_next_ = 0;
+}
+
+// The port tun-mode bursts are sent from (and their frames recycled through): the first
+// public one; the rest is up to each packet's next hop.
+Gateway::Port *Gateway::tun_port()
+{
+    for (auto &p : ports_)
+        for (const auto &i : ifaces_)
+            if (i.ifindex == p->ifindex && i.role == IfaceRole::Public)
+                return p.get();
+    return nullptr;
+}
+
+// Cuts the super-packet in tun_buf_ (len bytes, its header in tun_hdr_) into frames, after
+// the pieces already waiting. False: dropped (counted).
+bool Gateway::cut_tun(uint32_t len)
+{
+    const VnetHdr &h = tun_hdr_;
+    const uint8_t *pkt = tun_buf_.data();
+    const uint8_t type = h.gso_type & ~VnetHdr::kGsoEcn;
+    uint32_t mtu = kPieceRoom;
+    if (type == VnetHdr::kGsoTcpv4 || type == VnetHdr::kGsoTcpv6)
+        if (uint32_t m = engine_->plain_inner_mtu(pkt, len))
+            mtu = m;
+    uint64_t addrs[kTunPieces];
+    uint32_t got = pool_->alloc(addrs, uint32_t(kTunPieces));
+    uint8_t *outs[kTunPieces];
+    uint32_t lens[kTunPieces];
+    for (uint32_t i = 0; i < got; i++)
+        outs[i] = umem_->frame(addrs[i]) + kFrameHeadroom;
+    size_t n = 0;
+    GsoError e = gso_split(h, pkt, len, mtu, outs, kPieceRoom, lens, got, &n);
+    pool_->free(addrs + n, got - uint32_t(n));
+    switch (e) {
+    case GsoError::None:
+        break;
+    case GsoError::TooMany:
+        count(got < kTunPieces ? GwCounter::NoFrames : GwCounter::TunTooBig);
+        return false;
+    case GsoError::TooBig:
+        count(GwCounter::TunTooBig);
+        return false;
+    default:
+        count(GwCounter::TunBad);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        tun_pieces_.push_back(Pkt{outs[i] - kFrameHeadroom, kFrameSize, kFrameHeadroom, lens[i]});
+    count(GwCounter::TunPieces, n);
+    return true;
+}
+
+// A burst of pieces, cut from what the TUN device has (up to kBurst, the rest waits); as
+// take_burst(), with the hop taken and time exceeded answered here. Returns how many.
+size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big)
+{
+    *big = false;
+    while (tun_pieces_.size() - tun_next_ < kBurst) {
+        if (tun_next_ == tun_pieces_.size()) {
+            tun_pieces_.clear();
+            tun_next_ = 0;
+        }
+        if (tun_pieces_.size() + kTunPieces > tun_pieces_.capacity())
+            break;  // a whole super-packet might not fit: the next round
+        ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
+        if (r == -EAGAIN || r == -EWOULDBLOCK)
+            break;
+        if (r <= 0) {  // an empty packet, or one with no room for its header: the next
+            count(GwCounter::TunBad);
+            break;
+        }
+        count(GwCounter::TunRx);
+        (void)cut_tun(uint32_t(r));
+    }
+    size_t n = std::min(kBurst, tun_pieces_.size() - tun_next_);
+    if (!n)
+        return 0;
+    count(GwCounter::Rx, n);
+    Pkt *answers[kBurst];
+    size_t k = 0, na = 0;
+    const uint32_t split = split_mtu();
+    for (size_t i = 0; i < n; i++) {
+        pkts[i] = tun_pieces_[tun_next_ + i];
+        if (!forward_hop(pkts[i])) {
+            count(GwCounter::TtlExceeded);
+            if (time_exceeded(pkts[i]))
+                answers[na++] = &pkts[i];
+            else
+                port.x.recycle(pkts[i]);
+            continue;
+        }
+        cls[k] = Classified{};
+        cls[k].kind = Classified::Plain;
+        *big |= may_split(pkts[i], cls[k], split);
+        ready[k++] = &pkts[i];
+    }
+    tun_next_ += n;
+    if (na)
+        transmit(port, answers, na);
+    return k;
+}
+
+// What the TUN device has, a burst at a time, as the ports' bursts go: on this thread, or
+// prepared here and encrypted on the workers.
+void Gateway::rx_tun()
+{
+    if (!tun_)
+        return;
+    Port *port = tun_port();
+    if (!port) {  // nothing to encrypt for, nowhere to send: read and count
+        for (int i = 0; i < int(kBurst); i++) {
+            ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
+            if (r < 0)
+                break;
+            count(GwCounter::TunNoTunnel);
+        }
+        return;
+    }
+    if (workers_) {
+        reap_jobs();
+        if (free_jobs_.empty()) {
+            count(GwCounter::PipelineFull);
+            return;
+        }
+        BurstJob &j = *free_jobs_.back();
+        bool big;
+        size_t k = take_tun(*port, j.pkts, j.ready, j.cls, &big);
+        if (!k)
+            return;
+        if (!big) {
+            submit(*port, j, k);
+            return;
+        }
+        drain();  // split before encryption (NAT-T): on this thread, after the rest
+        process_here(*port, j.ready, j.cls, k, true);
+        return;
+    }
+    Pkt pkts[kBurst];
+    Pkt *ready[kBurst];
+    Classified cls[kBurst];
+    bool big;
+    size_t k = take_tun(*port, pkts, ready, cls, &big);
+    if (k)
+        process_here(*port, ready, cls, k, big);
+}
+
+// Decrypted packets for the kernel to forward, through the TUN device: the segments of a TCP
+// flow that follow each other joined into one (Gro), each written with its vnet header; the
+// frames back to the pool.
+void Gateway::tx_tun(Port &rx, Pkt *const *pkts, size_t n)
+{
+    const uint8_t *ips[Gro::kMaxRun];
+    uint32_t lens[Gro::kMaxRun];
+    uint16_t run_of[Gro::kMaxRun];
+    while (n) {
+        size_t k = std::min(n, Gro::kMaxRun);
+        for (size_t i = 0; i < k; i++) {
+            ips[i] = pkts[i]->ip();
+            lens[i] = pkts[i]->len;
+        }
+        Gro::plan(ips, lens, k, run_of);
+        for (size_t i = 0; i < k; i++) {
+            if (run_of[i] != i)
+                continue;
+            size_t segs = 0;
+            for (size_t j = i; j < k; j++)
+                segs += run_of[j] == i;
+            int rc;
+            if (segs == 1) {
+                rc = tun_->write(VnetHdr{}, ips[i], lens[i]);
+            } else {
+                VnetHdr h;
+                uint32_t len = Gro::write(ips, lens, k, run_of, i, gro_buf_.data(), &h);
+                rc = tun_->write(h, gro_buf_.data(), len);
+            }
+            if (rc < 0) {
+                count(GwCounter::TunWriteError, segs);
+                continue;
+            }
+            count(GwCounter::TunTx);
+            count(GwCounter::TunJoined, segs - 1);
+        }
+        for (size_t i = 0; i < k; i++)
+            rx.x.recycle(*pkts[i]);
+        pkts += k;
+        n -= k;
+    }
+}
+
+}  // namespace xesp
