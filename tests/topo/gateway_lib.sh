@@ -70,6 +70,21 @@ stop_gw() { # GW [SIGNAL]
 # use it, scapy runs and all, on a loaded machine (8 s was not), short enough to see it expire.
 PMTU_EXPIRES=20
 
+# The protected interfaces' mode (`iface add ... mode xdp|tun`): XESP_PROT_MODE, default xdp.
+# In tun mode the hosts keep their offloads (TSO, TX checksums), as they would behind a
+# gateway that takes their super-packets.
+PROT_MODE=${XESP_PROT_MODE:-xdp}
+[ "$PROT_MODE" = tun ] && export XESP_TOPO_HOST_OFFLOADS=default
+
+# prot_attached GW DEV: the protected-side program of PROT_MODE is on DEV (XDP, or tc ingress).
+prot_attached() {
+    if [ "$PROT_MODE" = tun ]; then
+        "$TOPO" exec "$1" tc filter show dev "$2" ingress | grep -q xesp_tc_protect  # the name as the kernel keeps it (15 characters)
+    else
+        xdp_attached "$1" "$2"
+    fi
+}
+
 # up_pair MODE-OPTIONS...: fresh daemons on both gateways with `xesp-topo config` for them.
 up_pair() {
     local gw
@@ -78,10 +93,10 @@ up_pair() {
         "$TOPO" config "$gw" "$@" >"$WORK/$gw.conf" || return 1
         start_gw "$gw" -b "$WORK/$gw.conf" --pmtu-expires "$PMTU_EXPIRES" || return 1
     done
-    cli gwA iface add "$GWA_PROT_IF" role protected &&
+    cli gwA iface add "$GWA_PROT_IF" role protected mode "$PROT_MODE" &&
         cli gwA iface add "$GWA_PUB_IF" role public &&
         cli gwB iface add "$GWB_PUB_IF" role public &&
-        cli gwB iface add "$GWB_PROT_IF" role protected
+        cli gwB iface add "$GWB_PROT_IF" role protected mode "$PROT_MODE"
 }
 
 down_pair() {

@@ -43,11 +43,18 @@ if [ "$failed" != 0 ]; then
     exit 1
 fi
 check "iface list shows both interfaces" bash -c "[ \$(XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | wc -l) = 2 ]"
-check "XDP attached to all four gateway interfaces" bash -c "
-    '$TOPO' exec gwA ip -d link show dev $GWA_PROT_IF | grep -q prog/xdp &&
+check "XDP attached to both public interfaces" bash -c "
     '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp &&
-    '$TOPO' exec gwB ip -d link show dev $GWB_PUB_IF | grep -q prog/xdp &&
-    '$TOPO' exec gwB ip -d link show dev $GWB_PROT_IF | grep -q prog/xdp"
+    '$TOPO' exec gwB ip -d link show dev $GWB_PUB_IF | grep -q prog/xdp"
+check "the $PROT_MODE-mode program on both protected interfaces" bash -c "
+    $(declare -f prot_attached xdp_attached); TOPO='$TOPO' PROT_MODE=$PROT_MODE
+    prot_attached gwA $GWA_PROT_IF && prot_attached gwB $GWB_PROT_IF"
+check "iface list shows the protected interface's mode" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | grep -q '^$GWA_PROT_IF role protected mode $PROT_MODE '"
+if [ "$PROT_MODE" = tun ]; then
+    check "tun mode: no XDP program on the protected interfaces (the hosts keep GSO)" bash -c "
+        ! '$TOPO' exec gwA ip -d link show dev $GWA_PROT_IF | grep -q prog/xdp &&
+        ! '$TOPO' exec gwB ip -d link show dev $GWB_PROT_IF | grep -q prog/xdp"
+fi
 
 check "hostA pings hostB over IPv4 through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
 check "hostA pings hostB over IPv6 through the tunnel" ping_from hostA "$HOSTB_IP6" -c 3
@@ -103,7 +110,14 @@ else
 fi
 
 check "stats: SA 0x1001 on gwA counted packets" test "$(stat gwA 'sas[spi=0x1001].packets')" -gt 0
-check "stats: XDP redirected to encrypt on gwA" test "$(stat gwA 'xdp.redirect-encap')" -gt 0
+if [ "$PROT_MODE" = tun ]; then
+    check "stats: the tc program sent plaintext to gwA's TUN" test "$(stat gwA 'xdp.tun-encap')" -gt 0
+    check "stats: gwA read it from the TUN and cut it" test "$(stat gwA 'gateway.tun-pieces')" -gt 0
+    check "stats: gwB wrote what it decrypted to its TUN" test "$(stat gwB 'gateway.tun-tx')" -gt 0
+    check "stats: nothing read from a TUN was bad" test "$(stat gwA 'gateway.drop-tun-bad')" = 0
+else
+    check "stats: XDP redirected to encrypt on gwA" test "$(stat gwA 'xdp.redirect-encap')" -gt 0
+fi
 check "stats: XDP redirected to decrypt on gwB" test "$(stat gwB 'xdp.redirect-decap')" -gt 0
 # With workers (XESP_DAEMON_ARGS="--workers N"), the data thread hands bursts to the others.
 if [[ "${XESP_DAEMON_ARGS:-}" =~ --workers\ ([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -gt 1 ]; then
@@ -448,6 +462,9 @@ crash() {
 }
 step "kill -9 under traffic: zero plaintext packets of protected flows on the wire" crash
 check "after kill -9: XDP stays attached on gwA" xdp_attached gwA "$GWA_PUB_IF"
+check "after kill -9: the $PROT_MODE-mode program stays on gwA's protected interface" prot_attached gwA "$GWA_PROT_IF"
+[ "$PROT_MODE" = tun ] &&
+    check "after kill -9: the TUN device went with the daemon" bash -c "! '$TOPO' exec gwA ip link show xesp-tun 2>/dev/null"
 check "after kill -9: the tc egress guard stays attached on gwA" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 check "after kill -9: protected traffic is dropped, not forwarded" bash -c "! '$TOPO' exec hostA '$PY' '$HERE/ping.py' -c 2 -W 1 $HOSTB_IP4"
 own_dropped() {
@@ -472,6 +489,18 @@ step "SIGTERM: the daemon exits 0" stop_gw gwA TERM
 check "SIGTERM: XDP stays on gwA's interfaces (fail closed)" xdp_attached gwA "$GWA_PUB_IF"
 check "SIGTERM: the tc egress guard stays too" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 check "SIGTERM: the local link is gone" bash -c "! '$TOPO' exec gwA ip link show xesp-local 2>/dev/null"
+check "SIGTERM: the $PROT_MODE-mode program stays on the protected interface" prot_attached gwA "$GWA_PROT_IF"
+stopped_dropped() {
+    local got n
+    sink_start hostB "$HOSTB_IP4" 2 || return 1
+    FILTERS=("contains stopped-$marker" "esp")
+    udp_cmd hostA "$HOSTB_IP4" 50 "stopped-$marker"
+    got=$(wire_counts "${UDP[@]}")
+    sink_count n
+    echo "on the wire: plaintext, ESP: $got; hostB got ${n:-0}"
+    [ "$got" = "0 0 " ] && [ "${n:-0}" = 0 ]
+}
+check "SIGTERM: protected traffic is dropped, nothing of it on the wire" stopped_dropped
 stop_gw gwB
 
 finish
