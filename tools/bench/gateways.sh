@@ -1,4 +1,4 @@
-# xesp-bench's gateways for the kernel, kernel-xdp and xesp modes: each mode's setup_MODE
+# xesp-bench's gateways for the kernel, kernel-xdp, xesp and xesp-tun modes: each mode's setup_MODE
 # starts what forwards in gwA and gwB (nothing for the kernel, xesp daemons otherwise), and
 # stop_gateways ends whatever a mode started (GW_PIDS), charons included.
 # Sourced by tools/xesp-bench (needs common.sh); on failure a setup sets ERR.
@@ -23,6 +23,11 @@ setup_kernel() { return 0; }
 # first): look for it among the subcommands instead.
 xesp_has_daemon() { "$XESP" --help 2>/dev/null | sed -n '/^Subcommands:/,$p' | grep -qE '^ +daemon( |$)'; }
 
+# xesp: the protected interfaces in xdp mode; xesp-tun: in tun mode (`iface add ... mode tun`).
+setup_xesp_tun() {
+    setup_xesp tun
+}
+
 setup_xesp() {
     local seed gw
     # The topology's own gateway configs (AES-128-GCM tunnels, IPv4 and IPv6, out and fwd
@@ -32,7 +37,7 @@ setup_xesp() {
         "$TOPO" config $gw seed="$seed" >"$WORK/$MODE/$gw.conf" ||
             { ERR="xesp-topo config $gw failed"; return 1; }
     done
-    start_xesp
+    start_xesp "${1:-xdp}"
 }
 
 # No SA, no policy: the classifier passes every packet to the kernel, which forwards it.
@@ -42,9 +47,10 @@ setup_kernel_xdp() {
     start_xesp
 }
 
-# start_xesp: a daemon in each gateway with $WORK/$MODE/gwX.conf, on both interfaces.
+# start_xesp [PROT-MODE]: a daemon in each gateway with $WORK/$MODE/gwX.conf, on both
+# interfaces, the protected one in PROT-MODE (xdp or tun; default xdp).
 start_xesp() {
-    local gw ns sock pid prot pub
+    local gw ns sock pid prot pub prot_mode=${1:-xdp}
     mkdir -p /run/xesp
     for gw in gwA gwB; do
         ns=$NS_GWA
@@ -70,7 +76,7 @@ start_xesp() {
                 ERR="xesp daemon in $gw exited: $(tail -1 "$WORK/$MODE/$gw.log"); see $WORK/$MODE/$gw.log"
             return 1
         fi
-        ip netns exec "$ns" env XESP_SOCKET="$sock" "$XESP" iface add "$prot" role protected \
+        ip netns exec "$ns" env XESP_SOCKET="$sock" "$XESP" iface add "$prot" role protected mode "$prot_mode" \
             >>"$WORK/$MODE/$gw.cli.log" 2>&1 &&
             ip netns exec "$ns" env XESP_SOCKET="$sock" "$XESP" iface add "$pub" role public \
                 >>"$WORK/$MODE/$gw.cli.log" 2>&1 ||

@@ -67,6 +67,16 @@ print_report() {
     printf 'xesp / kernel, UDP 1400 B Mpps:       %5s  target >= %s  %s\n' "$UDP_RATIO" "$UDP_TARGET" "$UDP_VERDICT"
     printf 'kernel-xdp / libipsec, TCP Gbps:      %5s  the most xesp / libipsec TCP can be on this topology\n' \
         "$CEIL_RATIO"
+    read -r TUN_LIB TUN_LIB_V < <(ratio xesp-tun.tcp libipsec.tcp "$TCP_TARGET")
+    read -r TUN_XDP TUN_XDP_V < <(ratio xesp-tun.tcp kernel-xdp.tcp 1.0)
+    read -r TUN_KERN TUN_KERN_V < <(ratio xesp-tun.tcp kernel.tcp 0.5)
+    read -r TUN_U64 TUN_U64_V < <(ratio xesp-tun.udp64 xesp.udp64 1.0)
+    read -r TUN_U1400 TUN_U1400_V < <(ratio xesp-tun.udp1400 xesp.udp1400 1.0)
+    printf 'xesp-tun / libipsec, TCP Gbps:        %5s  target >= %s  %s\n' "$TUN_LIB" "$TCP_TARGET" "$TUN_LIB_V"
+    printf 'xesp-tun / kernel-xdp, TCP Gbps:      %5s  target >= 1.0  %s\n' "$TUN_XDP" "$TUN_XDP_V"
+    printf 'xesp-tun / kernel, TCP Gbps:          %5s  (0.5 would be remarkable)\n' "$TUN_KERN"
+    printf 'xesp-tun / xesp, UDP 64 B Mpps:       %5s  target >= 1.0  %s\n' "$TUN_U64" "$TUN_U64_V"
+    printf 'xesp-tun / xesp, UDP 1400 B Mpps:     %5s  target >= 1.0  %s\n' "$TUN_U1400" "$TUN_U1400_V"
     echo "(the machine's CPUs are shared by sender, gateways and receiver, and with anything else running: expect noise)"
 }
 
@@ -99,6 +109,15 @@ write_json() {
         "$(jnum "$TCP_RATIO")" "$TCP_TARGET" "$(jverdict "$TCP_VERDICT")"
     printf '    "xesp_over_kernel_udp1400_mpps": {"value": %s, "target": %s, "verdict": %s},\n' \
         "$(jnum "$UDP_RATIO")" "$UDP_TARGET" "$(jverdict "$UDP_VERDICT")"
-    printf '    "kernel_xdp_over_libipsec_tcp": {"value": %s}\n' "$(jnum "$CEIL_RATIO")"
+    printf '    "kernel_xdp_over_libipsec_tcp": {"value": %s},\n' "$(jnum "$CEIL_RATIO")"
+    printf '    "xesp_tun_over_libipsec_tcp": {"value": %s, "target": %s, "verdict": %s},\n' \
+        "$(jnum "$TUN_LIB")" "$TCP_TARGET" "$(jverdict "$TUN_LIB_V")"
+    printf '    "xesp_tun_over_kernel_xdp_tcp": {"value": %s, "target": 1.0, "verdict": %s},\n' \
+        "$(jnum "$TUN_XDP")" "$(jverdict "$TUN_XDP_V")"
+    printf '    "xesp_tun_over_kernel_tcp": {"value": %s},\n' "$(jnum "$TUN_KERN")"
+    printf '    "xesp_tun_over_xesp_udp64_mpps": {"value": %s, "target": 1.0, "verdict": %s},\n' \
+        "$(jnum "$TUN_U64")" "$(jverdict "$TUN_U64_V")"
+    printf '    "xesp_tun_over_xesp_udp1400_mpps": {"value": %s, "target": 1.0, "verdict": %s}\n' \
+        "$(jnum "$TUN_U1400")" "$(jverdict "$TUN_U1400_V")"
     printf '  }\n}\n'
 }
