@@ -69,7 +69,8 @@ struct flow {
     __u32 ip_len; /* the IP datagram's length per its header */
     __u32 ingress_ifindex;
     __u8 tos;
-    __u8 too_big; /* ICMP "fragmentation needed" / "packet too big" quoting
+    __u8 hop_limit; /* IPv6 only */
+    __u8 too_big;   /* ICMP "fragmentation needed" / "packet too big" quoting
                                        ESP or UDP (maybe ESP in UDP) */
 };
 
@@ -155,6 +156,7 @@ static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow 
         f->dst[i] = ip6->daddr.in6_u.u6_addr32[i];
     }
     f->tos = (bpf_ntohs(*(__be16 *)ip6) >> 4) & 0xff;
+    f->hop_limit = ip6->hop_limit;
     f->ip_len = sizeof(*ip6) + bounded_ntohs(ip6->payload_len);
     if (c->pos + f->ip_len > c->end)
         f->bad_length = 1;
@@ -242,6 +244,26 @@ static __always_inline void parse_too_big(struct cursor *c, struct flow *f)
         return;
     }
     f->too_big = quoted == IPPROTO_ESP || quoted == IPPROTO_UDP;
+}
+
+/* IPv6 neighbour discovery (RFC 4861: router and neighbour solicitations and advertisements,
+ * redirects) in the shape the kernel's ndisc_rcv takes: ICMPv6 types 133-137, not in a
+ * fragment, hop limit 255 (sent on this link, not routed here). The ICMPv6 header is at c. */
+static __always_inline int is_nd(const struct cursor *c, const struct flow *f)
+{
+    if (f->family != XESP_FAMILY_V6 || f->proto != NEXTHDR_ICMP_ || f->fragment ||
+        f->hop_limit != 255)
+        return 0;
+    __u8 *type = c->pos;
+    return (void *)(type + 1) <= c->end && *type >= 133 && *type <= 137;
+}
+
+/* An IPv6 destination of the link, where neighbour discovery goes unless it is to one of the
+ * gateway's addresses: multicast (ff00::/8) or link-local unicast (fe80::/10). */
+static __always_inline int is_link_dst_v6(const struct flow *f)
+{
+    __u32 top = bpf_ntohl(f->dst[0]);
+    return (top >> 24) == 0xff || (top & 0xffc00000) == 0xfe800000;
 }
 
 /* Source and destination ports of the protocols that have them; a transport header too short

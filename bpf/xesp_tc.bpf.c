@@ -130,7 +130,8 @@ int xesp_tc_egress(struct __sk_buff *skb)
  * the gateway's TUN device whole, as the host's TSO made it (an XDP program would have the
  * kernel cut it first), for the gateway to cut, encrypt and send; without a TUN (no gateway
  * running) it is dropped, never routed on in the clear. Blocked plaintext is dropped; the rest
- * (bypass, no policy, the gateway's own traffic, ND, what is not IP) goes on to the kernel. */
+ * (bypass, no policy, the gateway's own traffic, ND for the link, what is not IP) goes on to
+ * the kernel. */
 SEC("tc")
 int xesp_tc_protected(struct __sk_buff *skb)
 {
@@ -160,12 +161,11 @@ int xesp_tc_protected(struct __sk_buff *skb)
         count(XESP_CTR_PASS_LOCAL);
         return TC_ACT_OK;
     }
-    if (f.proto == NEXTHDR_ICMP_ && f.family == XESP_FAMILY_V6 && !f.fragment) {
-        __u8 *type = c.pos;
-        if ((void *)(type + 1) <= c.end && *type >= 133 && *type <= 137) {
-            count(XESP_CTR_PASS_ND);
-            return TC_ACT_OK;
-        }
+    /* Neighbour discovery for the link (that to the gateway passed above); anything else of
+     * those ICMPv6 types goes through the policies (see the XDP program). */
+    if (is_nd(&c, &f) && is_link_dst_v6(&f)) {
+        count(XESP_CTR_PASS_ND);
+        return TC_ACT_OK;
     }
     parse_ports(&c, &f);
     struct spd_match r;

@@ -11,8 +11,9 @@
  *   IKE, NAT keepalives, ESP of SPIs we do not
  *   own: to the gateway itself .................. pass to the kernel
  *   ... to anyone else .......................... the policies, as any plaintext
- *   ARP/ND, traffic for the gateway, the
- *   unmatched ................................... pass to the kernel
+ *   ARP; ND with hop limit 255 to the link
+ *   (multicast, fe80::/10) or the gateway;
+ *   traffic for the gateway, the unmatched ...... pass to the kernel
  *
  * A redirect carries a struct xesp_meta in the metadata area (see xesp_xdp_abi.h). Its
  * fallback is XDP_DROP: a queue without a socket drops protected traffic instead of letting
@@ -404,11 +405,12 @@ int xesp_xdp(struct xdp_md *ctx)
     if (f.bad_length)
         return pass(XESP_CTR_PASS_MALFORMED);
 
-    if (f.proto == NEXTHDR_ICMP_ && f.family == XESP_FAMILY_V6 && !f.fragment) {
-        __u8 *type = c.pos;
-        if ((void *)(type + 1) <= c.end && *type >= 133 && *type <= 137)
-            return pass(XESP_CTR_PASS_ND);
-    }
+    /* Neighbour discovery as the kernel takes it, for the link or the gateway, passes before
+     * any policy: an in policy that wants the gateway's plaintext protected must not cut it
+     * off its link. Anything else of those ICMPv6 types (another hop limit, a routable
+     * destination) is plaintext like the rest, lest it carry a protected flow past a policy. */
+    if (is_nd(&c, &f) && (local || is_link_dst_v6(&f)))
+        return pass(XESP_CTR_PASS_ND);
     parse_too_big(&c, &f);
     parse_ports(&c, &f);
     if (f.proto == IPPROTO_UDP && f.dport == bpf_htons(IKE_PORT) && local)

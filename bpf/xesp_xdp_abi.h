@@ -198,7 +198,7 @@ struct xesp_meta {
     X(PASS_KEEPALIVE, "pass-keepalive")                                                            \
     X(PASS_ESP_UNKNOWN_SPI, "pass-esp-unknown-spi")                                                \
     X(PASS_ESP_FRAGMENT, "pass-esp-fragment") /* to us: the kernel reassembles first */            \
-    X(PASS_ND, "pass-nd")                     /* IPv6 neighbour/router discovery */                \
+    X(PASS_ND, "pass-nd")                     /* IPv6 ND, hop limit 255, to the link or to us */   \
     X(PASS_LOCAL, "pass-local")               /* plaintext to the gateway itself */                \
     X(PASS_BYPASS, "pass-bypass")             /* an allow policy without template */               \
     X(PASS_NO_POLICY, "pass-no-policy")                                                            \

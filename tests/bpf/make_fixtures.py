@@ -12,11 +12,13 @@ next to the SAs and policies it loads; the names here are the keys. Addresses us
     10.2.0.0/16, fd00:2::/48   the remote protected side, behind the tunnel
     10.3.0.0/16                UDP/53 protected, everything else bypassed
     203.0.113.0/24             blocked
+    fd00:1::/48 -> ::/0        ICMPv6 blocked where nothing else applies
+    2001:db8::1 (in)           plaintext to it must come as ESP, as to 192.0.2.1
 """
 import struct
 import sys
 
-from scapy.all import (ARP, ESP, ICMP, ICMPv6ND_NS, ICMPv6PacketTooBig, IP,
+from scapy.all import (ARP, ESP, ICMP, ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6PacketTooBig, IP,
                        IPOption_Router_Alert, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment,
                        IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, TCP, UDP, Dot1AD, Dot1Q, Ether,
                        Padding, Raw, conf, raw)
@@ -146,7 +148,24 @@ def fixtures():
 
     add("arp", eth(type=0x0806) / ARP(psrc="10.1.0.5", pdst="10.1.0.1"))
     add("arp_vlan", eth() / Dot1Q(vlan=10) / ARP(psrc="10.1.0.5", pdst="10.1.0.1"))
-    add("nd6_ns", eth() / IPv6(src="fd00:1::5", dst="fd00:2::1", hlim=255) / ICMPv6ND_NS(tgt="fd00:2::1"))
+
+    # Neighbour discovery (RFC 4861) is the kernel's when it is for the link or the gateway and
+    # comes with hop limit 255, as ndisc_rcv takes it. Anything else of those ICMPv6 types is
+    # plaintext like the rest: an out policy protects or blocks it.
+    add("nd6_ns_multicast", eth() / IPv6(src="fd00:1::5", dst="ff02::1:ff00:7", hlim=255) /
+        ICMPv6ND_NS(tgt="fd00:1::7"))
+    add("nd6_ns_multicast_hlim64", eth() / IPv6(src="fd00:1::5", dst="ff02::1:ff00:7", hlim=64) /
+        ICMPv6ND_NS(tgt="fd00:1::7"))
+    add("nd6_na_link_local", eth() / IPv6(src="fd00:1::5", dst="fe80::7", hlim=255) /
+        ICMPv6ND_NA(tgt="fd00:1::5"))
+    add("nd6_ns_site_local", eth() / IPv6(src="fd00:1::5", dst="fec0::7", hlim=255) /
+        ICMPv6ND_NS(tgt="fec0::7"))    # fec0::/10, just outside fe80::/10
+    add("nd6_ns_to_protected", eth() / IPv6(src="fd00:1::5", dst="fd00:2::1", hlim=255) /
+        ICMPv6ND_NS(tgt="fd00:2::1"))
+    add("nd6_ns_to_blocked", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7", hlim=255) /
+        ICMPv6ND_NS(tgt="fd00:9::7"))
+    add("nd6_ns_to_gateway", eth() / IPv6(src=PEER6, dst=GW6, hlim=255) / ICMPv6ND_NS(tgt=GW6))
+    add("nd6_ns_to_gateway_hlim64", eth() / IPv6(src=PEER6, dst=GW6, hlim=64) / ICMPv6ND_NS(tgt=GW6))
 
     # plaintext, protected side
     add("plain4_protect_tcp", eth() / IP(src="10.1.0.5", dst="10.2.0.7") / tcp())

@@ -151,6 +151,9 @@ void load_config(XdpProgram &prog)
     REQUIRE(prog.add_policy(9, policy("10.1.0.0/16", "10.3.0.0/16", Out, 100, false)));
     REQUIRE(prog.add_policy(11, policy("0.0.0.0/0", "192.0.2.0/24", Out, 200, true)));
     REQUIRE(prog.add_policy(12, policy("0.0.0.0/0", "192.0.2.1/32", In, 300, true)));
+    REQUIRE(prog.add_policy(
+        13, policy("fd00:1::/48", "::/0", Out, 150, false, Action::Block, 58 /* ICMPv6 */)));
+    REQUIRE(prog.add_policy(14, policy("::/0", "2001:db8::1/128", In, 300, true)));
 }
 
 // The classifier with nothing in its maps, the host's routes left out.
@@ -235,7 +238,25 @@ const Expect kTable[] = {
     {"ip6_ext_too_many", Prot, V::Drop, C::DROP_IPV6_EXT_DEPTH},
     {"arp", Prot, V::Pass, C::PASS_NON_IP},
     {"arp_vlan", Prot, V::Pass, C::PASS_NON_IP},
-    {"nd6_ns", Prot, V::Pass, C::PASS_ND},
+    // Neighbour discovery passes before the policies only as the kernel takes it: hop limit
+    // 255, for the link (multicast, fe80::/10) or the gateway. The rest of those ICMPv6 types
+    // gets the policies' verdict: type 135 cannot carry a protected flow's traffic past them.
+    {"nd6_ns_multicast", Prot, V::Pass, C::PASS_ND},
+    {"nd6_ns_multicast", Pub, V::Pass, C::PASS_ND},
+    {"nd6_na_link_local", Prot, V::Pass, C::PASS_ND},
+    {"nd6_ns_multicast_hlim64", Prot, V::Drop, C::DROP_OUT_BLOCK},
+    {"nd6_ns_multicast_hlim64", Pub, V::Drop, C::DROP_OUT_BLOCK},
+    {"nd6_ns_site_local", Prot, V::Drop, C::DROP_OUT_BLOCK},
+    {"nd6_ns_to_protected", Prot, V::Encap, C::REDIRECT_ENCAP, 6, 14, 54, F6},
+    {"nd6_ns_to_protected", Pub, V::Drop, C::DROP_PUBLIC_PLAINTEXT},
+    {"nd6_ns_to_blocked", Prot, V::Drop, C::DROP_OUT_BLOCK},
+    {"nd6_ns_to_blocked", Pub, V::Drop, C::DROP_OUT_BLOCK},
+    // To the gateway itself: the kernel's, even where an in policy wants the gateway's
+    // plaintext protected; with another hop limit, plaintext to the gateway as any other.
+    {"nd6_ns_to_gateway", Prot, V::Pass, C::PASS_ND},
+    {"nd6_ns_to_gateway", Pub, V::Pass, C::PASS_ND},
+    {"nd6_ns_to_gateway_hlim64", Prot, V::Pass, C::PASS_LOCAL},
+    {"nd6_ns_to_gateway_hlim64", Pub, V::Drop, C::DROP_IN_UNPROTECTED},
     {"plain4_protect_tcp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
     {"plain4_protect_ip_options", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 38},
     {"plain4_protect_vlan_udp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 18, 38},
@@ -525,7 +546,13 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
         {"plain4_bypass_ssh", kOk, "pass-bypass+1 "},
         {"plain4_unmatched", kOk, "pass-no-policy+1 "},
         {"plain4_to_gateway", kOk, "pass-local+1 "},
-        {"nd6_ns", kOk, "pass-nd+1 "},
+        {"nd6_ns_multicast", kOk, "pass-nd+1 "},
+        {"nd6_na_link_local", kOk, "pass-nd+1 "},
+        {"nd6_ns_multicast_hlim64", kShot, "drop-out-policy-block+1 "},
+        {"nd6_ns_site_local", kShot, "drop-out-policy-block+1 "},
+        {"nd6_ns_to_blocked", kShot, "drop-out-policy-block+1 "},
+        {"nd6_ns_to_gateway", kOk, "pass-local+1 "},
+        {"nd6_ns_to_gateway_hlim64", kOk, "pass-local+1 "},
         {"arp", kOk, "pass-non-ip+1 "},
         {"plain4_block", kShot, "drop-out-policy-block+1 "},
         {"plain4_fragment_unsure", kShot, "drop-ports-unknown+1 "},
@@ -535,10 +562,12 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
     check_rows(rest);
     // Protected: dropped while there is no TUN (no gateway), then sent to it.
     check_rows({{"plain4_protect_tcp", kShot, "drop-tun-gone+1 "},
-                {"plain6_protect_tcp", kShot, "drop-tun-gone+1 "}});
+                {"plain6_protect_tcp", kShot, "drop-tun-gone+1 "},
+                {"nd6_ns_to_protected", kShot, "drop-tun-gone+1 "}});
     REQUIRE(prog->set_tun_link(kLoIfindex));
     check_rows({{"plain4_protect_tcp", kRedirect, "tun-encap+1 "},
                 {"plain6_protect_tcp", kRedirect, "tun-encap+1 "},
+                {"nd6_ns_to_protected", kRedirect, "tun-encap+1 "},
                 {"plain4_protect_vlan_udp", kRedirect, "tun-encap+1 "}});
     check_rows(rest);
     REQUIRE(prog->set_tun_link(0));
