@@ -222,12 +222,14 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
         if (tun_pieces_.size() + kTunPieces > tun_pieces_.capacity())
             break;  // a whole super-packet might not fit: the next round
         ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
-        if (r == -EAGAIN || r == -EWOULDBLOCK)
+        if (r == -EAGAIN)
             break;
-        if (r <= 0) {  // an empty packet, or one with no room for its header: the next
+        if (r == 0 || r == -EINVAL) {  // empty, or shorter than its vnet header
             count(GwCounter::TunBad);
-            break;
+            continue;
         }
+        if (r < 0)
+            break;  // the device's error: tried again next round
         count(GwCounter::TunRx);
         (void)cut_tun(uint32_t(r));
     }
@@ -269,7 +271,7 @@ void Gateway::rx_tun()
     if (!port) {  // nothing to encrypt for, nowhere to send: read and count
         for (int i = 0; i < int(kBurst); i++) {
             ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
-            if (r < 0)
+            if (r < 0 && r != -EINVAL)
                 break;
             count(GwCounter::TunNoTunnel);
         }
