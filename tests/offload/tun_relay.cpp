@@ -36,7 +36,7 @@ void on_term(int)
 
 struct Counters {
     unsigned long reads = 0, super = 0, pieces = 0, joined = 0, writes = 0, write_errors = 0,
-                  split_errors = 0, not_up = 0, read_empty = 0, read_errors = 0;
+                  split_errors = 0, not_up = 0, read_empty = 0, read_errors = 0, super_udp = 0;
 };
 
 }  // namespace
@@ -109,6 +109,7 @@ int main(int argc, char **argv)
                 }
                 c.reads++;
                 c.super += h.gso_type != VnetHdr::kGsoNone;
+                c.super_udp += h.gso_type == VnetHdr::kGsoUdpL4;
                 if (mode == "pass") {
                     put(out, h, buf.data(), size_t(n));
                     continue;
@@ -142,9 +143,9 @@ int main(int argc, char **argv)
         return 1;
     std::fprintf(f,
                  "reads %lu\nsuper %lu\npieces %lu\njoined %lu\nwrites %lu\nwrite_errors %lu\n"
-                 "split_errors %lu\nnot_up %lu\nread_empty %lu\nread_errors %lu\n",
+                 "split_errors %lu\nnot_up %lu\nread_empty %lu\nread_errors %lu\nsuper_udp %lu\n",
                  c.reads, c.super, c.pieces, c.joined, c.writes, c.write_errors, c.split_errors,
-                 c.not_up, c.read_empty, c.read_errors);
+                 c.not_up, c.read_empty, c.read_errors, c.super_udp);
     std::fclose(f);
     return 0;
 }
