@@ -210,6 +210,7 @@ public:
         uint32_t link_mtu = 0;  // 0: no public interface yet
         XskStats xsk;
         std::vector<PoolStats> workers;  // worker 0 is the data thread
+        uint64_t tun_queue_drops = 0;    // tun mode: dropped at the TUN device's full queue
         std::vector<int> cpus;
         uint64_t uptime_ns = 0;
     };

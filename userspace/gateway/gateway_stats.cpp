@@ -1,5 +1,8 @@
 // What the gateway reports: `xesp stats` (engine, per SA, gateway, XDP and socket counters).
 #include "userspace/gateway/gateway.h"
+
+#include <fstream>
+
 #include "userspace/control/report.h"
 
 namespace xesp {
@@ -30,6 +33,12 @@ Gateway::Stats Gateway::stats_sample() const
     }
     for (unsigned w = 0; w < (workers_ ? workers_->workers() : 1); w++)
         s.workers.push_back(workers_ ? workers_->stats(w) : PoolStats{});
+    // Tun mode: what the kernel dropped at the TUN device because its queue was full (the
+    // daemon fell behind), from the device's own counter.
+    if (tun_) {
+        std::ifstream f(std::string("/sys/class/net/") + kTunName + "/statistics/tx_dropped");
+        f >> s.tun_queue_drops;
+    }
     s.cpus = options_.cpus;
     s.uptime_ns = now_ns() - started_ns_;
     return s;
@@ -42,6 +51,8 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
     json gw = json::object();
     for (size_t i = 0; i < kGwCounterNames.size(); i++)
         gw[std::string(kGwCounterNames[i])] = s.counters[i];
+    if (s.tun_queue_drops)
+        gw["drop-tun-queue-full"] = s.tun_queue_drops;
     j["gateway"] = gw;
     json xdp = json::object();
     if (auto c = prog_->counters())
