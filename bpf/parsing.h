@@ -259,11 +259,11 @@ static __always_inline int is_nd(const struct cursor *c, const struct flow *f)
 }
 
 /* An IPv6 destination of the link, where neighbour discovery goes unless it is to one of the
- * gateway's addresses: multicast (ff00::/8) or link-local unicast (fe80::/10). */
+ * gateway's addresses: link-scope multicast (ff02::/16) or link-local unicast (fe80::/10). */
 static __always_inline int is_link_dst_v6(const struct flow *f)
 {
     __u32 top = bpf_ntohl(f->dst[0]);
-    return (top >> 24) == 0xff || (top & 0xffc00000) == 0xfe800000;
+    return (top >> 16) == 0xff02 || (top & 0xffc00000) == 0xfe800000;
 }
 
 /* Source and destination ports of the protocols that have them; a transport header too short

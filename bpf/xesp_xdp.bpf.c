@@ -12,7 +12,7 @@
  *   own: to the gateway itself .................. pass to the kernel
  *   ... to anyone else .......................... the policies, as any plaintext
  *   ARP; ND with hop limit 255 to the link
- *   (multicast, fe80::/10) or the gateway;
+ *   (ff02::/16, fe80::/10) or the gateway;
  *   traffic for the gateway, the unmatched ...... pass to the kernel
  *
  * A redirect carries a struct xesp_meta in the metadata area (see xesp_xdp_abi.h). Its

@@ -239,13 +239,15 @@ const Expect kTable[] = {
     {"arp", Prot, V::Pass, C::PASS_NON_IP},
     {"arp_vlan", Prot, V::Pass, C::PASS_NON_IP},
     // Neighbour discovery passes before the policies only as the kernel takes it: hop limit
-    // 255, for the link (multicast, fe80::/10) or the gateway. The rest of those ICMPv6 types
+    // 255, for the link (ff02::/16, fe80::/10) or the gateway. The rest of those ICMPv6 types
     // gets the policies' verdict: type 135 cannot carry a protected flow's traffic past them.
     {"nd6_ns_multicast", Prot, V::Pass, C::PASS_ND},
     {"nd6_ns_multicast", Pub, V::Pass, C::PASS_ND},
     {"nd6_na_link_local", Prot, V::Pass, C::PASS_ND},
     {"nd6_ns_multicast_hlim64", Prot, V::Drop, C::DROP_OUT_BLOCK},
     {"nd6_ns_multicast_hlim64", Pub, V::Drop, C::DROP_OUT_BLOCK},
+    {"nd6_ns_site_multicast", Prot, V::Drop, C::DROP_OUT_BLOCK},
+    {"nd6_ns_site_multicast", Pub, V::Drop, C::DROP_OUT_BLOCK},
     {"nd6_ns_site_local", Prot, V::Drop, C::DROP_OUT_BLOCK},
     {"nd6_ns_to_protected", Prot, V::Encap, C::REDIRECT_ENCAP, 6, 14, 54, F6},
     {"nd6_ns_to_protected", Pub, V::Drop, C::DROP_PUBLIC_PLAINTEXT},
@@ -549,6 +551,7 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
         {"nd6_ns_multicast", kOk, "pass-nd+1 "},
         {"nd6_na_link_local", kOk, "pass-nd+1 "},
         {"nd6_ns_multicast_hlim64", kShot, "drop-out-policy-block+1 "},
+        {"nd6_ns_site_multicast", kShot, "drop-out-policy-block+1 "},
         {"nd6_ns_site_local", kShot, "drop-out-policy-block+1 "},
         {"nd6_ns_to_blocked", kShot, "drop-out-policy-block+1 "},
         {"nd6_ns_to_gateway", kOk, "pass-local+1 "},
