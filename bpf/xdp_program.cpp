@@ -485,20 +485,39 @@ Result<void> XdpProgram::detach(int ifindex)
     return {};
 }
 
-bool XdpProgram::attached_to(int ifindex)
+namespace {
+
+// Whether the program `id` is the one named `name` (as the kernel keeps it: 15 characters).
+bool prog_named(uint32_t id, const char *name)
 {
-    uint32_t id = 0;
-    if (bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &id) != 0 || !id)
-        return false;
     int fd = bpf_prog_get_fd_by_id(id);
     if (fd < 0)
         return false;
     bpf_prog_info info{};
     uint32_t len = sizeof(info);
     bool ours = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 &&
-                std::strncmp(info.name, "xesp_xdp", sizeof(info.name)) == 0;
+                std::strncmp(info.name, name, sizeof(info.name) - 1) == 0;
     close(fd);
     return ours;
+}
+
+}  // namespace
+
+bool XdpProgram::attached_to(int ifindex)
+{
+    uint32_t id = 0;
+    if (bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &id) != 0 || !id)
+        return false;
+    return prog_named(id, "xesp_xdp");
+}
+
+bool XdpProgram::protected_attached(int ifindex)
+{
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
+    if (bpf_tc_query(&hook, &opts) != 0 || !opts.prog_id)
+        return false;
+    return prog_named(opts.prog_id, "xesp_tc_protected");
 }
 
 namespace {

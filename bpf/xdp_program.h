@@ -138,6 +138,8 @@ public:
     static Result<void> detach(int ifindex);
     // Whether an xesp classifier (this program, or one a stopped daemon left) is attached.
     static bool attached_to(int ifindex);
+    // Whether xesp's tc ingress program of tun mode is on the interface.
+    static bool protected_attached(int ifindex);
 
     // The tc egress program (xesp_tc_egress) on a public interface: the kernel's own plaintext
     // that an out policy protects or blocks is dropped there. Stays after this process exits.

@@ -50,7 +50,18 @@ check "the $PROT_MODE-mode program on both protected interfaces" bash -c "
     $(declare -f prot_attached xdp_attached); TOPO='$TOPO' PROT_MODE=$PROT_MODE
     prot_attached gwA $GWA_PROT_IF && prot_attached gwB $GWB_PROT_IF"
 check "iface list shows the protected interface's mode" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | grep -q '^$GWA_PROT_IF role protected mode $PROT_MODE '"
+check "iface add with an unknown mode: one line naming it, nothing added" bash -c "
+    out=\$(XESP_SOCKET=$WORK/gwA.sock '$XESP' iface add lo role protected mode fast 2>&1)
+    [ \$? != 0 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && echo \"\$out\" | grep -q \"mode 'fast'\" &&
+    [ \$(XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | wc -l) = 2 ]"
+check "iface add of the gateway's own TUN device is refused" bash -c "
+    ! XESP_SOCKET=$WORK/gwA.sock '$XESP' iface add xesp-tun role protected mode tun 2>/dev/null"
 if [ "$PROT_MODE" = tun ]; then
+    # The TUN device has no addresses: what the kernel sends into it of its own is the report
+    # of its IPv6 groups when it comes up, link-scope multicast, which is not carried.
+    sleep 2
+    check "tun mode: nothing from an idle TUN device is carried (only link-scope multicast read)" \
+        test "$(stat gwA 'gateway.tun-pieces')" = "$(stat gwA 'gateway.drop-tun-link-scope')"
     check "tun mode: no XDP program on the protected interfaces (the hosts keep GSO)" bash -c "
         ! '$TOPO' exec gwA ip -d link show dev $GWA_PROT_IF | grep -q prog/xdp &&
         ! '$TOPO' exec gwB ip -d link show dev $GWB_PROT_IF | grep -q prog/xdp"
@@ -484,6 +495,7 @@ resume() {
 }
 check "after the restart the flow resumes (gwB accepts the sequence numbers)" resume
 check "the restarted daemon has its interfaces back" bash -c "[ \$(XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | wc -l) = 2 ]"
+check "... the protected one in $PROT_MODE mode" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | grep -q '^$GWA_PROT_IF role protected mode $PROT_MODE '"
 
 step "SIGTERM: the daemon exits 0" stop_gw gwA TERM
 check "SIGTERM: XDP stays on gwA's interfaces (fail closed)" xdp_attached gwA "$GWA_PUB_IF"

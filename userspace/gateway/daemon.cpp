@@ -61,6 +61,8 @@ public:
                 spec.mode = IfaceMode::Tun;
             return changed_ifaces([&] { return gw_.add_iface(spec); });
         }
+        if (w.size() == 6 && w[0] == "add" && w[4] == "mode" && w[5] != "xdp" && w[5] != "tun")
+            return make_error("iface add " + w[1] + ": mode '" + w[5] + "': expected xdp or tun");
         if (w.size() == 2 && w[0] == "del")
             return changed_ifaces([&] { return gw_.del_iface(w[1]); });
         return make_error(

@@ -88,11 +88,13 @@ namespace xesp {
     X(TunRx, "tun-rx", false)                   /* super-packets read from the TUN device */       \
     X(TunPieces, "tun-pieces", false)           /* ... and the packets cut from them */            \
     X(TunBad, "drop-tun-bad", true)             /* its vnet header or headers did not add up */    \
-    X(TunTooBig, "drop-tun-too-big", true)      /* not to cut, and over a frame */                 \
-    X(TunNoTunnel, "drop-tun-no-public", true)  /* read with no public interface to send on */     \
-    X(TunTx, "tun-tx", false)                   /* packets written to the TUN device */            \
-    X(TunJoined, "tun-joined", false)           /* decrypted segments joined into those (GRO) */   \
-    X(TunWriteError, "drop-tun-write", true)    /* segments the TUN device refused */
+    X(TunTooBig, "drop-tun-too-big", true)      /* over a frame uncut, or > kTunPieces pieces */   \
+    X(TunFailed, "tun-failed", false) /* the TUN device failed: tun mode stopped (logged) */       \
+    X(TunLinkScope, "drop-tun-link-scope", true) /* link-scope multicast: not forwarded */         \
+    X(TunNoTunnel, "drop-tun-no-public", true)   /* read with no public interface to send on */    \
+    X(TunTx, "tun-tx", false)                    /* packets written to the TUN device */           \
+    X(TunJoined, "tun-joined", false)            /* decrypted segments joined into those (GRO) */  \
+    X(TunWriteError, "drop-tun-write", true)     /* segments the TUN device refused */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
@@ -344,6 +346,7 @@ private:
     Result<void> open_tun();
     void close_tun();
     void drop_tun_frames();
+    void tun_failed(int rc);
     void rx_tun();
     size_t take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     bool cut_tun(uint32_t len);

@@ -98,6 +98,8 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec)
 {
     const std::string &name = spec.name;
     const IfaceRole role = spec.role;
+    if (name == kTunName || name == LocalLink::kKernelEnd || name == LocalLink::kGatewayEnd)
+        return make_error("iface add " + name + ": a device of the gateway's own, not one to add");
     if (role == IfaceRole::Public && spec.mode == IfaceMode::Tun)
         return make_error("iface add " + name +
                           ": mode tun is for protected interfaces; a public one is always xdp");
@@ -164,9 +166,6 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local)
     i.mtu = read_uint("/sys/class/net/" + name + "/mtu");
     if (i.mode == IfaceMode::Tun)
         return attach_tun_mode(i);
-    // What an earlier daemon left of the other mode.
-    if (auto r = XdpProgram::detach_protected(int(i.ifindex)); !r)
-        return make_error("iface add " + name + ": " + r.error().message);
     i.queues = std::min(rx_queues(name), XdpProgram::kMaxQueues);
     std::vector<bool> taken(XdpProgram::kMaxIfaceSlots);
     for (const auto &o : ifaces_)
@@ -191,6 +190,10 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local)
             (void)prog_->remove_iface(i.ifindex);
             return make_error("iface add " + name + ": " + r.error().message);
         }
+    // What an earlier daemon left of tun mode goes once XDP, which runs before it, is on.
+    if (XdpProgram::protected_attached(int(i.ifindex)))
+        if (auto r = XdpProgram::detach_protected(int(i.ifindex)); !r)
+            log(LogLevel::Warning, "%s", r.error().message.c_str());
     ifaces_.push_back(i);
     auto r = rebuild_ports();
     if (r)
@@ -266,11 +269,14 @@ Result<void> Gateway::release_leftover(const std::string &name)
     if (!ifindex)
         return make_error("iface del " + name + ": not added (see `xesp iface list`)");
     if (!XdpProgram::attached_to(ifindex)) {
-        // Tun mode: the tc program, if any, goes; the kernel forwards what it would take.
+        if (!XdpProgram::protected_attached(ifindex))
+            return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+        // Tun mode: the tc program goes; the kernel forwards what it would take.
         if (auto r = XdpProgram::detach_protected(ifindex); !r)
             return make_error("iface del " + name + ": " + r.error().message);
         log(LogLevel::Info,
-            "%s: not added; a tun-mode program an earlier daemon left (if any) detached",
+            "%s: detached the tun-mode program an earlier daemon left; the kernel forwards "
+            "its traffic now",
             name.c_str());
         return {};
     }

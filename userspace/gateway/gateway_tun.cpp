@@ -69,6 +69,15 @@ int read_conf(const std::string &path)
     return v;
 }
 
+// Multicast no router forwards (224.0.0.0/24, ff02::/16): the TUN device's own (the kernel
+// reports its IPv6 groups there when it comes up, whatever its flags), never a packet to carry.
+bool link_scope_multicast(const uint8_t *ip)
+{
+    if (wire::ip_version(ip) == 6)
+        return ip[24] == 0xff && (ip[25] & 0x0f) <= 2;
+    return ip[16] == 224 && ip[17] == 0 && ip[18] == 0;
+}
+
 }  // namespace
 
 Result<void> Gateway::attach_tun_mode(GatewayIface i)
@@ -80,15 +89,16 @@ Result<void> Gateway::attach_tun_mode(GatewayIface i)
     if (opened)
         if (auto r = open_tun(); !r)
             return make_error(what + ": " + r.error().message);
-    // What an earlier daemon left of xdp mode: its program would take the traffic first.
-    auto r = XdpProgram::detach(int(i.ifindex));
-    if (r)
-        r = prog_->attach_protected(int(i.ifindex));
-    if (!r) {
+    if (auto r = prog_->attach_protected(int(i.ifindex)); !r) {
         if (opened)
             close_tun();
         return make_error(what + ": " + r.error().message);
     }
+    // What an earlier daemon left of xdp mode runs before the tc program: it goes once the
+    // tc program is on, so that one of them always drops what is protected.
+    if (XdpProgram::attached_to(int(i.ifindex)))
+        if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
+            log(LogLevel::Warning, "%s", r.error().message.c_str());
     ifaces_.push_back(i);
     relink_engine();  // ICMP errors for its hosts come from its address
     log(LogLevel::Info,
@@ -120,6 +130,11 @@ Result<void> Gateway::open_tun()
             "%s: net.ipv6.conf.all.forwarding is 0: IPv6 out of the tunnels will not be "
             "forwarded in tun mode",
             kTunName);
+    // No addresses and no multicast of its own: the kernel sends nothing into it (no MLD, no
+    // link-local traffic), so all that comes out of it is what the tc program sent.
+    (void)set_conf(std::string("/proc/sys/net/ipv6/conf/") + kTunName + "/addr_gen_mode", "1");
+    if (int rc = link_clear_multicast((*t)->name().c_str()); rc < 0)
+        log(LogLevel::Warning, "%s: multicast off: %s", kTunName, std::strerror(-rc));
     // At most kTunPieces segments in one super-packet: the kernel cuts bigger ones first.
     if (int rc = link_set_gso_max_segs((*t)->name().c_str(), uint32_t(kTunPieces)); rc < 0)
         log(LogLevel::Warning, "%s: gso_max_segs: %s", kTunName, std::strerror(-rc));
@@ -144,6 +159,18 @@ void Gateway::close_tun()
     (void)prog_->set_tun_link(0);  // the tc program drops, before the device is gone
     drop_tun_frames();
     tun_.reset();
+}
+
+// The TUN device failed (deleted under the daemon): logged and closed, so that the tc
+// program drops what is protected (drop-tun-gone) and the data thread does not spin on it.
+void Gateway::tun_failed(int rc)
+{
+    log(LogLevel::Error,
+        "%s: %s; tun mode stops: its protected traffic is dropped until `xesp iface del` and "
+        "`add` again",
+        kTunName, std::strerror(-rc));
+    count(GwCounter::TunFailed);
+    close_tun();
 }
 
 // The pieces waiting for a burst: their frames back to the pool (when the Umem is closed,
@@ -193,7 +220,7 @@ bool Gateway::cut_tun(uint32_t len)
     switch (e) {
     case GsoError::None:
         break;
-    case GsoError::TooMany:
+    case GsoError::TooMany:  // more pieces than the pool had frames, or than kTunPieces
         count(got < kTunPieces ? GwCounter::NoFrames : GwCounter::TunTooBig);
         return false;
     case GsoError::TooBig:
@@ -214,7 +241,9 @@ bool Gateway::cut_tun(uint32_t len)
 size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big)
 {
     *big = false;
-    while (tun_pieces_.size() - tun_next_ < kBurst) {
+    // A bounded number of reads a round: what fails to be cut (no frames, bad headers) must
+    // not keep the thread from the ports, whose completions give the frames back.
+    for (size_t reads = 0; tun_pieces_.size() - tun_next_ < kBurst && reads < kBurst; reads++) {
         if (tun_next_ == tun_pieces_.size()) {
             tun_pieces_.clear();
             tun_next_ = 0;
@@ -224,12 +253,14 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
         ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
         if (r == -EAGAIN)
             break;
-        if (r == 0 || r == -EINVAL) {  // empty, or shorter than its vnet header
-            count(GwCounter::TunBad);
+        if (r == 0 || r == -EINVAL || size_t(r) > tun_buf_.size()) {
+            count(GwCounter::TunBad);  // empty, shorter than its vnet header, or cut short
             continue;
         }
-        if (r < 0)
-            break;  // the device's error: tried again next round
+        if (r < 0) {
+            tun_failed(int(r));
+            return 0;
+        }
         count(GwCounter::TunRx);
         (void)cut_tun(uint32_t(r));
     }
@@ -242,6 +273,11 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
     const uint32_t split = split_mtu();
     for (size_t i = 0; i < n; i++) {
         pkts[i] = tun_pieces_[tun_next_ + i];
+        if (link_scope_multicast(pkts[i].ip())) {
+            count(GwCounter::TunLinkScope);
+            port.x.recycle(pkts[i]);
+            continue;
+        }
         if (!forward_hop(pkts[i])) {
             count(GwCounter::TtlExceeded);
             if (time_exceeded(pkts[i]))
@@ -271,8 +307,12 @@ void Gateway::rx_tun()
     if (!port) {  // nothing to encrypt for, nowhere to send: read and count
         for (int i = 0; i < int(kBurst); i++) {
             ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
-            if (r < 0 && r != -EINVAL)
+            if (r == -EAGAIN)
                 break;
+            if (r < 0 && r != -EINVAL) {
+                tun_failed(int(r));
+                return;
+            }
             count(GwCounter::TunNoTunnel);
         }
         return;

@@ -120,6 +120,16 @@ int link_set_up(const char *name)
     return dev_ioctl(SIOCSIFFLAGS, ifr);
 }
 
+int link_clear_multicast(const char *name)
+{
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+    if (int rc = dev_ioctl(SIOCGIFFLAGS, ifr))
+        return rc;
+    ifr.ifr_flags = short(ifr.ifr_flags & ~IFF_MULTICAST);
+    return dev_ioctl(SIOCSIFFLAGS, ifr);
+}
+
 int link_set_gso_max_segs(const char *name, uint32_t segs)
 {
     uint32_t ifindex = if_nametoindex(name);

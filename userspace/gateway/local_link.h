@@ -41,10 +41,11 @@ private:
     uint32_t kernel_ifindex_ = 0;
 };
 
-// Two changes to a device of the gateway's (the local link's ends, the TUN device of tun
-// mode), each 0 or a -errno: set it up; and bound the segments of one GSO packet the kernel
-// hands it (gso_max_segs): bigger ones the kernel cuts first.
+// Changes to a device of the gateway's (the local link's ends, the TUN device of tun mode),
+// each 0 or a -errno: set it up; no multicast of its own; and bound the segments of one GSO
+// packet the kernel hands it (gso_max_segs): bigger ones the kernel cuts first.
 int link_set_up(const char *name);
+int link_clear_multicast(const char *name);
 int link_set_gso_max_segs(const char *name, uint32_t segs);
 
 }  // namespace xesp

@@ -462,7 +462,10 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
                        role == "public" ? IfaceRole::Public : IfaceRole::Protected};
         if (auto m = i.find("mode"); m != i.end()) {  // absent from older files: xdp
             if (!m->is_string() || (*m != "xdp" && *m != "tun"))
-                return bad("mode " + xfrm::shown(m->dump()) + " is neither xdp nor tun");
+                return make_error("state file " + path + ": interface " + xfrm::shown(spec.name) +
+                                  ": mode " +
+                                  xfrm::shown(m->is_string() ? m->get<std::string>() : m->dump()) +
+                                  " is neither xdp nor tun");
             spec.mode = *m == "tun" ? IfaceMode::Tun : IfaceMode::Xdp;
         }
         st.ifaces.push_back(std::move(spec));
