@@ -382,24 +382,38 @@ void Gateway::process_here(Port &port, Pkt *const *ready, const Classified *cls,
 // (rare: NAT-T) is not: the bursts in flight are finished first, then it as rx_one() would.
 void Gateway::rx_pipelined(Port &port)
 {
+    BurstJob *j = next_job();
+    if (!j)
+        return;
+    bool big;
+    size_t k = take_burst(port, j->pkts, j->ready, j->cls, &big);
+    if (k)
+        dispatch(port, *j, k, big);
+}
+
+// The job the next burst is taken into; nullptr (pipeline-full) while all are in flight.
+Gateway::BurstJob *Gateway::next_job()
+{
     reap_jobs();
     if (free_jobs_.empty()) {
         count(GwCounter::PipelineFull);
+        return nullptr;
+    }
+    return free_jobs_.back();
+}
+
+// A burst of k packets taken into j: to the workers, or, if it must be split first, on this
+// thread after the bursts in flight.
+void Gateway::dispatch(Port &port, BurstJob &j, size_t k, bool big)
+{
+    if (!big) {
+        submit(port, j, k);
         return;
     }
-    BurstJob &j = *free_jobs_.back();
-    bool big;
-    size_t k = take_burst(port, j.pkts, j.ready, j.cls, &big);
-    if (!k)
-        return;
-    if (big) {
-        const uint64_t reclassified = engine_->stats().reclassified;
-        drain();
-        process_here(port, j.ready, j.cls, k, true);
-        count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
-        return;
-    }
-    submit(port, j, k);
+    const uint64_t reclassified = engine_->stats().reclassified;
+    drain();
+    process_here(port, j.ready, j.cls, k, true);
+    count(GwCounter::Reclassified, engine_->stats().reclassified - reclassified);
 }
 
 // The burst of k packets in j (the last of free_jobs_) prepared here and handed to the

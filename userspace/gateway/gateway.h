@@ -252,6 +252,8 @@ private:
     size_t reap_jobs();
     size_t take_burst(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     void rx_pipelined(Port &port);
+    BurstJob *next_job();
+    void dispatch(Port &port, BurstJob &j, size_t k, bool big);
     void submit(Port &port, BurstJob &j, size_t k);
     void process_here(Port &port, Pkt *const *ready, const Classified *cls, size_t k, bool big);
     Gateway() = default;

@@ -318,22 +318,13 @@ void Gateway::rx_tun()
         return;
     }
     if (workers_) {
-        reap_jobs();
-        if (free_jobs_.empty()) {
-            count(GwCounter::PipelineFull);
+        BurstJob *j = next_job();
+        if (!j)
             return;
-        }
-        BurstJob &j = *free_jobs_.back();
         bool big;
-        size_t k = take_tun(*port, j.pkts, j.ready, j.cls, &big);
-        if (!k)
-            return;
-        if (!big) {
-            submit(*port, j, k);
-            return;
-        }
-        drain();  // split before encryption (NAT-T): on this thread, after the rest
-        process_here(*port, j.ready, j.cls, k, true);
+        size_t k = take_tun(*port, j->pkts, j->ready, j->cls, &big);
+        if (k)
+            dispatch(*port, *j, k, big);
         return;
     }
     Pkt pkts[kBurst];
