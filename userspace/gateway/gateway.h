@@ -353,7 +353,8 @@ private:
     size_t take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     bool cut_tun(uint32_t len);
     void tx_tun(Port &rx, Pkt *const *pkts, size_t n);
-    Port *tun_port();
+    Port *find_tun_port();
+    Port *tun_port_ = nullptr;  // find_tun_port() of the ports open now
     std::unique_ptr<Tun> tun_;
     VnetHdr tun_hdr_;               // of the super-packet in tun_buf_
     std::vector<uint8_t> tun_buf_;  // a super-packet read

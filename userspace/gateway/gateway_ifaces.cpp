@@ -43,6 +43,7 @@ void Gateway::close_ports()
     drain();  // bursts in flight hold frames of the Umem and name their ports
     for (auto &p : ports_)
         (void)prog_->clear_xsk(p->x.queue(), p->slot);
+    tun_port_ = nullptr;
     ports_.clear();
     drop_tun_frames();
     pool_.reset();
@@ -91,6 +92,7 @@ Result<void> Gateway::rebuild_ports()
             ports_.push_back(std::move(port));
         }
     }
+    tun_port_ = find_tun_port();
     return {};
 }
 

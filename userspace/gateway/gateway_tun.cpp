@@ -187,8 +187,9 @@ void Gateway::drop_tun_frames()
 }
 
 // The port tun-mode bursts are sent from (and their frames recycled through): the first
-// public one; the rest is up to each packet's next hop.
-Gateway::Port *Gateway::tun_port()
+// public one; the rest is up to each packet's next hop. Found once the ports are open
+// (rebuild_ports()), not each round.
+Gateway::Port *Gateway::find_tun_port()
 {
     for (auto &p : ports_)
         for (const auto &i : ifaces_)
@@ -303,7 +304,7 @@ void Gateway::rx_tun()
 {
     if (!tun_)
         return;
-    Port *port = tun_port();
+    Port *port = tun_port_;
     if (!port) {  // nothing to encrypt for, nowhere to send: read and count
         for (int i = 0; i < int(kBurst); i++) {
             ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
