@@ -196,6 +196,9 @@ for mode in pass split split-join; do
     fi
     if [ $mode = split-join ]; then
         check "$mode: pieces joined again (GRO)" [ "$(stat_of joined)" -gt 0 ]
+        if (($(sed -n 's/^ready offloads //p' "$WORK/relay.out") & 0x20)); then
+            check "$mode: and UDP datagrams joined again (USO)" [ "$(stat_of joined_udp)" -gt 0 ]
+        fi
         check "$mode: fewer writes than pieces" [ "$(stat_of writes)" -lt "$(stat_of pieces)" ]
     fi
     echo "   $mode: $(tr '\n' ' ' <"$WORK/stats")"

@@ -256,7 +256,7 @@ struct Burst {
     std::vector<uint32_t> len;
     std::vector<uint16_t> run_of;
     void add(std::vector<uint8_t> p) { pkts.push_back(std::move(p)); }
-    void plan()
+    void plan(bool udp = false)
     {
         at.clear();
         len.clear();
@@ -265,7 +265,7 @@ struct Burst {
             len.push_back(uint32_t(p.size()));
         }
         run_of.assign(pkts.size(), 0);
-        Gro::plan(at.data(), len.data(), pkts.size(), run_of.data());
+        Gro::plan(at.data(), len.data(), pkts.size(), udp, run_of.data());
     }
     std::vector<uint8_t> write(size_t first, VnetHdr *h)
     {
@@ -434,6 +434,128 @@ TEST_CASE("GRO joins IPv4 segments whose ids go up by one, or stay the same with
         }
         b.plan();
         CHECK(b.run_of == c.run_of);
+    }
+}
+
+namespace {
+
+// A datagram of `payload` bytes between the ports with its UDP checksum done, IPv4 id `id`.
+std::vector<uint8_t> udp_datagram(int family, size_t payload, uint16_t id = 0x1234,
+                                  uint16_t sport = 1000, uint16_t dport = 2000)
+{
+    auto p = udp_packet(family, family == 4 ? "10.1.0.1" : "2001:db8:1::1",
+                        family == 4 ? "10.2.0.1" : "2001:db8:2::1", payload, 0, sport, dport);
+    const size_t l4 = family == 4 ? kIpv4Len : kIpv6Len;
+    if (family == 4) {
+        put16(&p[4], id);
+        ipv4_set_checksum(p.data());
+    }
+    const uint32_t l4len = uint32_t(p.size() - l4);
+    uint32_t sum = family == 4 ? csum_add(0, &p[12], 8) + kProtoUdp + l4len
+                               : csum_add(0, &p[8], 32) + l4len + kProtoUdp;
+    uint16_t c = uint16_t(~csum_fold(csum_add(sum, &p[l4], l4len)));
+    put16(&p[l4 + 6], c ? c : 0xffff);
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("datagrams cut by USO are joined back where the device takes USO", "[gso]")
+{
+    for (int family : {4, 6}) {
+        INFO("IPv" << family);
+        const uint16_t l4 = family == 4 ? kIpv4Len : kIpv6Len;
+        auto super = udp_packet(family, family == 4 ? "10.1.0.1" : "2001:db8:1::1",
+                                family == 4 ? "10.2.0.1" : "2001:db8:2::1", 5300);
+        const uint32_t l4len = uint32_t(super.size() - l4);
+        uint32_t sum = family == 4 ? csum_add(0, &super[12], 8) + kProtoUdp + l4len
+                                   : csum_add(0, &super[8], 32) + l4len + kProtoUdp;
+        put16(&super[l4 + 6], csum_fold(sum));  // as the sending kernel leaves it
+        VnetHdr uso;
+        uso.flags = VnetHdr::kNeedsCsum;
+        uso.gso_type = VnetHdr::kGsoUdpL4;
+        uso.hdr_len = uint16_t(l4 + kUdpLen);
+        uso.gso_size = 1000;
+        uso.csum_start = l4;
+        uso.csum_offset = 6;
+        Frames f(8);
+        size_t n = 0;
+        REQUIRE(gso_split(uso, super.data(), super.size(), 1500, f.at.data(), 2048, f.len.data(),
+                          f.at.size(), &n) == GsoError::None);
+        REQUIRE(n == 6);
+        Burst b;
+        for (size_t i = 0; i < n; i++)
+            b.add(f.piece(i));
+
+        b.plan(false);  // a device without USO: each datagram alone
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 2, 3, 4, 5});
+
+        b.plan(true);
+        CHECK(b.run_of == std::vector<uint16_t>{0, 0, 0, 0, 0, 0});
+        VnetHdr h;
+        auto joined = b.write(0, &h);
+        CHECK(h.flags == VnetHdr::kNeedsCsum);
+        CHECK(h.gso_type == VnetHdr::kGsoUdpL4);
+        CHECK(h.gso_size == 1000);
+        CHECK(h.hdr_len == l4 + kUdpLen);
+        CHECK(h.csum_start == l4);
+        CHECK(h.csum_offset == 6);
+        // The sender's USO super-packet again, byte for byte: the UDP length the whole run's,
+        // the checksum field the pseudo-header's sum.
+        CHECK(joined == super);
+    }
+}
+
+TEST_CASE("GRO joins UDP datagrams of one flow only as the kernel's UDP GRO does", "[gso]")
+{
+    auto dg = [](size_t payload, uint16_t id, uint16_t sport = 1000, uint16_t dport = 2000) {
+        return udp_datagram(4, payload, id, sport, dport);
+    };
+    SECTION("two flows interleaved, a smaller datagram last")
+    {
+        Burst b;
+        b.add(dg(500, 1));
+        b.add(dg(500, 50, 1001));
+        b.add(dg(500, 2));
+        b.add(dg(500, 51, 1001));
+        b.add(dg(200, 3));
+        b.plan(true);
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 0, 1, 0});
+        VnetHdr h;
+        auto a = b.write(0, &h);
+        CHECK(a.size() == kIpv4Len + kUdpLen + 1200);
+        CHECK(get16(&a[kIpv4Len + 4]) == kUdpLen + 1200);
+        CHECK(ipv4_ok(a));
+        CHECK(h.gso_size == 500);
+    }
+    SECTION("what ends a run or stays alone")
+    {
+        Burst b;
+        b.add(dg(500, 1));
+        b.add(dg(200, 2));
+        b.add(dg(500, 3));  // bigger than the one before: a run of its own
+        auto none = dg(500, 4);
+        put16(&none[kIpv4Len + 6], 0);  // no checksum: alone (udp_gro_receive_segment)
+        b.add(none);
+        b.add(dg(500, 5));
+        auto bad = dg(500, 6);
+        bad.back() ^= 1;  // a wrong checksum: alone, for the kernel to drop
+        b.add(bad);
+        b.add(dg(500, 7));
+        b.add(dg(500, 9));  // an id that skips one
+        b.plan(true);
+        CHECK(b.run_of == std::vector<uint16_t>{0, 0, 2, 3, 4, 5, 6, 7});
+    }
+    SECTION("a TCP segment with the same ports ends the run; with others, it does not")
+    {
+        Burst b;
+        b.add(dg(500, 1, 40000, 5201));
+        b.add(tcp_packet(4, 0, 500, kAck, 777, 40000));
+        b.add(dg(500, 2, 40000, 5201));
+        b.add(tcp_packet(4, 0, 500, kAck, 777, 40001));
+        b.add(dg(500, 3, 40000, 5201));
+        b.plan(true);
+        CHECK(b.run_of == std::vector<uint16_t>{0, 1, 2, 3, 2});
     }
 }
 

@@ -338,20 +338,21 @@ void Gateway::rx_tun()
 }
 
 // Decrypted packets for the kernel to forward, through the TUN device: the segments of a TCP
-// flow that follow each other joined into one (Gro), each written with its vnet header; the
-// frames back to the pool.
+// flow that follow each other joined into one (Gro), and the datagrams of a UDP flow where the
+// device takes USO, each written with its vnet header; the frames back to the pool.
 void Gateway::tx_tun(Port &rx, Pkt *const *pkts, size_t n)
 {
     const uint8_t *ips[Gro::kMaxRun];
     uint32_t lens[Gro::kMaxRun];
     uint16_t run_of[Gro::kMaxRun];
+    const bool udp = (tun_->offloads() & (Tun::kUso4 | Tun::kUso6)) == (Tun::kUso4 | Tun::kUso6);
     while (n) {
         size_t k = std::min(n, Gro::kMaxRun);
         for (size_t i = 0; i < k; i++) {
             ips[i] = pkts[i]->ip();
             lens[i] = pkts[i]->len;
         }
-        Gro::plan(ips, lens, k, run_of);
+        Gro::plan(ips, lens, k, udp, run_of);
         for (size_t i = 0; i < k; i++) {
             if (run_of[i] != i)
                 continue;

@@ -154,35 +154,48 @@ GsoError gso_split(const VnetHdr &h, const uint8_t *pkt, size_t len, uint32_t in
 
 namespace {
 
-// A TCP segment that GRO may join, read from its headers.
+// A TCP segment or UDP datagram that GRO may join, read from its headers.
 struct Seg {
-    uint32_t l4 = 0;    // offset of the TCP header
+    uint32_t l4 = 0;    // offset of the TCP or UDP header
     uint32_t hdrs = 0;  // of the payload
     uint32_t payload = 0;
-    uint32_t seq = 0;
+    uint32_t seq = 0;  // TCP
     uint8_t flags = 0;
+    uint8_t proto = 0;  // kProtoTcp or kProtoUdp
 };
 
-// Whether p (len bytes) is a TCP segment GRO may join, and its fields.
-bool tcp_seg(const uint8_t *p, uint32_t len, Seg *s)
+// Whether p (len bytes) is a TCP segment (or, with udp, a UDP datagram) GRO may join, and its
+// fields.
+bool gro_seg(const uint8_t *p, uint32_t len, bool udp, Seg *s)
 {
     if (len < kIpv4Len)
         return false;
     if (ip_version(p) == 4) {
         // No options, not a fragment, the length exact, the header's checksum right (as
         // inet_gro_receive: the joined packet's is made anew, which would hide a bad one).
-        if (p[0] != 0x45 || p[9] != kProtoTcp || get16(p + 2) != len ||
-            (get16(p + 6) & (kIpv4Mf | kIpv4OffsetMask)) ||
+        if (p[0] != 0x45 || get16(p + 2) != len || (get16(p + 6) & (kIpv4Mf | kIpv4OffsetMask)) ||
             csum_fold(csum_add(0, p, kIpv4Len)) != 0xffff)
             return false;
+        s->proto = p[9];
         s->l4 = kIpv4Len;
     } else {
-        if (ip_version(p) != 6 || len < kIpv6Len || p[6] != kProtoTcp ||
-            get16(p + 4) != len - kIpv6Len)
+        if (ip_version(p) != 6 || len < kIpv6Len || get16(p + 4) != len - kIpv6Len)
             return false;
+        s->proto = p[6];
         s->l4 = kIpv6Len;
     }
-    if (s->l4 + kTcpLen > len)
+    if (s->proto == kProtoUdp && udp) {
+        // The UDP length exact (nothing after the datagram), something in it, and a checksum:
+        // the kernel's udp_gro_receive_segment joins none without one, as its USO makes one.
+        s->hdrs = s->l4 + kUdpLen;
+        if (s->hdrs >= len || get16(p + s->l4 + 4) != len - s->l4 || get16(p + s->l4 + 6) == 0)
+            return false;
+        s->payload = len - s->hdrs;
+        s->seq = 0;
+        s->flags = 0;
+        return true;
+    }
+    if (s->proto != kProtoTcp || s->l4 + kTcpLen > len)
         return false;
     const uint8_t *t = p + s->l4;
     s->hdrs = s->l4 + uint32_t(t[12] >> 4) * 4;
@@ -197,10 +210,10 @@ bool tcp_seg(const uint8_t *p, uint32_t len, Seg *s)
 
 // Whether b may follow a in one packet, but for the sequence numbers and sizes: the same IP
 // header but for the length, id and checksum (IPv4) or payload length (IPv6); the same ports,
-// acknowledgement, window and options.
+// and for TCP the same acknowledgement, window and options.
 bool same_flow(const uint8_t *a, const Seg &sa, const uint8_t *b, const Seg &sb)
 {
-    if (sa.hdrs != sb.hdrs || sa.l4 != sb.l4)
+    if (sa.hdrs != sb.hdrs || sa.l4 != sb.l4 || sa.proto != sb.proto)
         return false;
     if (ip_version(a) != ip_version(b))
         return false;
@@ -215,6 +228,8 @@ bool same_flow(const uint8_t *a, const Seg &sa, const uint8_t *b, const Seg &sb)
             return false;
     }
     const uint8_t *ta = a + sa.l4, *tb = b + sb.l4;
+    if (sa.proto == kProtoUdp)
+        return std::memcmp(ta, tb, 4) == 0;  // ports
     // ports; acknowledgement; data offset; window; urgent pointer and options
     return std::memcmp(ta, tb, 4) == 0 && std::memcmp(ta + 8, tb + 8, 5) == 0 &&
            std::memcmp(ta + 14, tb + 14, 2) == 0 &&
@@ -223,8 +238,7 @@ bool same_flow(const uint8_t *a, const Seg &sa, const uint8_t *b, const Seg &sb)
 
 bool checksum_ok(const uint8_t *p, uint32_t len, const Seg &s)
 {
-    return csum_fold(csum_add(pseudo_sum(p, kProtoTcp, len - s.l4), p + s.l4, len - s.l4)) ==
-           0xffff;
+    return csum_fold(csum_add(pseudo_sum(p, s.proto, len - s.l4), p + s.l4, len - s.l4)) == 0xffff;
 }
 
 // Whether b's IPv4 id may follow in the run that starts with a (count packets so far, its ids
@@ -256,7 +270,8 @@ bool same_conn(const uint8_t *a, const Seg &sa, const uint8_t *b, uint32_t len, 
 
 }  // namespace
 
-void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint16_t *run_of)
+void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, bool udp,
+               uint16_t *run_of)
 {
     // The runs still open: each its first packet, its last, the next sequence number, and
     // its length so far.
@@ -273,7 +288,7 @@ void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint1
     for (size_t i = 0; i < n; i++) {
         run_of[i] = uint16_t(i);
         Seg s;
-        const bool seg = tcp_seg(pkts[i], lens[i], &s);
+        const bool seg = gro_seg(pkts[i], lens[i], udp, &s);
         if (!seg) {
             // Not to join: it ends every run between its addresses (whatever its ports: it
             // may be of any of them).
@@ -291,12 +306,13 @@ void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint1
         if (o < nopen) {
             Open &r = open[o];
             bool fixed_id = r.fixed_id;
-            bool join = same_flow(pkts[r.first], r.head, pkts[i], s) && s.seq == r.next_seq &&
-                        id_follows(pkts[r.first], pkts[i], r.count, &fixed_id) &&
-                        s.payload <= r.head.payload &&
-                        lens[r.last] - r.head.hdrs == r.head.payload &&
-                        !(pkts[r.last][r.head.l4 + 13] & kTcpPsh) &&
-                        r.total + s.payload <= kMaxLen && r.count < kMaxRun;
+            const bool tcp = r.head.proto == kProtoTcp;
+            bool join =
+                same_flow(pkts[r.first], r.head, pkts[i], s) && (!tcp || s.seq == r.next_seq) &&
+                id_follows(pkts[r.first], pkts[i], r.count, &fixed_id) &&
+                s.payload <= r.head.payload && lens[r.last] - r.head.hdrs == r.head.payload &&
+                !(tcp && (pkts[r.last][r.head.l4 + 13] & kTcpPsh)) &&
+                r.total + s.payload <= kMaxLen && r.count < kMaxRun;
             if (join && !r.checked) {
                 r.checked = true;
                 join = checksum_ok(pkts[r.first], lens[r.first], r.head);
@@ -325,10 +341,11 @@ uint32_t Gro::write(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
     size_t count = 0;
     for (size_t i = first; i < n; i++)
         count += run_of[i] == first;
-    if (count < 2 || !tcp_seg(pkts[first], lens[first], &s)) {
+    if (count < 2 || !gro_seg(pkts[first], lens[first], true, &s)) {
         std::memcpy(out, pkts[first], lens[first]);
         return lens[first];
     }
+    const bool tcp = s.proto == kProtoTcp;
     std::memcpy(out, pkts[first], s.hdrs);
     uint32_t total = s.hdrs;
     uint8_t psh = 0;
@@ -338,19 +355,29 @@ uint32_t Gro::write(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
         const uint32_t hdrs = s.hdrs;
         std::memcpy(out + total, pkts[i] + hdrs, lens[i] - hdrs);
         total += lens[i] - hdrs;
-        psh = pkts[i][s.l4 + 13] & kTcpPsh;
+        if (tcp)
+            psh = pkts[i][s.l4 + 13] & kTcpPsh;
     }
     set_ip_len(out, total);
-    uint8_t *t = out + s.l4;
-    t[13] = uint8_t(t[13] | psh);
-    // Partial: the pseudo-header's sum in place, the rest the kernel's to add.
-    put16(t + 16, csum_fold(pseudo_sum(out, kProtoTcp, total - s.l4)));
+    uint8_t *l4h = out + s.l4;
+    // Partial: the pseudo-header's sum in place, the rest the kernel's to add. UDP: the length
+    // is the whole run's, which the kernel's USO takes each datagram's from (__udp_gso_segment).
+    const uint32_t l4len = total - s.l4;
     h->flags = VnetHdr::kNeedsCsum;
-    h->gso_type = ip_version(out) == 4 ? VnetHdr::kGsoTcpv4 : VnetHdr::kGsoTcpv6;
     h->hdr_len = uint16_t(s.hdrs);
     h->gso_size = uint16_t(s.payload);
     h->csum_start = uint16_t(s.l4);
-    h->csum_offset = 16;
+    if (tcp) {
+        l4h[13] = uint8_t(l4h[13] | psh);
+        put16(l4h + 16, csum_fold(pseudo_sum(out, kProtoTcp, l4len)));
+        h->gso_type = ip_version(out) == 4 ? VnetHdr::kGsoTcpv4 : VnetHdr::kGsoTcpv6;
+        h->csum_offset = 16;
+    } else {
+        put16(l4h + 4, uint16_t(l4len));
+        put16(l4h + 6, csum_fold(pseudo_sum(out, kProtoUdp, l4len)));
+        h->gso_type = VnetHdr::kGsoUdpL4;
+        h->csum_offset = 6;
+    }
     return total;
 }
 

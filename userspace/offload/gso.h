@@ -24,6 +24,9 @@
 // smaller one ends the run), at most 64 KB in all, and each checksum right, the IPv4
 // header's and the TCP one (a joined packet's are made anew, here and by the kernel, which
 // would hide a bad one: a packet with a bad one stays alone, for the kernel to drop).
+// Where the device takes USO (Linux 6.2 on), UDP datagrams of one flow are joined too, as
+// udp_gro_receive_segment joins them for forwarding: the same rules but for those of TCP,
+// and each datagram with a checksum (none: it stays alone, as the kernel leaves it).
 // Any other packet between the same addresses ends the run: nothing of a connection passes
 // another of its packets.
 // A run is written as one packet, with the first's IP header, and a vnet header that has the
@@ -72,7 +75,8 @@ GsoError gso_split(const VnetHdr &h, const uint8_t *pkt, size_t len, uint32_t in
                    uint8_t *const *out, uint32_t room, uint32_t *out_len, size_t max_out,
                    size_t *n);
 
-// The joining of TCP segments, over one burst of decrypted packets at a time.
+// The joining of TCP segments (and UDP datagrams), over one burst of decrypted packets at a
+// time.
 class Gro {
 public:
     static constexpr size_t kMaxLen = 65535;  // an IP packet's total length
@@ -80,8 +84,10 @@ public:
 
     // The packets (each from its IP header) in the order they came: run_of[i] is the index
     // of the first packet of i's run (i itself when it starts one or stays alone). Packets
-    // of other flows may come between those of a run; a run keeps its flow's order.
-    static void plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, uint16_t *run_of);
+    // of other flows may come between those of a run; a run keeps its flow's order. udp:
+    // UDP datagrams may be joined (the device takes USO).
+    static void plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, bool udp,
+                     uint16_t *run_of);
     // The run that starts at `first` (packets first and every later i with run_of[i] ==
     // first) written into out (room for kMaxLen bytes) as one packet; *h says how to cut it
     // (nothing to cut: a packet alone, copied as it is). Returns its length.
