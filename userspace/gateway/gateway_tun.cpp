@@ -37,6 +37,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -209,8 +210,23 @@ bool Gateway::cut_tun(uint32_t len)
     if (type == VnetHdr::kGsoTcpv4 || type == VnetHdr::kGsoTcpv6)
         if (uint32_t m = engine_->plain_inner_mtu(pkt, len))
             mtu = m;
+    // Frames for as many pieces as it can make: one for a packet not to cut; else its length
+    // over the least a piece carries (headers of up to 120 bytes, IPv4's and TCP's longest).
+    uint32_t want = 1;
+    if (type != VnetHdr::kGsoNone) {
+        constexpr uint32_t kMaxHdrs = 120;
+        const uint32_t limit = std::min(mtu, kPieceRoom);
+        const uint32_t least =
+            std::max(1u, std::min<uint32_t>(h.gso_size, limit > kMaxHdrs ? limit - kMaxHdrs : 1));
+        want = uint32_t(std::min<size_t>(kTunPieces, len / least + 1));
+    }
     uint64_t addrs[kTunPieces];
-    uint32_t got = pool_->alloc(addrs, uint32_t(kTunPieces));
+    uint32_t got = pool_->alloc(addrs, want);
+    if (got < want) {
+        pool_->free(addrs, got);
+        count(GwCounter::NoFrames);
+        return false;
+    }
     uint8_t *outs[kTunPieces];
     uint32_t lens[kTunPieces];
     for (uint32_t i = 0; i < got; i++)
@@ -221,8 +237,8 @@ bool Gateway::cut_tun(uint32_t len)
     switch (e) {
     case GsoError::None:
         break;
-    case GsoError::TooMany:  // more pieces than the pool had frames, or than kTunPieces
-        count(got < kTunPieces ? GwCounter::NoFrames : GwCounter::TunTooBig);
+    case GsoError::TooMany:  // more pieces than kTunPieces
+        count(GwCounter::TunTooBig);
         return false;
     case GsoError::TooBig:
         count(GwCounter::TunTooBig);
