@@ -10,8 +10,9 @@
 # Asserts, for each sender and for 64 and 1400-byte frames: rx counts more than 0 and no more
 # than tx sent, every counted frame has the size asked for (size - 4 bytes without FCS), and
 # tx found gb0's MAC by ARP while rx's program was attached (non-bench traffic passes). Also:
-# a paced sender stays under its rate, and a destination without a route and a size below 64
-# are refused with a message. No rate is asserted from below: this is a functional test.
+# a paced sender stays under its rate, the datagrams are as a host's UDP socket sends them (DF,
+# id 0, the checksum right), and a destination without a route and a size below 64 are refused
+# with a message. No rate is asserted from below: this is a functional test.
 #
 # Usage: test_gen.sh XESP_GEN
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns, veth or XDP).
@@ -137,6 +138,14 @@ pairs=$(tcpdump -n -r "$work/pairs.pcap" 2>/dev/null | awk '{ print $3, $5 }' | 
 want='10.9.0.1.20000 10.9.0.2.7009:;10.9.1.1.20000 10.9.1.2.7009:;10.9.2.1.20000 10.9.2.2.7009:;10.9.3.1.20000 10.9.3.2.7009:;10.9.4.1.20000 10.9.4.2.7009:;'
 check "--pairs 5: five address pairs, a subnet apart" "[ $rc = 0 ] && [ '$pairs' = '$want' ]" \
     "got '$pairs'; $(head -c 300 "$work/pairs.err")"
+
+# Each datagram as a host's UDP socket sends it, tcpdump judging: DF set, id 0, the UDP
+# checksum right.
+verbose=$(tcpdump -n -vv -r "$work/pairs.pcap" 2>/dev/null | paste - - )
+frames=$(printf '%s\n' "$verbose" | grep -c 7009)
+good=$(printf '%s\n' "$verbose" | grep 'id 0,' | grep 'flags \[DF\]' | grep -c 'udp sum ok')
+check "the datagrams have DF, id 0 and a right UDP checksum ($good of $frames)" \
+    "[ '$frames' -gt 0 ] && [ '$good' = '$frames' ]" "$(printf '%s\n' "$verbose" | head -2)"
 
 out=$(ip netns exec "$NS_A" "$gen" tx --dev ga0 --src 10.9.0.1 --dst 192.0.2.99 --seconds 0.1 2>&1)
 rc=$?

@@ -155,14 +155,26 @@ Result<void> hop_mac(const std::string &dev, uint32_t dst, uint8_t mac[6])
                       " did not answer ARP; is it up? (or give --dst-mac)");
 }
 
-uint16_t ip_checksum(const uint8_t *p, size_t len)
+// The one's complement sum (RFC 1071) of len bytes, added to sum, not folded.
+uint32_t inet_sum(uint32_t sum, const uint8_t *p, size_t len)
 {
-    uint32_t sum = 0;
     for (size_t i = 0; i + 1 < len; i += 2)
         sum += uint32_t(p[i]) << 8 | p[i + 1];
+    if (len & 1)
+        sum += uint32_t(p[len - 1]) << 8;
+    return sum;
+}
+
+uint16_t fold_not(uint32_t sum)
+{
     while (sum >> 16)
         sum = (sum & 0xffff) + (sum >> 16);
-    return htons(uint16_t(~sum));
+    return uint16_t(~sum);
+}
+
+uint16_t ip_checksum(const uint8_t *p, size_t len)
+{
+    return htons(fold_not(inet_sum(0, p, len)));
 }
 
 void put16(uint8_t *p, uint16_t host)
@@ -212,7 +224,10 @@ std::vector<uint8_t> build_frame(const Endpoints &ep, uint32_t size, uint32_t fl
     uint8_t *ip = &f[kEthBytes];
     ip[0] = 0x45;
     put16(ip + 2, uint16_t(ip_len));
-    ip[8] = 64;  // TTL; id 0, fragments allowed
+    // As a host's unconnected UDP socket sends it: DF (path MTU discovery, Linux's default),
+    // id 0 (what Linux gives a DF datagram of such a socket), TTL 64, the UDP checksum done.
+    put16(ip + 6, 0x4000);
+    ip[8] = 64;
     ip[9] = IPPROTO_UDP;
     std::memcpy(ip + 12, &ep.src, 4);
     std::memcpy(ip + 16, &ep.dst, 4);
@@ -220,12 +235,16 @@ std::vector<uint8_t> build_frame(const Endpoints &ep, uint32_t size, uint32_t fl
     std::memcpy(ip + 10, &csum, 2);
 
     uint8_t *udp = ip + 20;
+    const uint16_t udp_len = uint16_t(ip_len - 20);
     put16(udp, uint16_t(GEN_SRC_PORT_BASE + flow));
     put16(udp + 2, GEN_UDP_PORT);
-    put16(udp + 4, uint16_t(ip_len - 20));
-    // UDP checksum 0: none (RFC 768), which IPv4 allows; nothing on the path rewrites the payload.
+    put16(udp + 4, udp_len);
     uint32_t magic = htonl(GEN_MAGIC);
     std::memcpy(udp + 8, &magic, 4);
+    // The pseudo-header (RFC 768): addresses, protocol, UDP length; 0 is sent as 0xffff.
+    uint32_t sum = inet_sum(0, ip + 12, 8) + IPPROTO_UDP + udp_len;
+    uint16_t ucsum = fold_not(inet_sum(sum, udp, udp_len));
+    put16(udp + 6, ucsum ? ucsum : 0xffff);
     return f;
 }
 

@@ -1,5 +1,7 @@
 // What xesp-gen sends: Ethernet / IPv4 / UDP frames of a fixed size to the next hop's MAC, one
-// template per flow, and how the endpoints are found (addresses, MACs, next hop).
+// template per flow, and how the endpoints are found (addresses, MACs, next hop). Each datagram
+// is as a host's unconnected UDP socket sends it: DF set, id 0, the UDP checksum done (what
+// joins in GRO where a forwarder's kernel, or a TUN device's reader, joins datagrams).
 //
 // Size. --size is the Ethernet frame length with its 4-byte FCS, as in RFC 2544: 64 is the
 // smallest frame (60 bytes handed to the device, a 46-byte IP packet), 1400 hands 1396 bytes to
