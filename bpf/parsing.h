@@ -247,15 +247,15 @@ static __always_inline void parse_too_big(struct cursor *c, struct flow *f)
 }
 
 /* IPv6 neighbour discovery (RFC 4861: router and neighbour solicitations and advertisements,
- * redirects) in the shape the kernel's ndisc_rcv takes: ICMPv6 types 133-137, not in a
- * fragment, hop limit 255 (sent on this link, not routed here). The ICMPv6 header is at c. */
+ * redirects) in the shape the kernel's ndisc_rcv takes: ICMPv6 types 133-137 with code 0, not
+ * in a fragment, hop limit 255 (sent on this link, not routed here). The ICMPv6 header is at c. */
 static __always_inline int is_nd(const struct cursor *c, const struct flow *f)
 {
     if (f->family != XESP_FAMILY_V6 || f->proto != NEXTHDR_ICMP_ || f->fragment ||
         f->hop_limit != 255)
         return 0;
-    __u8 *type = c->pos;
-    return (void *)(type + 1) <= c->end && *type >= 133 && *type <= 137;
+    __u8 *icmp = c->pos;
+    return (void *)(icmp + 2) <= c->end && icmp[0] >= 133 && icmp[0] <= 137 && icmp[1] == 0;
 }
 
 /* An IPv6 destination of the link, where neighbour discovery goes unless it is to one of the

@@ -156,6 +156,8 @@ def fixtures():
         ICMPv6ND_NS(tgt="fd00:1::7"))
     add("nd6_ns_multicast_hlim64", eth() / IPv6(src="fd00:1::5", dst="ff02::1:ff00:7", hlim=64) /
         ICMPv6ND_NS(tgt="fd00:1::7"))
+    add("nd6_ns_multicast_code1", eth() / IPv6(src="fd00:1::5", dst="ff02::1:ff00:7", hlim=255) /
+        ICMPv6ND_NS(tgt="fd00:1::7", code=1))  # ndisc_rcv drops a code other than 0
     add("nd6_ns_site_multicast", eth() / IPv6(src="fd00:1::5", dst="ff05::1:3", hlim=255) /
         ICMPv6ND_NS(tgt="fd00:1::7"))  # multicast, but beyond the link (ff05::/16)
     add("nd6_na_link_local", eth() / IPv6(src="fd00:1::5", dst="fe80::7", hlim=255) /

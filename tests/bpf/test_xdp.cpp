@@ -238,14 +238,16 @@ const Expect kTable[] = {
     {"ip6_ext_too_many", Prot, V::Drop, C::DROP_IPV6_EXT_DEPTH},
     {"arp", Prot, V::Pass, C::PASS_NON_IP},
     {"arp_vlan", Prot, V::Pass, C::PASS_NON_IP},
-    // Neighbour discovery passes before the policies only as the kernel takes it: hop limit
-    // 255, for the link (ff02::/16, fe80::/10) or the gateway. The rest of those ICMPv6 types
+    // Neighbour discovery passes before the policies only as the kernel takes it: code 0, hop
+    // limit 255, for the link (ff02::/16, fe80::/10) or the gateway. The rest of those ICMPv6 types
     // gets the policies' verdict: type 135 cannot carry a protected flow's traffic past them.
     {"nd6_ns_multicast", Prot, V::Pass, C::PASS_ND},
     {"nd6_ns_multicast", Pub, V::Pass, C::PASS_ND},
     {"nd6_na_link_local", Prot, V::Pass, C::PASS_ND},
     {"nd6_ns_multicast_hlim64", Prot, V::Drop, C::DROP_OUT_BLOCK},
     {"nd6_ns_multicast_hlim64", Pub, V::Drop, C::DROP_OUT_BLOCK},
+    {"nd6_ns_multicast_code1", Prot, V::Drop, C::DROP_OUT_BLOCK},
+    {"nd6_ns_multicast_code1", Pub, V::Drop, C::DROP_OUT_BLOCK},
     {"nd6_ns_site_multicast", Prot, V::Drop, C::DROP_OUT_BLOCK},
     {"nd6_ns_site_multicast", Pub, V::Drop, C::DROP_OUT_BLOCK},
     {"nd6_ns_site_local", Prot, V::Drop, C::DROP_OUT_BLOCK},
@@ -551,6 +553,7 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
         {"nd6_ns_multicast", kOk, "pass-nd+1 "},
         {"nd6_na_link_local", kOk, "pass-nd+1 "},
         {"nd6_ns_multicast_hlim64", kShot, "drop-out-policy-block+1 "},
+        {"nd6_ns_multicast_code1", kShot, "drop-out-policy-block+1 "},
         {"nd6_ns_site_multicast", kShot, "drop-out-policy-block+1 "},
         {"nd6_ns_site_local", kShot, "drop-out-policy-block+1 "},
         {"nd6_ns_to_blocked", kShot, "drop-out-policy-block+1 "},
