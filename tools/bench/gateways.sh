@@ -61,7 +61,7 @@ start_xesp() {
         # run starts from its config alone, not from what an earlier run saved.
         ip netns exec "$ns" sh -c 'mount -t bpf bpf /sys/fs/bpf 2>/dev/null; exec "$@"' sh \
             "$XESP" daemon -b "$WORK/$MODE/$gw.conf" --socket "$sock" --crypto "$CRYPTO" --no-state \
-            >"$WORK/$MODE/$gw.log" 2>&1 &
+            ${WORKERS:+--workers "$WORKERS"} >"$WORK/$MODE/$gw.log" 2>&1 &
         GW_PIDS+=($!)
     done
     for gw in gwA gwB; do

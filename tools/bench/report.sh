@@ -30,8 +30,8 @@ avg_cpu() {     # avg_cpu MODE SUFFIX: mean over the three measurements
 # UDP_VERDICT and CEIL_RATIO for write_json).
 print_report() {
     echo
-    printf '%s: %s s per measurement, %s flows, %s sender, frame sizes with FCS (RFC 2544), %s CPUs, %s\n' \
-        "$PROG" "$DURATION" "$FLOWS" "$METHOD" "$(nproc)" "$(uname -r)"
+    printf '%s: %s s per measurement, %s flows, %s sender, frame sizes with FCS (RFC 2544), %s CPUs, %s, xesp workers: %s\n' \
+        "$PROG" "$DURATION" "$FLOWS" "$METHOD" "$(nproc)" "$(uname -r)" "${WORKERS:-default}"
     printf '%-10s %9s %14s %24s %20s\n' mode "TCP Gbps" "UDP 64 B Mpps" "UDP 1400 B Mpps (Gbps)" "CPU % (gateways)"
     for MODE in "${MODE_LIST[@]}"; do
         if [ "${STATUS[$MODE]}" != ok ]; then
@@ -87,6 +87,7 @@ jverdict() { [ "$1" = n/a ] && echo null || jstr "$1"; }
 write_json() {
     local first=1 k
     printf '{\n  "seconds": %s,\n  "flows": %s,\n  "sender": "%s",\n' "$DURATION" "$FLOWS" "$METHOD"
+    printf '  "workers": %s,\n' "$(jstr "${WORKERS:-default}")"
     printf '  "frame_size": "Ethernet frame length including the 4-byte FCS (RFC 2544)",\n'
     printf '  "cpus": %s,\n  "kernel": %s,\n  "modes": {\n' "$(nproc)" "$(jstr "$(uname -r)")"
     for MODE in "${MODE_LIST[@]}"; do
