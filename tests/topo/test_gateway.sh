@@ -451,6 +451,34 @@ churn() {
 }
 check "SAs and policies added and removed under traffic: no ping lost" churn
 
+# Tun mode, the TUN device deleted under the daemon (`ip link del xesp-tun`): tun mode stops,
+# said once (tun-failed), the daemon does not spin on the dead descriptor (nothing counted bad),
+# the tc program's target is gone, so protected traffic is dropped, none of it on the wire; and
+# `iface del` and `add` bring it back.
+if [ "$PROT_MODE" = tun ]; then
+    tun_deleted() {
+        local got
+        "$TOPO" exec gwA ip link del xesp-tun || return 1
+        FILTERS=("contains tundel-$marker")
+        udp_cmd hostA "$HOSTB_IP4" 200 "tundel-$marker"
+        got=$(wire_counts "${UDP[@]}")
+        echo "plaintext on the wire: $got; tun-failed $(stat gwA gateway.tun-failed)," \
+            "drop-tun-bad $(stat gwA gateway.drop-tun-bad)"
+        [ "$got" = "0 " ] && [ "$(stat gwA gateway.tun-failed)" = 1 ] &&
+            [ "$(stat gwA gateway.drop-tun-bad)" = 0 ]
+    }
+    step "tun mode: TUN device deleted: tun mode stops, said once, nothing in the clear" tun_deleted
+    tun_back() {
+        cli gwA iface del "$GWA_PROT_IF" || return 1
+        cli gwA iface add "$GWA_PROT_IF" role protected mode tun || return 1
+        for _ in $(seq 20); do
+            ping_from hostA "$HOSTB_IP4" -c 1 -W 1 >/dev/null 2>&1 && break
+        done
+        ping_from hostA "$HOSTB_IP4" -c 3
+    }
+    step "tun mode: ... iface del and add bring the tunnel back" tun_back
+fi
+
 # kill -9 under traffic: not one plaintext packet of the flow reaches the wire; after a restart
 # from the state file the flow resumes.
 crash() {

@@ -270,13 +270,13 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
         ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
         if (r == -EAGAIN)
             break;
-        if (r == 0 || r == -EINVAL || size_t(r) > tun_buf_.size()) {
-            count(GwCounter::TunBad);  // empty, shorter than its vnet header, or cut short
-            continue;
-        }
-        if (r < 0) {
+        if (r < 0 && r != -EINVAL) {  // the device's error (EBADFD: it was deleted)
             tun_failed(int(r));
             return 0;
+        }
+        if (r <= 0 || size_t(r) > tun_buf_.size()) {
+            count(GwCounter::TunBad);  // empty, shorter than its vnet header, or cut short
+            continue;
         }
         count(GwCounter::TunRx);
         (void)cut_tun(uint32_t(r));
