@@ -13,13 +13,16 @@
 #     public interface (reflection)
 #  2  ESP on the peer's own SA whose inner packet no    drops.in-no-policy              -      0
 #     policy allows (source in gwA's own site)
-#  3  from hostA to hostB: IKE on 4500 and 500, ESP in  xdp.redirect-encap (encrypted)  0      -
-#     UDP and raw ESP of an SPI nobody owns, an ESP
+#  3  from hostA to hostB: IKE on 4500 and 500, ESP in  xdp.redirect-encap (encrypted;  0      -
+#     UDP and raw ESP of an SPI nobody owns, an ESP     tun mode: xdp.tun-encap)
 #     fragment: the exceptions are for gwA itself only
 #  4  plaintext from site A to site B injected on the   xdp.drop-public-plaintext       0      0
 #     public side, to gwA's MAC
-#  5  SIGTERM of gwA's daemon, and a restart, under     xdp.xsk-missing (while stopped) 0      -
-#     traffic: the classifier stays and drops
+#  5  SIGTERM of gwA's daemon, and a restart, under     xdp.xsk-missing (while stopped; 0      -
+#     traffic: the classifier stays and drops          tun mode: xdp.drop-tun-gone)
+#
+# With XESP_PROT_MODE=tun the protected interfaces are in tun mode (gateway_lib.sh), and the
+# rows count what the tc program counts in place of XDP.
 #
 # "leaked": frames on the wire carrying the attack's plaintext marker (or, for 4, ESP that gwA
 # made of it). "delivered": datagrams the attack got to a host. Each row also checks that the
@@ -113,9 +116,11 @@ step "2 an inner packet no policy allows is dropped as in-no-policy" no_policy
 exceptions() {
     local marker=exc$$ leaked esp
     FILTERS=("contains $marker" "esp src $GWA_PUB_IP4")
-    delta gwA xdp.redirect-encap wire_counts_into leaked \
+    local counter=xdp.redirect-encap
+    [ "$PROT_MODE" = tun ] && counter=xdp.tun-encap
+    delta gwA $counter wire_counts_into leaked \
         "$TOPO" exec hostA "$PY" "$ATTACKER" exceptions --dst "$HOSTB_IP4" --marker "$marker"
-    ROW[3]="xdp.redirect-encap +$DELTA, leaked $leaked, delivered -"
+    ROW[3]="$counter +$DELTA, leaked $leaked, delivered -"
     echo "${ROW[3]}"
     [ "$leaked" = 0 ] && [ "$DELTA" -ge 5 ]
 }
@@ -184,17 +189,18 @@ resume() {
 check "5 after the restart the tunnel carries traffic again" resume
 
 step "5 SIGTERM with no daemon to follow" stop_gw gwA TERM
-check "5 stopped: XDP stays on gwA's interfaces" bash -c "
-    '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp &&
-    '$TOPO' exec gwA ip -d link show dev $GWA_PROT_IF | grep -q prog/xdp"
+check "5 stopped: the classifiers stay on gwA's interfaces" bash -c "
+    $(declare -f prot_attached xdp_attached); TOPO='$TOPO' PROT_MODE=$PROT_MODE
+    xdp_attached gwA $GWA_PUB_IF && prot_attached gwA $GWA_PROT_IF"
 check "5 stopped: the tc egress guard stays" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 # With no daemon to ask, the counter is read from the classifier's own map.
 stopped_drops() {
-    local before after
-    before=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" xsk-missing) || return 1
+    local before after counter=xsk-missing
+    [ "$PROT_MODE" = tun ] && counter=drop-tun-gone
+    before=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" $counter) || return 1
     ! "$TOPO" exec hostA "$PY" "$HERE/ping.py" -c 3 -i 0.2 -W 1 "$HOSTB_IP4" || return 1
-    after=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" xsk-missing) || return 1
-    ROW[5]="xdp.xsk-missing +$((after - before)) (stopped), ${ROW[5]}"
+    after=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" $counter) || return 1
+    ROW[5]="xdp.$counter +$((after - before)) (stopped), ${ROW[5]}"
     echo "${ROW[5]}"
     [ $((after - before)) -ge 3 ]
 }
@@ -202,16 +208,17 @@ step "5 stopped: protected traffic is dropped and counted, not forwarded" stoppe
 # A daemon without the state file does not know the interfaces; `iface del` hands them back.
 step "5 a daemon without state" start_gw gwA --no-state
 check "5 iface del hands a leftover interface back to the kernel" bash -c "
-    XESP_SOCKET=$WORK/gwA.sock '$XESP' iface del $GWA_PROT_IF &&
-    ! '$TOPO' exec gwA ip -d link show dev $GWA_PROT_IF | grep -q prog/xdp"
+    $(declare -f prot_attached xdp_attached); TOPO='$TOPO' PROT_MODE=$PROT_MODE
+    XESP_SOCKET=$WORK/gwA.sock '$XESP' iface del $GWA_PROT_IF && ! prot_attached gwA $GWA_PROT_IF"
 check "5 iface del of an interface with no classifier is an error" bash -c "
     ! XESP_SOCKET=$WORK/gwA.sock '$XESP' iface del $GWA_PROT_IF"
 stop_gw gwA
 # --detach-on-exit: the explicit way back to the kernel, and the log says so.
 step "5 a daemon with --detach-on-exit" start_gw gwA --detach-on-exit
 stop_gw gwA TERM
-check "5 --detach-on-exit: XDP is gone from gwA's interfaces" bash -c "
-    ! '$TOPO' exec gwA ip -d link show dev $GWA_PUB_IF | grep -q prog/xdp"
+check "5 --detach-on-exit: the classifiers are gone from gwA's interfaces" bash -c "
+    $(declare -f prot_attached xdp_attached); TOPO='$TOPO' PROT_MODE=$PROT_MODE
+    ! xdp_attached gwA $GWA_PUB_IF && ! prot_attached gwA $GWA_PROT_IF"
 check "5 --detach-on-exit: the log says which happened" grep -q "detached from .*--detach-on-exit" "$WORK/gwA.log"
 stop_gw gwB
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Prints one counter of the xesp classifier attached to an interface, summed over CPUs, read
 with bpftool from the program's own map: it works with no daemon running (after a stop, the
-classifier stays and counts what it drops).
+classifier stays and counts what it drops). The classifier is the interface's XDP program, or,
+on a protected interface in tun mode, its tc ingress program (the counters are the same map's).
 
 Usage: xdp_counter.py DEV NAME      (run in the interface's network namespace)
 NAME is a counter's name as `xesp stats` shows it, e.g. xsk-missing.
@@ -24,7 +25,12 @@ def main():
     names = re.findall(r'^\s*X\(\w+, "([^"]+)"\)', open(ABI).read(), re.M)
     index = names.index(name)
     link = run_json("ip", "-j", "-d", "link", "show", "dev", dev)[0]
-    prog = link["xdp"]["prog"]["id"]
+    if "xdp" in link:
+        prog = link["xdp"]["prog"]["id"]
+    else:
+        prog = next(f["options"]["prog"]["id"]
+                    for f in run_json("tc", "-j", "filter", "show", "dev", dev, "ingress")
+                    if f.get("options", {}).get("prog", {}).get("name", "").startswith("xesp_tc"))
     maps = run_json("bpftool", "-j", "prog", "show", "id", str(prog))["map_ids"]
     for m in maps:
         if run_json("bpftool", "-j", "map", "show", "id", str(m))["name"] != "counters":
