@@ -453,18 +453,21 @@ check "SAs and policies added and removed under traffic: no ping lost" churn
 
 # Tun mode, the TUN device deleted under the daemon (`ip link del xesp-tun`): tun mode stops,
 # said once (tun-failed), the daemon does not spin on the dead descriptor (nothing counted bad),
-# the tc program's target is gone, so protected traffic is dropped, none of it on the wire; and
-# `iface del` and `add` bring it back.
+# the tc program drops every datagram of a protected flow (drop-tun-gone), none of it on the
+# wire; and `iface del` and `add` bring it back.
 if [ "$PROT_MODE" = tun ]; then
     tun_deleted() {
-        local got
+        local got before gone
         "$TOPO" exec gwA ip link del xesp-tun || return 1
+        sleep 0.2
+        before=$(stat gwA xdp.drop-tun-gone)
         FILTERS=("contains tundel-$marker")
         udp_cmd hostA "$HOSTB_IP4" 200 "tundel-$marker"
         got=$(wire_counts "${UDP[@]}")
-        echo "plaintext on the wire: $got; tun-failed $(stat gwA gateway.tun-failed)," \
-            "drop-tun-bad $(stat gwA gateway.drop-tun-bad)"
-        [ "$got" = "0 " ] && [ "$(stat gwA gateway.tun-failed)" = 1 ] &&
+        gone=$(($(stat gwA xdp.drop-tun-gone) - before))
+        echo "plaintext on the wire: $got; drop-tun-gone +$gone of 200;" \
+            "tun-failed $(stat gwA gateway.tun-failed), drop-tun-bad $(stat gwA gateway.drop-tun-bad)"
+        [ "$got" = "0 " ] && [ "$gone" = 200 ] && [ "$(stat gwA gateway.tun-failed)" = 1 ] &&
             [ "$(stat gwA gateway.drop-tun-bad)" = 0 ]
     }
     step "tun mode: TUN device deleted: tun mode stops, said once, nothing in the clear" tun_deleted
