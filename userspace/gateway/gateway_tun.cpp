@@ -213,7 +213,7 @@ bool Gateway::cut_tun(uint32_t len)
     // Frames for as many pieces as it can make: one for a packet not to cut; else its length
     // over the least a piece carries (headers of up to 120 bytes, IPv4's and TCP's longest).
     uint32_t want = 1;
-    if (type != VnetHdr::kGsoNone) {
+    if (type != VnetHdr::kGsoNone && h.gso_size) {  // gso_size 0: refused by gso_split
         constexpr uint32_t kMaxHdrs = 120;
         const uint32_t limit = std::min(mtu, kPieceRoom);
         const uint32_t least =
@@ -274,7 +274,7 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
             tun_failed(int(r));
             return 0;
         }
-        if (r <= 0 || size_t(r) > tun_buf_.size()) {
+        if (r <= 0 || size_t(r) >= tun_buf_.size()) {
             count(GwCounter::TunBad);  // empty, shorter than its vnet header, or cut short
             continue;
         }
