@@ -546,6 +546,35 @@ TEST_CASE("GRO joins UDP datagrams of one flow only as the kernel's UDP GRO does
         b.plan(true);
         CHECK(b.run_of == std::vector<uint16_t>{0, 0, 2, 3, 4, 5, 6, 7});
     }
+    SECTION("DF and id 0 on every datagram, as a host's unconnected socket sends them")
+    {
+        Burst b;
+        for (int k = 0; k < 3; k++)
+            b.add(dg(500, 0));  // udp_packet sets DF
+        b.plan(true);
+        CHECK(b.run_of == std::vector<uint16_t>{0, 0, 0});
+    }
+    SECTION("IPv6: the same hop limit and flow label, and UDP right after the fixed header")
+    {
+        auto v6 = [](uint8_t hop, uint32_t label) {
+            auto p = udp_datagram(6, 500);
+            p[7] = hop;
+            p[1] = uint8_t((p[1] & 0xf0) | ((label >> 16) & 0x0f));
+            put16(&p[2], uint16_t(label));
+            return p;
+        };
+        Burst b;
+        b.add(v6(64, 0));
+        b.add(v6(64, 0));
+        b.add(v6(63, 0));  // another hop limit: a run of its own
+        b.add(v6(63, 7));  // another flow label: the same
+        auto ext = v6(63, 7);
+        ext[6] = 60;  // a destination options header where UDP was: not a datagram to join
+        b.add(ext);
+        b.add(v6(63, 7));
+        b.plan(true);
+        CHECK(b.run_of == std::vector<uint16_t>{0, 0, 2, 3, 4, 5});
+    }
     SECTION("a TCP segment with the same ports ends the run; with others, it does not")
     {
         Burst b;

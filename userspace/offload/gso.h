@@ -27,8 +27,8 @@
 // Where the device takes USO (Linux 6.2 on), UDP datagrams of one flow are joined too, as
 // udp_gro_receive_segment joins them for forwarding: the same rules but for those of TCP,
 // and each datagram with a checksum (none: it stays alone, as the kernel leaves it).
-// Any other packet between the same addresses ends the run: nothing of a connection passes
-// another of its packets.
+// Any other packet between the same addresses ends the run (a TCP segment or UDP datagram:
+// only a run on its ports): nothing of a connection passes another of its packets.
 // A run is written as one packet, with the first's IP header, and a vnet header that has the
 // kernel cut it again where it must (gso_size: the first's payload). Cut again, its IPv4 ids
 // go up by one from the first's: a vnet header has no word for fixed ids
