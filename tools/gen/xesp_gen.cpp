@@ -162,7 +162,8 @@ int main(int argc, char **argv)
     t->add_option("--dst", tx.dst, "Destination IPv4 address")->required();
     t->add_option("--size", tx.size,
                   "Ethernet frame length in bytes including the 4-byte FCS (RFC 2544): 64 sends "
-                  "60 bytes (a 46-byte IP packet), 1400 a 1382-byte IP packet")
+                  "60 bytes (a 46-byte IP packet), 1400 a 1382-byte IP packet. The datagrams "
+                  "have DF set: one too big for a tunnel gets \"fragmentation needed\"")
         ->check(CLI::Range(kMinFrame, kMaxFrame))
         ->capture_default_str();
     t->add_option("--seconds", tx.seconds, "How long to send")
