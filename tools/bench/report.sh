@@ -87,7 +87,7 @@ jverdict() { [ "$1" = n/a ] && echo null || jstr "$1"; }
 write_json() {
     local first=1 k
     printf '{\n  "seconds": %s,\n  "flows": %s,\n  "sender": "%s",\n' "$DURATION" "$FLOWS" "$METHOD"
-    printf '  "workers": %s,\n' "$(jstr "${WORKERS:-default}")"
+    printf '  "workers": %s,\n' "${WORKERS:-null}"  # null: the daemon's default
     printf '  "frame_size": "Ethernet frame length including the 4-byte FCS (RFC 2544)",\n'
     printf '  "cpus": %s,\n  "kernel": %s,\n  "modes": {\n' "$(nproc)" "$(jstr "$(uname -r)")"
     for MODE in "${MODE_LIST[@]}"; do
