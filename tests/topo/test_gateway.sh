@@ -480,6 +480,24 @@ if [ "$PROT_MODE" = tun ]; then
         ping_from hostA "$HOSTB_IP4" -c 3
     }
     step "tun mode: ... iface del and add bring the tunnel back" tun_back
+    # What the kernel drops at a full TUN queue (the daemon stopped with SIGSTOP while hostA
+    # sends 800 datagrams into a queue of 500) is counted, and the count survives the next
+    # TUN device (iface del and add).
+    queue_drops() {
+        local q1 q2
+        kill -STOP "${DPID[gwA]}" || return 1
+        udp_cmd hostA "$HOSTB_IP4" 800 "queue-$marker" 0
+        "${UDP[@]}"
+        kill -CONT "${DPID[gwA]}"
+        sleep 0.5
+        q1=$(stat gwA gateway.drop-tun-queue-full)
+        cli gwA iface del "$GWA_PROT_IF" || return 1
+        cli gwA iface add "$GWA_PROT_IF" role protected mode tun || return 1
+        q2=$(stat gwA gateway.drop-tun-queue-full)
+        echo "drop-tun-queue-full $q1, after a new TUN $q2"
+        [ "$q1" -ge 200 ] 2>/dev/null && [ "$q2" -ge "$q1" ]
+    }
+    step "tun mode: drops at a full TUN queue are counted, and survive a new TUN" queue_drops
 fi
 
 # kill -9 under traffic: not one plaintext packet of the flow reaches the wire; after a restart

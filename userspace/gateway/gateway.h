@@ -359,6 +359,8 @@ private:
     VnetHdr tun_hdr_;               // of the super-packet in tun_buf_
     std::vector<uint8_t> tun_buf_;  // a super-packet read
     std::vector<uint8_t> gro_buf_;  // a joined one to write
+    uint64_t tun_queue_drops() const;
+    uint64_t tun_queue_drops_ = 0;  // of the TUN devices closed before
     std::vector<Pkt> tun_pieces_;   // cut, not yet in a burst: [tun_next_, end)
     size_t tun_next_ = 0;
     IcmpLimiter icmp_limit_;

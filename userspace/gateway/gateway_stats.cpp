@@ -1,8 +1,6 @@
 // What the gateway reports: `xesp stats` (engine, per SA, gateway, XDP and socket counters).
 #include "userspace/gateway/gateway.h"
 
-#include <fstream>
-
 #include "userspace/control/report.h"
 
 namespace xesp {
@@ -33,12 +31,9 @@ Gateway::Stats Gateway::stats_sample() const
     }
     for (unsigned w = 0; w < (workers_ ? workers_->workers() : 1); w++)
         s.workers.push_back(workers_ ? workers_->stats(w) : PoolStats{});
-    // Tun mode: what the kernel dropped at the TUN device because its queue was full (the
-    // daemon fell behind), from the device's own counter.
-    if (tun_) {
-        std::ifstream f(std::string("/sys/class/net/") + kTunName + "/statistics/tx_dropped");
-        f >> s.tun_queue_drops;
-    }
+    // Tun mode: what the kernel dropped at the TUN devices because their queue was full, the
+    // ones closed and the one open now.
+    s.tun_queue_drops = tun_queue_drops_ + tun_queue_drops();
     s.cpus = options_.cpus;
     s.uptime_ns = now_ns() - started_ns_;
     return s;

@@ -159,7 +159,20 @@ void Gateway::close_tun()
         return;
     (void)prog_->set_tun_link(0);  // the tc program drops, before the device is gone
     drop_tun_frames();
+    tun_queue_drops_ += tun_queue_drops();  // the device's count goes with it
     tun_.reset();
+}
+
+// What the kernel dropped at the TUN device open now because its queue was full (the daemon
+// fell behind), from the device's own counter; 0 with no device, or one deleted under us.
+uint64_t Gateway::tun_queue_drops() const
+{
+    uint64_t n = 0;
+    if (tun_) {
+        std::ifstream f(std::string("/sys/class/net/") + kTunName + "/statistics/tx_dropped");
+        f >> n;
+    }
+    return n;
 }
 
 // The TUN device failed (deleted under the daemon): logged and closed, so that the tc
