@@ -500,6 +500,37 @@ if [ "$PROT_MODE" = tun ]; then
     step "tun mode: drops at a full TUN queue are counted, and survive a new TUN" queue_drops
 fi
 
+# A mode change in place (`iface add` again with the other mode) under a flow: not one
+# plaintext packet on the wire while the programs change over; the new mode's program alone on
+# the interface, the tunnel working in it; and back again.
+other_mode=tun
+[ "$PROT_MODE" = tun ] && other_mode=xdp
+# only_mode MODE: the program of MODE on gwA's protected interface, and not the other one's.
+only_mode() {
+    local tc=0 xdp=0
+    "$TOPO" exec gwA tc filter show dev "$GWA_PROT_IF" ingress | grep -q xesp_tc_protect && tc=1
+    xdp_attached gwA "$GWA_PROT_IF" && xdp=1
+    echo "tc $tc xdp $xdp"
+    if [ "$1" = tun ]; then [ $tc$xdp = 10 ]; else [ $tc$xdp = 01 ]; fi
+}
+mode_change() {
+    local got changer
+    FILTERS=("contains mode-$marker")
+    (sleep 0.3; cli gwA iface add "$GWA_PROT_IF" role protected mode "$1") >"$WORK/mode.out" 2>&1 &
+    changer=$!
+    udp_cmd hostA "$HOSTB_IP4" 400 "mode-$marker" 0.002
+    got=$(wire_counts "${UDP[@]}")
+    wait "$changer" || { cat "$WORK/mode.out"; return 1; }
+    echo "plaintext on the wire: $got"
+    [ "$got" = "0 " ] && cli gwA iface list | grep -q "^$GWA_PROT_IF role protected mode $1 " &&
+        only_mode "$1"
+}
+step "mode change in place under a flow ($PROT_MODE to $other_mode): nothing in the clear" \
+    mode_change $other_mode
+check "... the tunnel carries a ping in $other_mode mode" ping_from hostA "$HOSTB_IP4" -c 2
+step "mode change back ($other_mode to $PROT_MODE): nothing in the clear" mode_change "$PROT_MODE"
+check "... the tunnel carries a ping in $PROT_MODE mode again" ping_from hostA "$HOSTB_IP4" -c 2
+
 # kill -9 under traffic: not one plaintext packet of the flow reaches the wire; after a restart
 # from the state file the flow resumes.
 crash() {

@@ -219,7 +219,8 @@ void register_gateway_commands(CLI::App &app)
     auto words = std::make_shared<std::vector<std::string>>();
     iface
         ->add_option("words", *words,
-                     "add DEV role protected|public [mode xdp|tun] | del DEV | list")
+                     "add DEV role protected|public [mode xdp|tun] | del DEV | list (add "
+                     "again with the other mode: a protected interface changes mode in place)")
         ->required();
     auto iface_json = std::make_shared<bool>(false);
     iface->add_flag("-j,--json", *iface_json, "list: a JSON array, one object per interface");

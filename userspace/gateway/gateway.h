@@ -179,7 +179,8 @@ public:
 
     // Attaches the classifier to an interface and opens a socket on each of its RX queues;
     // in tun mode, attaches the tc program and opens the TUN device (gateway_tun.cpp). The
-    // first public interface also brings up the local link (local_link.h).
+    // first public interface also brings up the local link (local_link.h). A protected
+    // interface added again with the other mode changes mode in place (change_mode()).
     Result<void> add_iface(const IfaceSpec &spec);
     Result<void> del_iface(const std::string &name);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
@@ -261,6 +262,7 @@ private:
     Result<void> attach_tun_mode(GatewayIface i);
     void open_local_link();
     void forget_iface(std::vector<GatewayIface>::iterator it);
+    Result<void> change_mode(std::vector<GatewayIface>::iterator it, const IfaceSpec &spec);
     Result<void> release_leftover(const std::string &name);
     Result<void> rebuild_ports();
     void close_ports();

@@ -105,18 +105,55 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec)
     if (role == IfaceRole::Public && spec.mode == IfaceMode::Tun)
         return make_error("iface add " + name +
                           ": mode tun is for protected interfaces; a public one is always xdp");
-    for (const auto &i : ifaces_)
-        if (i.name == name)
-            return make_error(
-                "iface add " + name + ": " +
-                (i.local ? std::string("the gateway's own local link")
-                         : std::string("already added as ") +
-                               (i.role == IfaceRole::Public ? "public" : "protected") +
-                               "; `xesp iface del " + name + "` first to change its role"));
+    for (auto it = ifaces_.begin(); it != ifaces_.end(); ++it) {
+        if (it->name != name)
+            continue;
+        if (!it->local && it->role == role && role == IfaceRole::Protected && it->mode != spec.mode)
+            return change_mode(it, spec);
+        return make_error("iface add " + name + ": " +
+                          (it->local
+                               ? std::string("the gateway's own local link")
+                               : std::string("already added as ") +
+                                     (it->role == IfaceRole::Public ? "public" : "protected") +
+                                     "; `xesp iface del " + name + "` first to change its role"));
+    }
     if (auto r = attach_iface(spec, false); !r)
         return r;
     if (role == IfaceRole::Public && !local_link_)
         open_local_link();
+    return {};
+}
+
+// A protected interface from one mode to the other in place (`iface add` again with the other
+// mode), with no moment where neither program drops what is protected: the new program goes
+// on before the old one comes off, as over what an earlier daemon left (XDP runs before the tc
+// program, so whichever is attached first of the two keeps dropping until the other takes
+// over). If the new mode cannot be had, the old one stays, its program on.
+Result<void> Gateway::change_mode(std::vector<GatewayIface>::iterator it, const IfaceSpec &spec)
+{
+    const GatewayIface old = *it;
+    ifaces_.erase(it);
+    auto r = attach_iface(spec, false);
+    if (!r) {
+        // A failure after the XDP program was on may have taken the tc program with it.
+        if (old.mode == IfaceMode::Tun && !XdpProgram::protected_attached(int(old.ifindex)))
+            if (auto a = prog_->attach_protected(int(old.ifindex)); !a)
+                log(LogLevel::Error, "%s: tun mode back: %s", old.name.c_str(),
+                    a.error().message.c_str());
+        ifaces_.push_back(old);
+        return r;
+    }
+    if (old.mode == IfaceMode::Xdp) {
+        // Its XDP program went once the tc program was on; its role and sockets go now.
+        (void)prog_->remove_iface(old.ifindex);
+        if (auto p = rebuild_ports(); !p)
+            log(LogLevel::Warning, "%s: %s", old.name.c_str(), p.error().message.c_str());
+    } else if (std::none_of(ifaces_.begin(), ifaces_.end(),
+                            [](const GatewayIface &i) { return i.mode == IfaceMode::Tun; })) {
+        close_tun();
+    }
+    log(LogLevel::Info, "%s: mode %s, was %s; no moment without a program on it", old.name.c_str(),
+        iface_mode_name(spec.mode), iface_mode_name(old.mode));
     return {};
 }
 
