@@ -105,6 +105,19 @@ VnetHdr tso_header(std::vector<uint8_t> &p, uint16_t mss)
     return h;
 }
 
+// The vnet header the kernel writes for a USO super-packet whose UDP header is at l4.
+VnetHdr uso_header(uint16_t l4, uint16_t gso_size)
+{
+    VnetHdr h;
+    h.flags = VnetHdr::kNeedsCsum;
+    h.gso_type = VnetHdr::kGsoUdpL4;
+    h.hdr_len = uint16_t(l4 + kUdpLen);
+    h.gso_size = gso_size;
+    h.csum_start = l4;
+    h.csum_offset = 6;
+    return h;
+}
+
 struct Frames {
     std::vector<std::vector<uint8_t>> mem;
     std::vector<uint8_t *> at;
@@ -170,12 +183,7 @@ TEST_CASE("a UDP super-packet is cut into datagrams (USO); one packet gets its c
         auto super = udp_packet(family, family == 4 ? "10.1.0.1" : "2001:db8:1::1",
                                 family == 4 ? "10.2.0.1" : "2001:db8:2::1", 5000);
         const uint16_t l4 = family == 4 ? kIpv4Len : kIpv6Len;
-        VnetHdr h;
-        h.flags = VnetHdr::kNeedsCsum;
-        h.gso_type = VnetHdr::kGsoUdpL4;
-        h.gso_size = 1200;
-        h.csum_start = l4;
-        h.csum_offset = 6;
+        VnetHdr h = uso_header(l4, 1200);
         Frames f(8);
         size_t n = 0;
         REQUIRE(gso_split(h, super.data(), super.size(), 1500, f.at.data(), 2048, f.len.data(),
@@ -471,13 +479,7 @@ TEST_CASE("datagrams cut by USO are joined back where the device takes USO", "[g
         uint32_t sum = family == 4 ? csum_add(0, &super[12], 8) + kProtoUdp + l4len
                                    : csum_add(0, &super[8], 32) + l4len + kProtoUdp;
         put16(&super[l4 + 6], csum_fold(sum));  // as the sending kernel leaves it
-        VnetHdr uso;
-        uso.flags = VnetHdr::kNeedsCsum;
-        uso.gso_type = VnetHdr::kGsoUdpL4;
-        uso.hdr_len = uint16_t(l4 + kUdpLen);
-        uso.gso_size = 1000;
-        uso.csum_start = l4;
-        uso.csum_offset = 6;
+        VnetHdr uso = uso_header(l4, 1000);
         Frames f(8);
         size_t n = 0;
         REQUIRE(gso_split(uso, super.data(), super.size(), 1500, f.at.data(), 2048, f.len.data(),
