@@ -81,8 +81,6 @@ int main(int argc, char **argv)
         pieces[i] = frames[i];
     }
     Counters c;
-    // UDP joined where the devices take USO: the kernel that reads what is written cuts it.
-    const bool udp = (tun[1]->offloads() & (Tun::kUso4 | Tun::kUso6)) == (Tun::kUso4 | Tun::kUso6);
     auto put = [&](Tun &out, const VnetHdr &h, const uint8_t *p, size_t len) {
         c.writes++;
         int rc = out.write(h, p, len);
@@ -129,7 +127,8 @@ int main(int argc, char **argv)
                         put(out, VnetHdr{}, pieces[p], lens[p]);
                     continue;
                 }
-                Gro::plan(pieces, lens, k, udp, run_of);
+                // UDP joined where the device written to takes USO: its kernel cuts it.
+                Gro::plan(pieces, lens, k, out.uso(), run_of);
                 for (size_t p = 0; p < k; p++) {
                     if (run_of[p] != p)
                         continue;

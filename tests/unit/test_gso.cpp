@@ -31,6 +31,15 @@ namespace {
 constexpr uint8_t kFin = 0x01, kPsh = 0x08, kAck = 0x10, kCwr = 0x80;
 constexpr size_t kMss = 1000;  // GRO's segments
 
+// The pseudo-header's sum (RFC 768, RFC 8200 8.1) of a packet whose proto header follows a
+// fixed IP header, over the rest of the packet.
+uint32_t pseudo(const std::vector<uint8_t> &p, uint8_t proto)
+{
+    const bool v4 = ip_version(p.data()) == 4;
+    const uint32_t l4len = uint32_t(p.size() - (v4 ? kIpv4Len : kIpv6Len));
+    return v4 ? csum_add(0, &p[12], 8) + proto + l4len : csum_add(0, &p[8], 32) + l4len + proto;
+}
+
 // A TCP segment from 10.1.0.1:40000 to 10.2.0.1:5201 (IPv6: 2001:db8:1::1 to 2001:db8:2::1)
 // with a timestamp option (12 bytes), `payload` bytes from `seq` on, checksums right.
 std::vector<uint8_t> tcp_packet(int family, uint32_t seq, size_t payload, uint8_t flags = kAck,
@@ -64,9 +73,7 @@ std::vector<uint8_t> tcp_packet(int family, uint32_t seq, size_t payload, uint8_
     for (size_t i = 0; i < payload; i++)
         t[th + i] = uint8_t((seq + i) * 7);
     const uint32_t l4len = uint32_t(p.size() - hl);
-    uint32_t sum = family == 4 ? csum_add(0, &p[12], 8) + kProtoTcp + l4len
-                               : csum_add(0, &p[8], 32) + l4len + kProtoTcp;
-    put16(t + 16, uint16_t(~csum_fold(csum_add(sum, t, l4len))));
+    put16(t + 16, uint16_t(~csum_fold(csum_add(pseudo(p, kProtoTcp), t, l4len))));
     return p;
 }
 
@@ -75,9 +82,7 @@ bool l4_ok(const std::vector<uint8_t> &p)
 {
     const bool v4 = ip_version(p.data()) == 4;
     const size_t hl = v4 ? kIpv4Len : kIpv6Len, l4len = p.size() - hl;
-    uint32_t sum =
-        v4 ? csum_add(0, &p[12], 8) + p[9] + l4len : csum_add(0, &p[8], 32) + l4len + p[6];
-    return csum_fold(csum_add(sum, &p[hl], l4len)) == 0xffff;
+    return csum_fold(csum_add(pseudo(p, v4 ? p[9] : p[6]), &p[hl], l4len)) == 0xffff;
 }
 
 bool ipv4_ok(const std::vector<uint8_t> &p)
@@ -91,10 +96,7 @@ VnetHdr tso_header(std::vector<uint8_t> &p, uint16_t mss)
 {
     const bool v4 = ip_version(p.data()) == 4;
     const uint16_t l4 = v4 ? kIpv4Len : kIpv6Len;
-    const uint32_t l4len = uint32_t(p.size() - l4);
-    uint32_t sum = v4 ? csum_add(0, &p[12], 8) + kProtoTcp + l4len
-                      : csum_add(0, &p[8], 32) + l4len + kProtoTcp;
-    put16(&p[l4 + 16], csum_fold(sum));
+    put16(&p[l4 + 16], csum_fold(pseudo(p, kProtoTcp)));
     VnetHdr h;
     h.flags = VnetHdr::kNeedsCsum;
     h.gso_type = v4 ? VnetHdr::kGsoTcpv4 : VnetHdr::kGsoTcpv6;
@@ -200,10 +202,7 @@ TEST_CASE("a UDP super-packet is cut into datagrams (USO); one packet gets its c
         // Not GSO, the checksum the device's to do: the pseudo-header's sum in its place.
         auto one = udp_packet(family, family == 4 ? "10.1.0.1" : "2001:db8:1::1",
                               family == 4 ? "10.2.0.1" : "2001:db8:2::1", 300);
-        const uint32_t l4len = uint32_t(one.size() - l4);
-        uint32_t sum = family == 4 ? csum_add(0, &one[12], 8) + kProtoUdp + l4len
-                                   : csum_add(0, &one[8], 32) + l4len + kProtoUdp;
-        put16(&one[l4 + 6], csum_fold(sum));
+        put16(&one[l4 + 6], csum_fold(pseudo(one, kProtoUdp)));
         VnetHdr partial;
         partial.flags = VnetHdr::kNeedsCsum;
         partial.csum_start = l4;
@@ -459,9 +458,7 @@ std::vector<uint8_t> udp_datagram(int family, size_t payload, uint16_t id = 0x12
         ipv4_set_checksum(p.data());
     }
     const uint32_t l4len = uint32_t(p.size() - l4);
-    uint32_t sum = family == 4 ? csum_add(0, &p[12], 8) + kProtoUdp + l4len
-                               : csum_add(0, &p[8], 32) + l4len + kProtoUdp;
-    uint16_t c = uint16_t(~csum_fold(csum_add(sum, &p[l4], l4len)));
+    uint16_t c = uint16_t(~csum_fold(csum_add(pseudo(p, kProtoUdp), &p[l4], l4len)));
     put16(&p[l4 + 6], c ? c : 0xffff);
     return p;
 }
@@ -475,10 +472,7 @@ TEST_CASE("datagrams cut by USO are joined back where the device takes USO", "[g
         const uint16_t l4 = family == 4 ? kIpv4Len : kIpv6Len;
         auto super = udp_packet(family, family == 4 ? "10.1.0.1" : "2001:db8:1::1",
                                 family == 4 ? "10.2.0.1" : "2001:db8:2::1", 5300);
-        const uint32_t l4len = uint32_t(super.size() - l4);
-        uint32_t sum = family == 4 ? csum_add(0, &super[12], 8) + kProtoUdp + l4len
-                                   : csum_add(0, &super[8], 32) + l4len + kProtoUdp;
-        put16(&super[l4 + 6], csum_fold(sum));  // as the sending kernel leaves it
+        put16(&super[l4 + 6], csum_fold(pseudo(super, kProtoUdp)));  // as the sender's kernel
         VnetHdr uso = uso_header(l4, 1000);
         Frames f(8);
         size_t n = 0;

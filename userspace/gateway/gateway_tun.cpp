@@ -251,8 +251,6 @@ bool Gateway::cut_tun(uint32_t len)
     case GsoError::None:
         break;
     case GsoError::TooMany:  // more pieces than kTunPieces
-        count(GwCounter::TunTooBig);
-        return false;
     case GsoError::TooBig:
         count(GwCounter::TunTooBig);
         return false;
@@ -374,14 +372,13 @@ void Gateway::tx_tun(Port &rx, Pkt *const *pkts, size_t n)
     const uint8_t *ips[Gro::kMaxRun];
     uint32_t lens[Gro::kMaxRun];
     uint16_t run_of[Gro::kMaxRun];
-    const bool udp = (tun_->offloads() & (Tun::kUso4 | Tun::kUso6)) == (Tun::kUso4 | Tun::kUso6);
     while (n) {
         size_t k = std::min(n, Gro::kMaxRun);
         for (size_t i = 0; i < k; i++) {
             ips[i] = pkts[i]->ip();
             lens[i] = pkts[i]->len;
         }
-        Gro::plan(ips, lens, k, udp, run_of);
+        Gro::plan(ips, lens, k, tun_->uso(), run_of);
         for (size_t i = 0; i < k; i++) {
             if (run_of[i] != i)
                 continue;

@@ -34,6 +34,8 @@ public:
     const std::string &name() const { return name_; }
     // The offloads the kernel took: TSO and checksums always, USO where the kernel has it.
     unsigned offloads() const { return offloads_; }
+    // Whether it takes USO both ways (IPv4 and IPv6): joined UDP may be written to it.
+    bool uso() const { return (offloads_ & (kUso4 | kUso6)) == (kUso4 | kUso6); }
 
     // One packet, its vnet header in *h and its bytes (from the IP header) in buf (room: at
     // least 64 KB). Returns
