@@ -66,6 +66,37 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct cursor *c, str
     return parse_ip(c, data, f);
 }
 
+/* UDP that the local link carries whole: the frame, or each datagram the kernel cuts a GSO
+ * one into (the link has no GSO: its far end runs XDP), no longer than the link's MTU allows.
+ * (A VLAN tag is out of the data by tc ingress.) */
+static __always_inline int fits_local_link(const struct __sk_buff *skb, const struct flow *f)
+{
+    __u32 frame = skb->gso_size ? f->l4_off + 8 + skb->gso_size : skb->len;
+    return frame <= ETH_HLEN + XESP_LOCAL_LINK_MTU;
+}
+
+/* The hop that the kernel's forwarding would take: the TTL or hop limit down by one, and the
+ * IPv4 header checksum with it. 0 if it is 1 or less (the gateway answers "time exceeded"
+ * for those that come through the TUN) or cannot be written: nothing changed. */
+static __always_inline int take_hop(struct __sk_buff *skb, const struct flow *f)
+{
+    const int v6 = f->family == XESP_FAMILY_V6;
+    __u32 off = f->l3_off + (v6 ? 7 : 8);
+    __u8 ttl, next;
+    if (bpf_skb_load_bytes(skb, off, &ttl, 1) || ttl <= 1)
+        return 0;
+    next = ttl - 1;
+    if (bpf_skb_store_bytes(skb, off, &next, 1, 0))
+        return 0;
+    /* The TTL is the high byte of its 16-bit word of the IPv4 header. */
+    if (!v6 && bpf_l3_csum_replace(skb, f->l3_off + 10, bpf_htons((__u16)ttl << 8),
+                                   bpf_htons((__u16)next << 8), 2)) {
+        bpf_skb_store_bytes(skb, off, &ttl, 1, 0);
+        return 0;
+    }
+    return 1;
+}
+
 /* ---- The program ----------------------------------------------------------------------- */
 
 SEC("tc")
@@ -128,8 +159,9 @@ int xesp_tc_egress(struct __sk_buff *skb)
 
 /* A protected interface in tun mode: what arrives there that an out policy protects is sent to
  * the gateway's TUN device whole, as the host's TSO made it (an XDP program would have the
- * kernel cut it first), for the gateway to cut, encrypt and send; without a TUN (no gateway
- * running) it is dropped, never routed on in the clear. Blocked plaintext is dropped; the rest
+ * kernel cut it first), for the gateway to cut, encrypt and send; UDP goes to the local link
+ * instead (below). Without a TUN (no gateway running) it is dropped, never routed on in the
+ * clear; without a socket behind the local link, its XDP program drops it. Blocked plaintext is dropped; the rest
  * (bypass, no policy, the gateway's own traffic, ND for the link, what is not IP) goes on to
  * the kernel. */
 SEC("tc")
@@ -173,6 +205,19 @@ int xesp_tc_protected(struct __sk_buff *skb)
     spd_lookup(&f, XESP_DIR_OUT, &r);
     if (r.found && (r.flags & XESP_POL_F_TMPL) && r.action == XESP_ACTION_ALLOW) {
         __u32 zero = 0;
+        /* UDP has no super-packets to keep whole: it goes as in xdp mode, through the local
+         * link's XDP program to an AF_XDP socket, a burst per wakeup instead of a read per
+         * datagram from the TUN. It takes its hop here, as the kernel would have; with TTL 1
+         * it goes to the TUN, whose reader answers it. TCP and the rest keep the TUN, and so
+         * does UDP too big for the link (frames beyond 1,500 bytes of IP): within a flow of
+         * one size there is one path, and no reordering. */
+        if (f.proto == IPPROTO_UDP && fits_local_link(skb, &f)) {
+            __u32 *link = bpf_map_lookup_elem(&local_link, &zero);
+            if (link && *link && take_hop(skb, &f)) {
+                count(XESP_CTR_TUN_UDP_LINK);
+                return bpf_redirect(*link, 0);
+            }
+        }
         __u32 *tun = bpf_map_lookup_elem(&tun_link, &zero);
         if (tun && *tun) {
             count(XESP_CTR_TUN_ENCAP);

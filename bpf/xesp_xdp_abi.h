@@ -121,6 +121,10 @@ struct xesp_policy_val {
 #define XESP_ROLE_PROTECTED 0
 #define XESP_ROLE_PUBLIC 1
 
+/* The MTU of both ends of the gateway's local link (local_link.h). The tc program of tun mode
+ * sends it only UDP whose frames fit. */
+#define XESP_LOCAL_LINK_MTU 1500
+
 /* The AF_XDP socket of a redirected frame is xsks[xsk_base + rx_queue_index]: a socket is bound
  * to one (interface, queue), so every interface has its own range of XESP_MAX_QUEUES slots.
  * A queue past the range, or an interface without an entry (xsk_base 0), still fails closed:
@@ -218,7 +222,8 @@ struct xesp_meta {
     X(EGRESS_LOCAL, "egress-local")   /* tc egress: the kernel's own, to encrypt */                \
     X(TUN_ENCAP, "tun-encap")         /* tc ingress, tun mode: to protect, to the gateway's TUN */ \
     X(DROP_TUN_GONE, "drop-tun-gone") /* tc ingress, tun mode: to protect, and no TUN (stopped) */ \
-    X(DROP_UNREADABLE, "drop-unreadable") /* both tc programs: IP headers they cannot read */
+    X(DROP_UNREADABLE, "drop-unreadable") /* both tc programs: IP headers they cannot read */      \
+    X(TUN_UDP_LINK, "tun-udp-link") /* tc ingress, tun mode: UDP to protect, to the local link */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,

@@ -176,6 +176,15 @@ def fixtures():
     add("plain4_protect_ip_options", eth() / IP(src="10.1.0.5", dst="10.2.0.7",
         options=[IPOption_Router_Alert()]) / tcp())
     add("plain4_protect_vlan_udp", eth() / Dot1Q(vlan=10) / IP(src="10.1.0.5", dst="10.2.0.7") / udp())
+    # tun mode sends UDP to the local link with its hop taken, when it fits the link's MTU
+    add("plain4_protect_udp", eth() / IP(src="10.1.0.5", dst="10.2.0.7", ttl=64) / udp())
+    add("plain4_protect_udp_ttl1", eth() / IP(src="10.1.0.5", dst="10.2.0.7", ttl=1) / udp())
+    add("plain4_protect_udp_1500", eth() / IP(src="10.1.0.5", dst="10.2.0.7") /
+        UDP(sport=40000, dport=9999) / Raw(b"x" * (1500 - 28)))
+    add("plain4_protect_udp_1501", eth() / IP(src="10.1.0.5", dst="10.2.0.7") /
+        UDP(sport=40000, dport=9999) / Raw(b"x" * (1501 - 28)))
+    add("plain6_protect_udp", eth() / IPv6(src="fd00:1::5", dst="fd00:2::7", hlim=64) / udp())
+    add("plain6_protect_udp_hlim1", eth() / IPv6(src="fd00:1::5", dst="fd00:2::7", hlim=1) / udp())
     add("plain4_protect_qinq", eth() / Dot1AD(vlan=5) / Dot1Q(vlan=10) / IP(src="10.1.0.5", dst="10.2.0.7") / udp())
     add("plain4_bypass_ssh", eth() / IP(src="10.1.0.5", dst="10.2.0.7") / tcp(22))
     add("plain4_block", eth() / IP(src="10.1.0.5", dst="203.0.113.9") / udp())

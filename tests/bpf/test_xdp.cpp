@@ -265,6 +265,12 @@ const Expect kTable[] = {
     {"plain4_protect_ip_options", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 38},
     {"plain4_protect_vlan_udp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 18, 38},
     {"plain4_protect_qinq", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 22, 42},
+    {"plain4_protect_udp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
+    {"plain4_protect_udp_ttl1", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},  // hop: the engine's
+    {"plain4_protect_udp_1500", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
+    {"plain4_protect_udp_1501", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
+    {"plain6_protect_udp", Prot, V::Encap, C::REDIRECT_ENCAP, 6, 14, 54, F6},
+    {"plain6_protect_udp_hlim1", Prot, V::Encap, C::REDIRECT_ENCAP, 6, 14, 54, F6},
     {"plain4_bypass_ssh", Prot, V::Pass, C::PASS_BYPASS},
     {"plain4_block", Prot, V::Drop, C::DROP_OUT_BLOCK},
     {"plain4_unmatched", Prot, V::Pass, C::PASS_NO_POLICY},
@@ -443,16 +449,36 @@ TEST_CASE("map updates take effect: SA and policy removal, local addresses")
 
 namespace {
 
-// A tc program's verdict (TC_ACT_*) on a fixture frame.
-int tc_run(int prog_fd, const char *name)
+// A tc program's verdict (TC_ACT_*) on a fixture frame, and the frame as it left it. A nonzero
+// gso_size makes the frame a GSO packet of segments that size.
+int tc_run(int prog_fd, const char *name, std::vector<uint8_t> *frame = nullptr,
+           uint32_t gso_size = 0)
 {
     const XdpFixturePacket *p = packet(name);
     REQUIRE(p);
     std::vector<uint8_t> out(p->len + 64);
+    __sk_buff ctx{};
+    ctx.gso_size = gso_size;
+    ctx.gso_segs = gso_size ? 2 : 0;
     LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->data, .data_out = out.data(),
-                .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()));
+                .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()),
+                .ctx_in = gso_size ? &ctx : nullptr,
+                .ctx_size_in = gso_size ? uint32_t(sizeof(ctx)) : 0);
     REQUIRE(bpf_prog_test_run_opts(prog_fd, &opts) == 0);
+    if (frame)
+        frame->assign(out.begin(), out.begin() + opts.data_size_out);
     return int(opts.retval);
+}
+
+// The one's complement sum of an IPv4 header: 0xffff when its checksum is right.
+uint16_t ip4_header_sum(const uint8_t *ip)
+{
+    uint32_t sum = 0;
+    for (size_t i = 0; i < size_t(ip[0] & 0xf) * 4; i += 2)
+        sum += uint32_t(ip[i] << 8 | ip[i + 1]);
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return uint16_t(sum);
 }
 
 }  // namespace
@@ -578,6 +604,73 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
     check_rows(rest);
     REQUIRE(prog->set_tun_link(0));
     CHECK(ingress("plain4_protect_tcp") == kShot);
+}
+
+TEST_CASE("tc ingress in tun mode: UDP to the local link with its hop taken, if the link takes "
+          "it; the rest to the TUN")
+{
+    auto prog = loaded();
+    constexpr int kShot = 2, kRedirect = 7;  // TC_ACT_*
+    constexpr size_t kEth = 14;
+    auto ingress = [&](const char *name, const char *counted, std::vector<uint8_t> *frame,
+                       uint32_t gso_size = 0) {
+        INFO(name << " gso_size " << gso_size);
+        XdpCounters before = counters(*prog);
+        int verdict = tc_run(prog->protected_prog_fd(), name, frame, gso_size);
+        CHECK(describe(before, counters(*prog)) == counted);
+        return verdict;
+    };
+    std::vector<uint8_t> out;
+    const XdpFixturePacket *p4 = packet("plain4_protect_udp");
+    REQUIRE(p4);
+    // No local link: UDP goes to the TUN, untouched; with neither, it is dropped.
+    CHECK(ingress("plain4_protect_udp", "drop-tun-gone+1 ", &out) == kShot);
+    REQUIRE(prog->set_tun_link(kLoIfindex));
+    CHECK(ingress("plain4_protect_udp", "tun-encap+1 ", &out) == kRedirect);
+    CHECK(std::equal(out.begin(), out.end(), p4->data, p4->data + p4->len));
+
+    REQUIRE(prog->set_local_link(kLoIfindex));
+    // IPv4: TTL 64 leaves as 63 with the header checksum still right; nothing else changes.
+    CHECK(ingress("plain4_protect_udp", "tun-udp-link+1 ", &out) == kRedirect);
+    REQUIRE(out.size() == p4->len);
+    CHECK(out[kEth + 8] == 63);
+    CHECK(ip4_header_sum(out.data() + kEth) == 0xffff);
+    for (size_t i = 0; i < out.size(); i++)
+        if (i != kEth + 8 && i != kEth + 10 && i != kEth + 11)
+            CHECK(out[i] == p4->data[i]);
+    // IPv6: hop limit 64 leaves as 63.
+    const XdpFixturePacket *p6 = packet("plain6_protect_udp");
+    REQUIRE(p6);
+    CHECK(ingress("plain6_protect_udp", "tun-udp-link+1 ", &out) == kRedirect);
+    REQUIRE(out.size() == p6->len);
+    CHECK(out[kEth + 7] == 63);
+    CHECK(std::equal(out.begin() + kEth + 8, out.end(), p6->data + kEth + 8));
+    // A fragment of a UDP datagram, and a VLAN-tagged one, go the same way.
+    CHECK(ingress("plain4_fragment_protect", "tun-udp-link+1 ", &out) == kRedirect);
+    CHECK(ingress("plain4_protect_vlan_udp", "tun-udp-link+1 ", &out) == kRedirect);
+    // TTL 1: to the TUN as it came, whose reader answers "time exceeded".
+    for (const char *name : {"plain4_protect_udp_ttl1", "plain6_protect_udp_hlim1"}) {
+        const XdpFixturePacket *p = packet(name);
+        REQUIRE(p);
+        CHECK(ingress(name, "tun-encap+1 ", &out) == kRedirect);
+        CHECK(std::equal(out.begin(), out.end(), p->data, p->data + p->len));
+    }
+    // The link's MTU: 1,500 bytes of IP fit, 1,501 go to the TUN; a GSO packet by the size of
+    // the datagrams the kernel cuts it into (20 + 8 + 1,472 fit).
+    CHECK(ingress("plain4_protect_udp_1500", "tun-udp-link+1 ", &out) == kRedirect);
+    CHECK(ingress("plain4_protect_udp_1501", "tun-encap+1 ", &out) == kRedirect);
+    CHECK(ingress("plain4_protect_udp", "tun-udp-link+1 ", &out, 1472) == kRedirect);
+    CHECK(ingress("plain4_protect_udp", "tun-encap+1 ", &out, 1473) == kRedirect);
+    // TCP and ICMP keep the TUN.
+    CHECK(ingress("plain4_protect_tcp", "tun-encap+1 ", &out) == kRedirect);
+    CHECK(ingress("nd6_ns_to_protected", "tun-encap+1 ", &out) == kRedirect);
+    // No TUN: the local link still takes UDP; the rest is dropped.
+    REQUIRE(prog->set_tun_link(0));
+    CHECK(ingress("plain4_protect_udp", "tun-udp-link+1 ", &out) == kRedirect);
+    CHECK(ingress("plain4_protect_tcp", "drop-tun-gone+1 ", &out) == kShot);
+    CHECK(ingress("plain4_protect_udp_ttl1", "drop-tun-gone+1 ", &out) == kShot);
+    REQUIRE(prog->set_local_link(0));
+    CHECK(ingress("plain4_protect_udp", "drop-tun-gone+1 ", &out) == kShot);
 }
 
 TEST_CASE("policy table errors say what is wrong")

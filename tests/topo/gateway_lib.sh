@@ -154,6 +154,17 @@ for i in range($3):
     time.sleep(${5:-0.002})")
 }
 
+# raw_cmd NODE DST COUNT MARKER [INTERVAL]: as udp_cmd, in IP datagrams of protocol 253 (for
+# experiments, RFC 3692) instead: in tun mode UDP takes the local link, the rest the TUN.
+raw_cmd() {
+    UDP=("$TOPO" exec "$1" "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, 253)
+for i in range($3):
+    s.sendto(b'$4 %d' % i, ('$2', 0))
+    time.sleep(${5:-0.002})")
+}
+
 # udp_sink NODE ADDR SECONDS: counts the datagrams that reach ADDR port 5300 for SECONDS.
 udp_sink() {
     "$TOPO" exec "$1" "$PY" -c "

@@ -14,8 +14,8 @@
 #  2  ESP on the peer's own SA whose inner packet no    drops.in-no-policy              -      0
 #     policy allows (source in gwA's own site)
 #  3  from hostA to hostB: IKE on 4500 and 500, ESP in  xdp.redirect-encap (encrypted;  0      -
-#     UDP and raw ESP of an SPI nobody owns, an ESP     tun mode: xdp.tun-encap)
-#     fragment: the exceptions are for gwA itself only
+#     UDP and raw ESP of an SPI nobody owns, an ESP     tun mode: xdp.tun-encap and
+#     fragment: the exceptions are for gwA itself only  xdp.tun-udp-link)
 #  4  plaintext from site A to site B injected on the   xdp.drop-public-plaintext       0      0
 #     public side, to gwA's MAC
 #  5  SIGTERM of gwA's daemon, and a restart, under     xdp.xsk-missing (while stopped; 0      -
@@ -55,13 +55,15 @@ fi
 check "the tunnel carries a ping" ping_from hostA "$HOSTB_IP4" -c 2
 GWA_MAC=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
 
-# delta GW PATH CMD...: runs CMD and sets DELTA to how much counter PATH of GW rose.
+# delta GW PATH[+PATH...] CMD...: runs CMD and sets DELTA to how much the counters PATH of GW
+# rose, together.
 delta() {
-    local gw=$1 path=$2 before
+    local gw=$1 paths=$2 before=0 after=0 path
     shift 2
-    before=$(stat "$gw" "$path")
+    for path in ${paths//+/ }; do before=$((before + $(stat "$gw" "$path"))); done
     "$@"
-    DELTA=$(($(stat "$gw" "$path") - before))
+    for path in ${paths//+/ }; do after=$((after + $(stat "$gw" "$path"))); done
+    DELTA=$((after - before))
 }
 
 # ---- 1: reflection ---------------------------------------------------------------------------
@@ -117,7 +119,7 @@ exceptions() {
     local marker=exc$$ leaked esp
     FILTERS=("contains $marker" "esp src $GWA_PUB_IP4")
     local counter=xdp.redirect-encap
-    [ "$PROT_MODE" = tun ] && counter=xdp.tun-encap
+    [ "$PROT_MODE" = tun ] && counter=xdp.tun-encap+xdp.tun-udp-link
     delta gwA $counter wire_counts_into leaked \
         "$TOPO" exec hostA "$PY" "$ATTACKER" exceptions --dst "$HOSTB_IP4" --marker "$marker"
     ROW[3]="$counter +$DELTA, leaked $leaked, delivered -"

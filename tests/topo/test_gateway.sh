@@ -123,6 +123,7 @@ fi
 check "stats: SA 0x1001 on gwA counted packets" test "$(stat gwA 'sas[spi=0x1001].packets')" -gt 0
 if [ "$PROT_MODE" = tun ]; then
     check "stats: the tc program sent plaintext to gwA's TUN" test "$(stat gwA 'xdp.tun-encap')" -gt 0
+    check "stats: the tc program sent UDP to gwA's local link" test "$(stat gwA 'xdp.tun-udp-link')" -gt 0
     check "stats: gwA read it from the TUN and cut it" test "$(stat gwA 'gateway.tun-pieces')" -gt 0
     check "stats: gwB wrote what it decrypted to its TUN" test "$(stat gwB 'gateway.tun-tx')" -gt 0
     check "stats: nothing read from a TUN was bad" test "$(stat gwA 'gateway.drop-tun-bad')" = 0
@@ -453,8 +454,9 @@ check "SAs and policies added and removed under traffic: no ping lost" churn
 
 # Tun mode, the TUN device deleted under the daemon (`ip link del xesp-tun`): tun mode stops,
 # said once (tun-failed), the daemon does not spin on the dead descriptor (nothing counted bad),
-# the tc program drops every datagram of a protected flow (drop-tun-gone), none of it on the
-# wire; and `iface del` and `add` bring it back.
+# the tc program drops every datagram of a protected flow that would go there (drop-tun-gone;
+# not UDP, which takes the local link), none of it on the wire; and `iface del` and `add` bring
+# it back.
 if [ "$PROT_MODE" = tun ]; then
     tun_deleted() {
         local got before gone
@@ -462,7 +464,7 @@ if [ "$PROT_MODE" = tun ]; then
         sleep 0.2
         before=$(stat gwA xdp.drop-tun-gone)
         FILTERS=("contains tundel-$marker")
-        udp_cmd hostA "$HOSTB_IP4" 200 "tundel-$marker"
+        raw_cmd hostA "$HOSTB_IP4" 200 "tundel-$marker"
         got=$(wire_counts "${UDP[@]}")
         gone=$(($(stat gwA xdp.drop-tun-gone) - before))
         echo "plaintext on the wire: $got; drop-tun-gone +$gone of 200;" \
@@ -481,12 +483,12 @@ if [ "$PROT_MODE" = tun ]; then
     }
     step "tun mode: ... iface del and add bring the tunnel back" tun_back
     # What the kernel drops at a full TUN queue (the daemon stopped with SIGSTOP while hostA
-    # sends 800 datagrams into a queue of 500) is counted, and the count survives the next
+    # sends 800 datagrams, not UDP, into a queue of 500) is counted, and the count survives the next
     # TUN device (iface del and add).
     queue_drops() {
         local q1 q2
         kill -STOP "${DPID[gwA]}" || return 1
-        udp_cmd hostA "$HOSTB_IP4" 800 "queue-$marker" 0
+        raw_cmd hostA "$HOSTB_IP4" 800 "queue-$marker" 0
         "${UDP[@]}"
         kill -CONT "${DPID[gwA]}"
         sleep 0.5

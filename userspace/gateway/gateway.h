@@ -236,7 +236,8 @@ private:
         uint32_t ifindex;
         uint32_t slot;
         std::vector<Pkt> txq;  // packets for this port, sent at the end of each burst
-        bool local;            // the local link: the gateway's own traffic, not a hop
+        bool local;            // the local link: its hop is taken (the gateway's own
+                               // traffic; tun mode's UDP, by the tc program)
     };
     // A burst in flight on the workers: its frames, what the engine carries between its steps.
     static constexpr size_t kJobsPerWorker = 8;

@@ -10,6 +10,9 @@
 //        --> tx_tun(): joined (Gro) --write()--> xesp-tun --> the kernel forwards it to DEV,
 //        whole, and cuts it only where it must
 //
+//   UDP: tc ingress --hop taken, bpf_redirect--> the local link (local_link.h) --XDP,
+//        AF_XDP--> the engine as in xdp mode: a burst per wakeup, not a read per datagram
+//
 // 1. Why not XDP. An XDP program on a veth turns its peer's GSO off: the host then sends
 //    1,500-byte segments, each copied into a page for the program. A tc program on DEV sees
 //    the super-packet as the host made it, and only redirects it: the TUN device hands it to

@@ -6,9 +6,12 @@
 //             -> bpf_redirect -> xesp-local ==veth== xesp-local-gw -> XDP (a protected
 //             interface of the gateway) -> AF_XDP -> encrypted -> out of the public interface
 //
+// It also carries the UDP that protected interfaces in tun mode take in (xesp_tc.bpf.c,
+// gateway_tun.cpp): from their tc ingress program to the XDP program, its hop already taken.
+//
 // A veth pair in the gateway's network namespace. The kernel's end has TX checksum offload
-// off, so what reaches the XDP program carries finished checksums, and no IPv6 (it sends
-// nothing of its own). If the gateway dies the far end keeps its XDP program with no socket:
+// off, so what reaches the XDP program carries finished checksums. Both ends have an MTU of
+// 1,500 (XESP_LOCAL_LINK_MTU) and no IPv6 (they send nothing of their own). If the gateway dies the far end keeps its XDP program with no socket:
 // the traffic is dropped, never sent in the clear.
 #pragma once
 
