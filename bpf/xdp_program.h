@@ -145,13 +145,16 @@ public:
     // that an out policy protects or blocks is dropped there. Stays after this process exits.
     Result<void> attach_egress(int ifindex);
     static Result<void> detach_egress(int ifindex);
-    // Where the egress program sends the kernel's own plaintext that an out policy protects:
-    // a device whose far end is one of the gateway's protected interfaces. 0: nowhere (dropped).
+    // Where the egress program sends the kernel's own plaintext that an out policy protects,
+    // and the tun-mode program the UDP it protects: a device whose far end is one of the
+    // gateway's protected interfaces. 0: nowhere (the egress program drops; the tun-mode one
+    // sends UDP to the TUN like the rest).
     Result<void> set_local_link(uint32_t ifindex);
     // The tc ingress program (xesp_tc_protected) on a protected interface in tun mode: what
     // an out policy protects goes whole to the TUN device set_tun_link() names (dropped while
-    // there is none), blocked plaintext is dropped, the rest goes on. Stays after this process
-    // exits, and drops what it would send to the TUN once the TUN is gone (fail closed).
+    // there is none), UDP to the local link while there is one; blocked plaintext is dropped,
+    // the rest goes on. Stays after this process exits, and drops what it would send to the
+    // TUN once the TUN is gone (fail closed); the local link's XDP program drops the UDP.
     int protected_prog_fd() const;
     Result<void> attach_protected(int ifindex);
     static Result<void> detach_protected(int ifindex);

@@ -32,7 +32,7 @@ struct {
     __uint(max_entries, 1);
     __type(key, __u32);
     __type(value, __u32);  /* ifindex; 0: none */
-} local_link SEC(".maps"); /* where tc egress sends the gateway's own */
+} local_link SEC(".maps"); /* where tc egress sends the gateway's own, tun mode its UDP */
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
@@ -66,13 +66,13 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct cursor *c, str
     return parse_ip(c, data, f);
 }
 
-/* UDP that the local link carries whole: the frame, or each datagram the kernel cuts a GSO
- * one into (the link has no GSO: its far end runs XDP), no longer than the link's MTU allows.
- * (A VLAN tag is out of the data by tc ingress.) */
-static __always_inline int fits_local_link(const struct __sk_buff *skb, const struct flow *f)
+/* Whether the device's MTU takes skb: the frame, or each piece the kernel cuts a GSO packet
+ * into before the device (the local link has no GSO: its far end runs XDP), tunnel headers
+ * and all. What it would not take, the veth would drop. */
+static __always_inline int fits_mtu(struct __sk_buff *skb, __u32 ifindex)
 {
-    __u32 frame = skb->gso_size ? f->l4_off + 8 + skb->gso_size : skb->len;
-    return frame <= ETH_HLEN + XESP_LOCAL_LINK_MTU;
+    __u32 mtu = 0;
+    return bpf_check_mtu(skb, ifindex, &mtu, 0, BPF_MTU_CHK_SEGS) == BPF_MTU_CHK_RET_SUCCESS;
 }
 
 /* The hop that the kernel's forwarding would take: the TTL or hop limit down by one, and the
@@ -205,15 +205,16 @@ int xesp_tc_protected(struct __sk_buff *skb)
     spd_lookup(&f, XESP_DIR_OUT, &r);
     if (r.found && (r.flags & XESP_POL_F_TMPL) && r.action == XESP_ACTION_ALLOW) {
         __u32 zero = 0;
-        /* UDP has no super-packets to keep whole: it goes as in xdp mode, through the local
-         * link's XDP program to an AF_XDP socket, a burst per wakeup instead of a read per
-         * datagram from the TUN. It takes its hop here, as the kernel would have; with TTL 1
-         * it goes to the TUN, whose reader answers it. TCP and the rest keep the TUN, and so
-         * does UDP too big for the link (frames beyond 1,500 bytes of IP): within a flow of
-         * one size there is one path, and no reordering. */
-        if (f.proto == IPPROTO_UDP && fits_local_link(skb, &f)) {
+        /* UDP goes as in xdp mode: through the local link's XDP program to an AF_XDP
+         * socket, a burst per wakeup, where the TUN costs a read per datagram (most UDP
+         * senders make no GSO packets; those that do are cut by the kernel on the way). It
+         * takes its hop here, as the kernel would have; with TTL 1 it goes to the TUN, whose
+         * reader answers it. TCP and the rest keep the TUN, and so does UDP too big for the
+         * link (frames beyond its 1,500 bytes of IP): within a flow of one size there is one
+         * path, and no reordering. */
+        if (f.proto == IPPROTO_UDP) {
             __u32 *link = bpf_map_lookup_elem(&local_link, &zero);
-            if (link && *link && take_hop(skb, &f)) {
+            if (link && *link && fits_mtu(skb, *link) && take_hop(skb, &f)) {
                 count(XESP_CTR_TUN_UDP_LINK);
                 return bpf_redirect(*link, 0);
             }

@@ -121,10 +121,6 @@ struct xesp_policy_val {
 #define XESP_ROLE_PROTECTED 0
 #define XESP_ROLE_PUBLIC 1
 
-/* The MTU of both ends of the gateway's local link (local_link.h). The tc program of tun mode
- * sends it only UDP whose frames fit. */
-#define XESP_LOCAL_LINK_MTU 1500
-
 /* The AF_XDP socket of a redirected frame is xsks[xsk_base + rx_queue_index]: a socket is bound
  * to one (interface, queue), so every interface has its own range of XESP_MAX_QUEUES slots.
  * A queue past the range, or an interface without an entry (xsk_base 0), still fails closed:

@@ -14,8 +14,8 @@
 #  2  ESP on the peer's own SA whose inner packet no    drops.in-no-policy              -      0
 #     policy allows (source in gwA's own site)
 #  3  from hostA to hostB: IKE on 4500 and 500, ESP in  xdp.redirect-encap (encrypted;  0      -
-#     UDP and raw ESP of an SPI nobody owns, an ESP     tun mode: xdp.tun-encap and
-#     fragment: the exceptions are for gwA itself only  xdp.tun-udp-link)
+#     UDP and raw ESP of an SPI nobody owns, an ESP     tun mode: xdp.tun-encap and,
+#     fragment: the exceptions are for gwA itself only  for UDP, xdp.redirect-encap)
 #  4  plaintext from site A to site B injected on the   xdp.drop-public-plaintext       0      0
 #     public side, to gwA's MAC
 #  5  SIGTERM of gwA's daemon, and a restart, under     xdp.xsk-missing (while stopped; 0      -
@@ -119,7 +119,7 @@ exceptions() {
     local marker=exc$$ leaked esp
     FILTERS=("contains $marker" "esp src $GWA_PUB_IP4")
     local counter=xdp.redirect-encap
-    [ "$PROT_MODE" = tun ] && counter=xdp.tun-encap+xdp.tun-udp-link
+    [ "$PROT_MODE" = tun ] && counter=xdp.tun-encap+xdp.redirect-encap  # TUN; local link (UDP)
     delta gwA $counter wire_counts_into leaked \
         "$TOPO" exec hostA "$PY" "$ATTACKER" exceptions --dst "$HOSTB_IP4" --marker "$marker"
     ROW[3]="$counter +$DELTA, leaked $leaked, delivered -"

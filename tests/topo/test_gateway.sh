@@ -500,6 +500,48 @@ if [ "$PROT_MODE" = tun ]; then
         [ "$q1" -ge 200 ] 2>/dev/null && [ "$q2" -ge "$q1" ]
     }
     step "tun mode: drops at a full TUN queue are counted, and survive a new TUN" queue_drops
+    # UDP takes the local link. A sender's GSO packets (UDP_SEGMENT: 20 sends of ten 1,000-byte
+    # datagrams) go there whole and the kernel cuts them on the way: hostB gets every datagram,
+    # the tc program counts super-packets, and nothing is in the clear.
+    udp_gso() {
+        local before after got n
+        before=$(stat gwA xdp.tun-udp-link)
+        sink_start hostB "$HOSTB_IP4" 3 || return 1
+        FILTERS=("contains gso-$marker")
+        got=$(wire_counts "$TOPO" exec hostA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_UDP, 103, 1000)  # UDP_SEGMENT
+for i in range(20):
+    s.sendto(b''.join(b'gso-$marker %04d'.ljust(1000, b'.') % (i * 10 + k) for k in range(10)),
+             ('$HOSTB_IP4', 5300))
+    time.sleep(0.02)")
+        sink_count n
+        after=$(stat gwA xdp.tun-udp-link)
+        echo "hostB got $n of 200; tun-udp-link +$((after - before)); plaintext on the wire: $got"
+        [ "${n:-0}" = 200 ] && [ $((after - before)) -ge 20 ] && [ $((after - before)) -lt 200 ] &&
+            [ "$got" = "0 " ]
+    }
+    check "tun mode: UDP GSO packets cross the local link, cut by the kernel, all delivered" udp_gso
+    # What the local link's veth drops is counted: with its far end's MTU lowered under what
+    # the tc program checks, every 1,300-byte datagram is dropped there, and none is in clear.
+    link_drops() {
+        local before after got
+        "$TOPO" exec gwA ip link set xesp-local-gw mtu 1200 || return 1
+        before=$(stat gwA gateway.drop-local-link)
+        FILTERS=("contains linkdrop-$marker")
+        got=$(wire_counts "$TOPO" exec hostA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(20):
+    s.sendto(b'linkdrop-$marker'.ljust(1300, b'.'), ('$HOSTB_IP4', 5300))
+    time.sleep(0.01)")
+        after=$(stat gwA gateway.drop-local-link)
+        "$TOPO" exec gwA ip link set xesp-local-gw mtu 1500
+        echo "drop-local-link $before -> $after; plaintext on the wire: $got"
+        [ $((after - before)) = 20 ] && [ "$got" = "0 " ]
+    }
+    check "tun mode: what the local link drops is counted (drop-local-link), none in the clear" link_drops
 fi
 
 # A mode change in place (`iface add` again with the other mode) under a flow: not one
@@ -560,6 +602,19 @@ check "after kill -9: the $PROT_MODE-mode program stays on gwA's protected inter
     check "after kill -9: the TUN device went with the daemon" bash -c "! '$TOPO' exec gwA ip link show xesp-tun 2>/dev/null"
 check "after kill -9: the tc egress guard stays attached on gwA" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 check "after kill -9: protected traffic is dropped, not forwarded" bash -c "! '$TOPO' exec hostA '$PY' '$HERE/ping.py' -c 2 -W 1 $HOSTB_IP4"
+# Tun mode's UDP: the local link stays, and its XDP program, with no socket behind it, drops.
+dead_udp_dropped() {
+    local before after got
+    before=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" xesp-local-gw xsk-missing) || return 1
+    FILTERS=("contains dead-udp-$marker")
+    udp_cmd hostA "$HOSTB_IP4" 20 "dead-udp-$marker" 0.01
+    got=$(wire_counts "${UDP[@]}")
+    after=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" xesp-local-gw xsk-missing) || return 1
+    echo "xsk-missing on xesp-local-gw $before -> $after; plaintext on the wire: $got"
+    [ $((after - before)) -ge 20 ] && [ "$got" = "0 " ]
+}
+[ "$PROT_MODE" = tun ] &&
+    check "after kill -9: UDP is dropped at the local link (xsk-missing), not forwarded" dead_udp_dropped
 own_dropped() {
     local got
     FILTERS=("contains own-dead-$marker")

@@ -214,6 +214,7 @@ public:
         XskStats xsk;
         std::vector<PoolStats> workers;  // worker 0 is the data thread
         uint64_t tun_queue_drops = 0;    // tun mode: dropped at the TUN device's full queue
+        uint64_t local_link_drops = 0;   // dropped by the local link's veth (local_link.h)
         std::vector<int> cpus;
         uint64_t uptime_ns = 0;
     };

@@ -34,6 +34,9 @@ Gateway::Stats Gateway::stats_sample() const
     // Tun mode: what the kernel dropped at the TUN devices because their queue was full, the
     // ones closed and the one open now.
     s.tun_queue_drops = tun_queue_drops_ + tun_queue_drops();
+    // What the local link's veth dropped: a full ring (the daemon fell behind tun mode's UDP
+    // or the gateway's own traffic), a frame too big for its far end.
+    s.local_link_drops = local_link_.tx_dropped();
     s.cpus = options_.cpus;
     s.uptime_ns = now_ns() - started_ns_;
     return s;
@@ -48,6 +51,7 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
         gw[std::string(kGwCounterNames[i])] = s.counters[i];
     if (s.tun_queue_drops)
         gw["drop-tun-queue-full"] = s.tun_queue_drops;
+    gw["drop-local-link"] = s.local_link_drops;
     j["gateway"] = gw;
     json xdp = json::object();
     if (auto c = prog_->counters())

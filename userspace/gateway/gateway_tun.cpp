@@ -183,8 +183,8 @@ uint64_t Gateway::tun_queue_drops() const
 void Gateway::tun_failed(int rc)
 {
     log(LogLevel::Error,
-        "%s: %s; tun mode stops: its protected traffic is dropped until `xesp iface del` and "
-        "`add` again",
+        "%s: %s; tun mode stops: its protected traffic is dropped (UDP, which takes the local "
+        "link, excepted) until `xesp iface del` and `add` again",
         kTunName, std::strerror(-rc));
     count(GwCounter::TunFailed);
     close_tun();

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <fstream>
 
-#include "bpf/xesp_xdp_abi.h"
 #include "userspace/kernel/rtnl.h"
 
 namespace xesp {
@@ -56,7 +55,7 @@ int create_pair()
         return -r.error().code.value();
     nlmsghdr *nlh = link_request(rtnl, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 0);
     mnl_attr_put_strz(nlh, IFLA_IFNAME, LocalLink::kKernelEnd);
-    mnl_attr_put_u32(nlh, IFLA_MTU, XESP_LOCAL_LINK_MTU);  // what the tc programs rely on
+    mnl_attr_put_u32(nlh, IFLA_MTU, LocalLink::kMtu);
     nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
     mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "veth");
     nlattr *data = mnl_attr_nest_start(nlh, IFLA_INFO_DATA);
@@ -65,7 +64,7 @@ int create_pair()
     std::memset(mnl_nlmsg_get_payload_tail(nlh), 0, sizeof(ifinfomsg));
     nlh->nlmsg_len += MNL_ALIGN(sizeof(ifinfomsg));
     mnl_attr_put_strz(nlh, IFLA_IFNAME, LocalLink::kGatewayEnd);
-    mnl_attr_put_u32(nlh, IFLA_MTU, XESP_LOCAL_LINK_MTU);
+    mnl_attr_put_u32(nlh, IFLA_MTU, LocalLink::kMtu);
     mnl_attr_nest_end(nlh, peer);
     mnl_attr_nest_end(nlh, data);
     mnl_attr_nest_end(nlh, info);
@@ -175,6 +174,14 @@ LocalLink &LocalLink::operator=(LocalLink &&o) noexcept
         o.kernel_ifindex_ = 0;
     }
     return *this;
+}
+
+uint64_t LocalLink::tx_dropped() const
+{
+    uint64_t n = 0;
+    if (kernel_ifindex_)
+        std::ifstream(std::string("/sys/class/net/") + kKernelEnd + "/statistics/tx_dropped") >> n;
+    return n;
 }
 
 LocalLink::~LocalLink()

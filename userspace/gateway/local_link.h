@@ -10,9 +10,11 @@
 // gateway_tun.cpp): from their tc ingress program to the XDP program, its hop already taken.
 //
 // A veth pair in the gateway's network namespace. The kernel's end has TX checksum offload
-// off, so what reaches the XDP program carries finished checksums. Both ends have an MTU of
-// 1,500 (XESP_LOCAL_LINK_MTU) and no IPv6 (they send nothing of their own). If the gateway dies the far end keeps its XDP program with no socket:
-// the traffic is dropped, never sent in the clear.
+// off, so what reaches the XDP program carries finished checksums. Both ends have the same
+// MTU (kMtu: the tc program checks what it sends against the kernel's end, the veth drops at
+// the gateway's) and no IPv6 (they send nothing of their own). What the veth drops (a full
+// ring, a frame too big) is counted: tx_dropped(). If the gateway dies the far end keeps its
+// XDP program with no socket: the traffic is dropped, never sent in the clear.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,7 @@ class LocalLink {
 public:
     static constexpr const char *kKernelEnd = "xesp-local";
     static constexpr const char *kGatewayEnd = "xesp-local-gw";
+    static constexpr uint32_t kMtu = 1500;
 
     // Makes the pair (replacing one a crashed gateway left) and sets both ends up.
     static Result<LocalLink> create();
@@ -39,6 +42,8 @@ public:
 
     explicit operator bool() const { return kernel_ifindex_ != 0; }
     uint32_t kernel_ifindex() const { return kernel_ifindex_; }
+    // What the kernel's end could not hand to the other (its tx_dropped); 0 with no pair.
+    uint64_t tx_dropped() const;
 
 private:
     uint32_t kernel_ifindex_ = 0;
