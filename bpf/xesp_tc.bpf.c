@@ -161,9 +161,9 @@ int xesp_tc_egress(struct __sk_buff *skb)
  * the gateway's TUN device whole, as the host's TSO made it (an XDP program would have the
  * kernel cut it first), for the gateway to cut, encrypt and send; UDP goes to the local link
  * instead (below). Without a TUN (no gateway running) it is dropped, never routed on in the
- * clear; without a socket behind the local link, its XDP program drops it. Blocked plaintext is dropped; the rest
- * (bypass, no policy, the gateway's own traffic, ND for the link, what is not IP) goes on to
- * the kernel. */
+ * clear; without a socket behind the local link, its XDP program drops it. Blocked plaintext
+ * is dropped; the rest (bypass, no policy, the gateway's own traffic, ND for the link, what is
+ * not IP) goes on to the kernel. */
 SEC("tc")
 int xesp_tc_protected(struct __sk_buff *skb)
 {

@@ -170,12 +170,7 @@ void Gateway::close_tun()
 // fell behind), from the device's own counter; 0 with no device, or one deleted under us.
 uint64_t Gateway::tun_queue_drops() const
 {
-    uint64_t n = 0;
-    if (tun_) {
-        std::ifstream f(std::string("/sys/class/net/") + kTunName + "/statistics/tx_dropped");
-        f >> n;
-    }
-    return n;
+    return tun_ ? link_tx_dropped(kTunName) : 0;
 }
 
 // The TUN device failed (deleted under the daemon): logged and closed, so that the tc

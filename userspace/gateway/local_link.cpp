@@ -178,9 +178,13 @@ LocalLink &LocalLink::operator=(LocalLink &&o) noexcept
 
 uint64_t LocalLink::tx_dropped() const
 {
+    return kernel_ifindex_ ? link_tx_dropped(kKernelEnd) : 0;
+}
+
+uint64_t link_tx_dropped(const char *name)
+{
     uint64_t n = 0;
-    if (kernel_ifindex_)
-        std::ifstream(std::string("/sys/class/net/") + kKernelEnd + "/statistics/tx_dropped") >> n;
+    std::ifstream(std::string("/sys/class/net/") + name + "/statistics/tx_dropped") >> n;
     return n;
 }
 

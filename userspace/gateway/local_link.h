@@ -55,5 +55,8 @@ private:
 int link_set_up(const char *name);
 int link_clear_multicast(const char *name);
 int link_set_gso_max_segs(const char *name, uint32_t segs);
+// What the kernel dropped on its way out of such a device (its tx_dropped: a full queue,
+// a frame its far end would not take); 0 if it cannot be read.
+uint64_t link_tx_dropped(const char *name);
 
 }  // namespace xesp
