@@ -19,6 +19,9 @@
 #ifndef SO_BUSY_POLL_BUDGET
 #define SO_BUSY_POLL_BUDGET 70
 #endif
+#ifndef XDP_MAX_TX_SKB_BUDGET
+#define XDP_MAX_TX_SKB_BUDGET 9  // Linux 6.17
+#endif
 
 namespace xesp {
 
@@ -26,7 +29,8 @@ namespace {
 
 // Addresses moved between a ring and the pool per step (a stack buffer, no allocation).
 constexpr uint32_t kBatch = 64;
-// Copy-mode kicks per tx_burst: each sends at most the kernel's TX batch (32 frames).
+// Copy-mode kicks per tx_burst: each sends at most the kernel's TX budget (32 frames, or the
+// TX ring where XDP_MAX_TX_SKB_BUDGET took).
 constexpr int kMaxKicks = 16;
 // Binds tried, 10 ms apart, while the queue is busy.
 constexpr int kBusyRetries = 100;
@@ -307,6 +311,13 @@ Result<XskPort> XskPort::open(Umem &umem, FramePool &pool, const std::string &if
     if (o.mode != XskMode::Auto && o.mode != s->mode)
         return make_error(at + ": asked for " + xsk_mode_name(o.mode) + " but the Umem is in " +
                           xsk_mode_name(s->mode) + " mode, set by its first socket");
+    if (s->mode == XskMode::Copy) {
+        // Copy mode sends 32 frames per sendto() unless told more (Linux 6.17): as many as
+        // the TX ring holds, so that a burst goes in one call. Older kernels say ENOPROTOOPT,
+        // a ring under 32 gets EACCES; both keep 32.
+        unsigned budget = o.tx_size;
+        (void)setsockopt(s->fd, SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &budget, sizeof budget);
+    }
     if (o.busy_poll) {
         if (auto r = set_busy_poll(s->fd, o, at); !r)
             return r.error();
@@ -395,8 +406,8 @@ size_t XskPort::rx_burst(Pkt *pkts, size_t max)
     uint32_t n = xsk_ring_cons__peek(&s.rx, uint32_t(std::min<size_t>(max, UINT32_MAX)), &idx);
     if (!n) {
         // Zero-copy drivers stop when the fill ring runs dry and ask to be woken; busy polling
-        // runs the driver from here.
-        if (s.busy_poll || xsk_ring_prod__needs_wakeup(&s.fill))
+        // runs the driver from here. In copy mode the sender's softirq fills the ring.
+        if (s.busy_poll || (s.mode == XskMode::ZeroCopy && xsk_ring_prod__needs_wakeup(&s.fill)))
             recvfrom(s.fd, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
         return 0;
     }

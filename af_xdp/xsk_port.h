@@ -12,8 +12,9 @@
 // the caller writes the link-layer header right in front of the IP packet and sets l2_len (a
 // packet that grew into the headroom is sent from its new start).
 //
-// Copy mode (veth, and drivers without AF_XDP support) sends only when kicked, at most a
-// driver batch (32 frames) per sendto(): tx_burst and complete() kick while descriptors wait.
+// Copy mode (veth, and drivers without AF_XDP support) sends only when kicked, at most the
+// kernel's TX budget per sendto() (32 frames; the TX ring on Linux 6.17 and later, which takes
+// XDP_MAX_TX_SKB_BUDGET): tx_burst and complete() kick while descriptors wait.
 #pragma once
 
 #include <cstddef>

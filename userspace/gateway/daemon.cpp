@@ -279,8 +279,8 @@ void control_thread(ControlServer &server, const sigset_t &stop, std::atomic<boo
 
 // Packets first; handed-over work after every burst; routing events, completions and the
 // state file once a millisecond; when nothing came in for `spin` rounds, sleep until a socket
-// (or the handoff) has something, or a millisecond has passed. Runs until the control thread is done, as that may wait
-// for it.
+// (or the handoff) has something, or a millisecond has passed. Runs until the control thread
+// is done, as that may wait for it.
 void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin,
                const std::atomic<bool> &control_done)
 {
@@ -315,16 +315,18 @@ void data_loop(Gateway &g, GatewayHandler &handler, Handoff &data, uint32_t spin
         }
         idle = 0;
         g.drain();
-        g.housekeeping();  // completions before sleeping: frames back to the pool
-        pfds.clear();
-        for (int fd : g.wait_fds())
-            pfds.push_back({fd, POLLIN, 0});
+        g.settle();  // completions before sleeping: frames back to the pool
+        g.wait_fds(&pfds);
         pfds.push_back({data.fd(), POLLIN, 0});
         tables.offline();
         // At most a millisecond: a wakeup the kernel delivers late (its softirq work deferred
         // to ksoftirqd on a busy machine) must not leave frames waiting in a ring for longer.
-        ::poll(pfds.data(), pfds.size(), 1);
+        if (::poll(pfds.data(), pfds.size(), 1) < 0) {
+            for (pollfd &p : pfds)
+                p.revents = POLLIN;  // not known: look at everything
+        }
         tables.online();
+        g.woke(pfds);  // routing events and the like now, not at the next tick
     }
     g.drain();  // before the state is saved: the replay windows of what was forwarded
 }

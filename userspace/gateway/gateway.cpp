@@ -521,20 +521,54 @@ size_t Gateway::prefragment(Port &port, uint32_t split, Pkt *const *in, const Cl
     return m;
 }
 
-void Gateway::housekeeping()
+void Gateway::settle()
 {
     reap_jobs();
     for (auto &p : ports_)
         p->x.complete();
-    // Reassembled ESP is rare: its sockets are read here, once a millisecond or on waking,
-    // not on every round of the data path.
-    if (kernel_esp_ok_ && !ports_.empty())
+    if (hops_->pending())
+        hops_->poll(false);  // misses of the last bursts: not a millisecond through the kernel
+}
+
+// Which of housekeeping's sockets have something, by one poll(): bit 0 the routing events,
+// bit 1 a reassembled-ESP socket, bit 2 an ICMP listener. All of them when it cannot tell.
+unsigned Gateway::service_ready() const
+{
+    pollfd pf[1 + KernelEspInput::kSockets + PmtuListener::kSockets];
+    unsigned bit[std::size(pf)];
+    size_t n = 0;
+    auto add = [&](int fd, unsigned b) {  // fd -1 (not open): poll() passes over it
+        bit[n] = b;
+        pf[n++] = {fd, POLLIN, 0};
+    };
+    add(hops_->event_fd(), 1);
+    for (int i = 0; kernel_esp_ok_ && i < KernelEspInput::kSockets; i++)
+        add(kernel_esp_.fds()[i], 2);
+    for (int i = 0; pmtu_ok_ && i < PmtuListener::kSockets; i++)
+        add(pmtu_.fds()[i], 4);
+    if (::poll(pf, n, 0) < 0)
+        return 7;
+    unsigned ready = 0;
+    for (size_t i = 0; i < n; i++)
+        if (pf[i].revents)
+            ready |= bit[i];
+    return ready;
+}
+
+void Gateway::housekeeping()
+{
+    settle();
+    // Routing events, reassembled ESP and ICMP errors are rare: one look at their sockets,
+    // and a read only of those that have something (else up to seven system calls for
+    // nothing, a thousand times a second, while the ports are busy).
+    const unsigned ready = service_ready();
+    if ((ready & 2) && !ports_.empty())
         rx_kernel();
-    hops_->poll();
+    hops_->poll(ready & 1);
     uint64_t now = now_ns();
     // A bounded number per round: a flood of ICMP must not hold up the data path.
     PmtuReport report;
-    for (int i = 0; i < 64 && pmtu_ok_ && pmtu_.receive(&report); i++)
+    for (int i = 0; i < 64 && (ready & 4) && pmtu_.receive(&report); i++)
         learn_pmtu(report, now);
     // SA time limits: a share of the SAs each round, all of them in a second.
     engine_->check_time_some(now);
@@ -548,23 +582,35 @@ void Gateway::housekeeping()
     }
 }
 
-std::vector<int> Gateway::wait_fds() const
+void Gateway::wait_fds(std::vector<pollfd> *pfds)
 {
-    std::vector<int> fds;
-    for (const auto &p : ports_)
-        fds.push_back(p->x.fd());
-    fds.push_back(hops_->event_fd());
+    pfds->clear();
+    wait_tun_ = tun_ != nullptr;
     if (tun_)
-        fds.push_back(tun_->fd());
-    if (kernel_esp_ok_) {
-        for (int i = 0; i < KernelEspInput::kSockets; i++)
-            fds.push_back(kernel_esp_.fds()[i]);
+        pfds->push_back({tun_->fd(), POLLIN, 0});
+    for (const auto &p : ports_)
+        pfds->push_back({p->x.fd(), POLLIN, 0});
+    wait_service_ = pfds->size();
+    pfds->push_back({hops_->event_fd(), POLLIN, 0});
+    for (int i = 0; kernel_esp_ok_ && !ports_.empty() && i < KernelEspInput::kSockets; i++)
+        pfds->push_back({kernel_esp_.fds()[i], POLLIN, 0});  // read only with a port
+    for (int i = 0; pmtu_ok_ && i < PmtuListener::kSockets; i++)
+        pfds->push_back({pmtu_.fds()[i], POLLIN, 0});
+    wait_end_ = pfds->size();
+}
+
+void Gateway::woke(const std::vector<pollfd> &pfds)
+{
+    if (pfds.size() < wait_end_)
+        return;
+    if (wait_tun_ && tun_)
+        tun_idle_ = pfds[0].revents ? 0 : kTunIdleRounds;
+    for (size_t i = wait_service_; i < wait_end_; i++) {
+        if (pfds[i].revents) {
+            housekeeping();
+            return;
+        }
     }
-    if (pmtu_ok_) {
-        for (int i = 0; i < PmtuListener::kSockets; i++)
-            fds.push_back(pmtu_.fds()[i]);
-    }
-    return fds;
 }
 
 }  // namespace xesp

@@ -18,7 +18,8 @@
 // (kJobsPerWorker a worker); when they are all in flight, a socket's next burst waits in its
 // RX ring (pipeline-full), and what the ring cannot hold the kernel drops and counts (af_xdp).
 //
-// One thread runs the data path (poll_data, then housekeeping when idle). Configuration
+// One thread runs the data path (poll_data; housekeeping once a millisecond and when one of
+// its sockets has something; settle before sleeping). Configuration
 // changes are made on another thread while it runs, in place and at the cost of the change:
 // the engine's tables have two copies (rcu.h), the change is made to the one the data thread
 // is not reading and published with one store, and the data thread, a QSBR reader, sees all
@@ -31,6 +32,8 @@
 // redirect fails to XDP_DROP) until the next daemon replaces it. A clean stop does the same
 // (shutdown()); only `iface del` or --detach-on-exit hands an interface back to the kernel.
 #pragma once
+
+#include <poll.h>
 
 #include <array>
 #include <cstdint>
@@ -192,11 +195,19 @@ public:
     size_t poll_data();
     size_t in_flight() const { return workers_ ? workers_->in_flight() : 0; }
     void drain();
-    // Reaps completions, reads routing events, refreshes local addresses and logs expiries.
-    // Call when idle and at least every few milliseconds.
+    // Reaps completions, reads routing events, reassembled ESP and ICMP errors (those of
+    // its sockets that one poll() finds something on), refreshes local addresses and checks
+    // SA lifetimes. Call once a millisecond, and on waking when one of its sockets has
+    // something (woke()).
     void housekeeping();
-    // What to wait on when idle: the sockets and the routing events.
-    std::vector<int> wait_fds() const;
+    // Before sleeping: finished bursts and sent frames back to the pool (a sendto() only
+    // while frames still wait in a TX ring), and next hops to resolve for what just came.
+    void settle();
+    // Sleeping: what to wait on goes into pfds (the caller may add its own after), and what
+    // the wait found to woke(): housekeeping() if one of its sockets has something, and a
+    // TUN device that had nothing is passed over for a few rounds.
+    void wait_fds(std::vector<pollfd> *pfds);
+    void woke(const std::vector<pollfd> &pfds);
 
     // A stop. The sockets close; the classifier and the egress guard stay attached (as after
     // a crash) and drop what they would hand to the gateway, until the next daemon takes the
@@ -353,6 +364,8 @@ private:
     void close_tun();
     void drop_tun_frames();
     void tun_failed(int rc);
+    bool tun_may_read();  // counts tun_idle_ down
+    unsigned service_ready() const;
     void rx_tun();
     size_t take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     bool cut_tun(uint32_t len);
@@ -366,6 +379,15 @@ private:
     uint64_t tun_queue_drops() const;
     uint64_t tun_queue_drops_ = 0;  // of the TUN devices closed before
     std::vector<Pkt> tun_pieces_;   // cut, not yet in a burst: [tun_next_, end)
+    // Rounds to pass over the TUN device after a read or a wait found it empty: while the
+    // ports are busy, a read that fails is a system call a round for nothing. A wait that
+    // finds it readable ends it.
+    static constexpr uint32_t kTunIdleRounds = 4;
+    uint32_t tun_idle_ = 0;
+    // wait_fds()'s layout: the TUN device first if there is one, then the ports up to
+    // wait_service_, then housekeeping's sockets up to wait_end_.
+    bool wait_tun_ = false;
+    size_t wait_service_ = 0, wait_end_ = 0;
     size_t tun_next_ = 0;
     IcmpLimiter icmp_limit_;
     uint64_t last_refresh_ns_ = 0;

@@ -269,7 +269,9 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
     *big = false;
     // A bounded number of reads a round: what fails to be cut (no frames, bad headers) must
     // not keep the thread from the ports, whose completions give the frames back.
-    for (size_t reads = 0; tun_pieces_.size() - tun_next_ < kBurst && reads < kBurst; reads++) {
+    const bool may_read = tun_may_read();
+    for (size_t reads = 0; may_read && tun_pieces_.size() - tun_next_ < kBurst && reads < kBurst;
+         reads++) {
         if (tun_next_ == tun_pieces_.size()) {
             tun_pieces_.clear();
             tun_next_ = 0;
@@ -277,8 +279,11 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
         if (tun_pieces_.size() + kTunPieces > tun_pieces_.capacity())
             break;  // a whole super-packet might not fit: the next round
         ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
-        if (r == -EAGAIN)
+        if (r == -EAGAIN) {
+            if (!reads)
+                tun_idle_ = kTunIdleRounds;
             break;
+        }
         if (r < 0 && r != -EINVAL) {  // the device's error (EBADFD: it was deleted)
             tun_failed(int(r));
             return 0;
@@ -323,6 +328,14 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
     return k;
 }
 
+bool Gateway::tun_may_read()
+{
+    if (!tun_idle_)
+        return true;
+    tun_idle_--;
+    return false;
+}
+
 // What the TUN device has, a burst at a time, as the ports' bursts go: on this thread, or
 // prepared here and encrypted on the workers.
 void Gateway::rx_tun()
@@ -331,10 +344,15 @@ void Gateway::rx_tun()
         return;
     Port *port = tun_port_;
     if (!port) {  // nothing to encrypt for, nowhere to send: read and count
+        if (!tun_may_read())
+            return;
         for (int i = 0; i < int(kBurst); i++) {
             ssize_t r = tun_->read(&tun_hdr_, tun_buf_.data(), tun_buf_.size());
-            if (r == -EAGAIN)
+            if (r == -EAGAIN) {
+                if (!i)
+                    tun_idle_ = kTunIdleRounds;
                 break;
+            }
             if (r < 0 && r != -EINVAL) {
                 tun_failed(int(r));
                 return;

@@ -146,10 +146,11 @@ HopState NextHops::state(const IpAddr &dst) const
     return d.addr.family ? d.state : HopState::Unknown;
 }
 
-void NextHops::poll()
+void NextHops::poll(bool events)
 {
     State &s = *s_;
-    s.read_events();
+    if (events)
+        s.read_events();
     if (s.flush_due || s.full)
         s.flush();
     s.resolve_queued();

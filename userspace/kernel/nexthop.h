@@ -100,8 +100,9 @@ public:
     // The control loop: applies the pending netlink events, resolves queued misses (netlink
     // round trips to the kernel, which answers at once), and runs the refresh round when it
     // is due. Call it when event_fd() is readable, while pending() is not zero, and at least
-    // every few hundred milliseconds for the refresh.
-    void poll();
+    // every few hundred milliseconds for the refresh. With `events` false the socket is not
+    // read (the caller knows it has nothing): the queue and the refresh round only.
+    void poll(bool events = true);
     int event_fd() const;
     size_t pending() const;
 
