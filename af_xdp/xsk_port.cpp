@@ -406,8 +406,8 @@ size_t XskPort::rx_burst(Pkt *pkts, size_t max)
     uint32_t n = xsk_ring_cons__peek(&s.rx, uint32_t(std::min<size_t>(max, UINT32_MAX)), &idx);
     if (!n) {
         // Zero-copy drivers stop when the fill ring runs dry and ask to be woken; busy polling
-        // runs the driver from here. In copy mode the sender's softirq fills the ring.
-        if (s.busy_poll || (s.mode == XskMode::ZeroCopy && xsk_ring_prod__needs_wakeup(&s.fill)))
+        // runs the driver from here.
+        if (s.busy_poll || xsk_ring_prod__needs_wakeup(&s.fill))
             recvfrom(s.fd, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
         return 0;
     }

@@ -530,28 +530,36 @@ void Gateway::settle()
         hops_->poll(false);  // misses of the last bursts: not a millisecond through the kernel
 }
 
-// Which of housekeeping's sockets have something, by one poll(): bit 0 the routing events,
-// bit 1 a reassembled-ESP socket, bit 2 an ICMP listener. All of them when it cannot tell.
-unsigned Gateway::service_ready() const
+// Housekeeping's sockets into pf (kServiceFds at most), each with its bit in bits: kHopsFd
+// the routing events, kEspFd a reassembled-ESP socket (only with a port: only then are they
+// read), kPmtuFd an ICMP listener (-1 when not open: poll() passes over it). Returns how many.
+size_t Gateway::service_fds(pollfd *pf, unsigned *bits) const
 {
-    pollfd pf[1 + KernelEspInput::kSockets + PmtuListener::kSockets];
-    unsigned bit[std::size(pf)];
     size_t n = 0;
-    auto add = [&](int fd, unsigned b) {  // fd -1 (not open): poll() passes over it
-        bit[n] = b;
+    auto add = [&](int fd, unsigned bit) {
+        bits[n] = bit;
         pf[n++] = {fd, POLLIN, 0};
     };
-    add(hops_->event_fd(), 1);
-    for (int i = 0; kernel_esp_ok_ && i < KernelEspInput::kSockets; i++)
-        add(kernel_esp_.fds()[i], 2);
+    add(hops_->event_fd(), kHopsFd);
+    for (int i = 0; kernel_esp_ok_ && !ports_.empty() && i < KernelEspInput::kSockets; i++)
+        add(kernel_esp_.fds()[i], kEspFd);
     for (int i = 0; pmtu_ok_ && i < PmtuListener::kSockets; i++)
-        add(pmtu_.fds()[i], 4);
+        add(pmtu_.fds()[i], kPmtuFd);
+    return n;
+}
+
+// Which of housekeeping's sockets have something, by one poll(); all when it cannot tell.
+unsigned Gateway::service_ready() const
+{
+    pollfd pf[kServiceFds];
+    unsigned bits[kServiceFds];
+    size_t n = service_fds(pf, bits);
     if (::poll(pf, n, 0) < 0)
-        return 7;
+        return kHopsFd | kEspFd | kPmtuFd;
     unsigned ready = 0;
     for (size_t i = 0; i < n; i++)
         if (pf[i].revents)
-            ready |= bit[i];
+            ready |= bits[i];
     return ready;
 }
 
@@ -562,13 +570,13 @@ void Gateway::housekeeping()
     // and a read only of those that have something (else up to seven system calls for
     // nothing, a thousand times a second, while the ports are busy).
     const unsigned ready = service_ready();
-    if ((ready & 2) && !ports_.empty())
+    if (ready & kEspFd)
         rx_kernel();
-    hops_->poll(ready & 1);
+    hops_->poll(ready & kHopsFd);
     uint64_t now = now_ns();
     // A bounded number per round: a flood of ICMP must not hold up the data path.
     PmtuReport report;
-    for (int i = 0; i < 64 && (ready & 4) && pmtu_.receive(&report); i++)
+    for (int i = 0; i < 64 && (ready & kPmtuFd) && pmtu_.receive(&report); i++)
         learn_pmtu(report, now);
     // SA time limits: a share of the SAs each round, all of them in a second.
     engine_->check_time_some(now);
@@ -585,17 +593,14 @@ void Gateway::housekeeping()
 void Gateway::wait_fds(std::vector<pollfd> *pfds)
 {
     pfds->clear();
-    wait_tun_ = tun_ != nullptr;
     if (tun_)
         pfds->push_back({tun_->fd(), POLLIN, 0});
     for (const auto &p : ports_)
         pfds->push_back({p->x.fd(), POLLIN, 0});
     wait_service_ = pfds->size();
-    pfds->push_back({hops_->event_fd(), POLLIN, 0});
-    for (int i = 0; kernel_esp_ok_ && !ports_.empty() && i < KernelEspInput::kSockets; i++)
-        pfds->push_back({kernel_esp_.fds()[i], POLLIN, 0});  // read only with a port
-    for (int i = 0; pmtu_ok_ && i < PmtuListener::kSockets; i++)
-        pfds->push_back({pmtu_.fds()[i], POLLIN, 0});
+    pollfd pf[kServiceFds];
+    unsigned bits[kServiceFds];
+    pfds->insert(pfds->end(), pf, pf + service_fds(pf, bits));
     wait_end_ = pfds->size();
 }
 
@@ -603,7 +608,7 @@ void Gateway::woke(const std::vector<pollfd> &pfds)
 {
     if (pfds.size() < wait_end_)
         return;
-    if (wait_tun_ && tun_)
+    if (tun_)
         tun_idle_ = pfds[0].revents ? 0 : kTunIdleRounds;
     for (size_t i = wait_service_; i < wait_end_; i++) {
         if (pfds[i].revents) {

@@ -365,6 +365,9 @@ private:
     void drop_tun_frames();
     void tun_failed(int rc);
     bool tun_may_read();  // counts tun_idle_ down
+    enum : unsigned { kHopsFd = 1, kEspFd = 2, kPmtuFd = 4 };
+    static constexpr size_t kServiceFds = 1 + KernelEspInput::kSockets + PmtuListener::kSockets;
+    size_t service_fds(pollfd *pf, unsigned *bits) const;
     unsigned service_ready() const;
     void rx_tun();
     size_t take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
@@ -386,7 +389,6 @@ private:
     uint32_t tun_idle_ = 0;
     // wait_fds()'s layout: the TUN device first if there is one, then the ports up to
     // wait_service_, then housekeeping's sockets up to wait_end_.
-    bool wait_tun_ = false;
     size_t wait_service_ = 0, wait_end_ = 0;
     size_t tun_next_ = 0;
     IcmpLimiter icmp_limit_;
