@@ -26,6 +26,7 @@
 #include "userspace/base/netns.h"
 #include "userspace/esp/seq_reserve.h"
 #include "userspace/base/sys_util.h"
+#include "userspace/base/wiped.h"
 
 namespace xesp::cli {
 
@@ -91,8 +92,8 @@ void write_db(const std::string &path, const Config &cfg)
     int fd = ::mkstemp(tmp.data());
     if (fd < 0)
         throw Failure(sys_error("cannot create", tmp));
-    std::string text = "# xesp database: `ip xfrm` lines, keys included. Load with xesp batch.\n" +
-                       to_batch(cfg, true);
+    std::string text = "# xesp database: `ip xfrm` lines, keys included. Load with xesp batch.\n";
+    append_secret(text, to_batch(cfg, true));
     try {
         if (::fchmod(fd, 0600) != 0)
             throw Failure(sys_error("cannot chmod", tmp));

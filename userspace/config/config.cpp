@@ -10,6 +10,8 @@
 #include <optional>
 #include <vector>
 
+#include "userspace/base/wiped.h"
+
 namespace xesp {
 
 namespace {
@@ -356,10 +358,14 @@ Result<ConfigChange> batch_change(std::string_view text, std::string_view name, 
 std::string to_batch(const Config &cfg, bool show_keys)
 {
     std::string out;
-    for (const auto &sa : cfg.sas)
-        out += format_sa(sa, show_keys) + "\n";
-    for (const auto &p : cfg.policies)
-        out += format_policy(p) + "\n";
+    for (const auto &sa : cfg.sas) {
+        append_secret(out, format_sa(sa, show_keys));
+        append_wiped(out, "\n");
+    }
+    for (const auto &p : cfg.policies) {
+        append_wiped(out, format_policy(p));
+        append_wiped(out, "\n");
+    }
     return out;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "userspace/base/wiped.h"
 #include "userspace/config/xfrm_algs.h"
 #include "userspace/config/xfrm_grammar.h"
 #include "userspace/config/xfrm_selector.h"
@@ -376,48 +377,57 @@ Result<SaConfig> parse_sa_id(Cursor &c)
 
 using xfrm::alg_of;
 using xfrm::AlgInfo;
+using xfrm::append_key_text;
 using xfrm::dir_word;
 using xfrm::format_selector;
-using xfrm::key_text;
 using xfrm::Kind;
 
+// With keys shown, the line is the caller's to wipe, and nothing else holds them: every piece
+// goes through append_wiped, so the storage the line outgrows is wiped before it is freed.
 std::string format_sa(const SaConfig &sa, bool show_keys)
 {
     const Transform &x = sa.xf;
-    std::string out =
-        "sa add src " + sa.src.str() + " dst " + sa.dst.str() + " proto esp spi " + hex32(sa.spi);
+    std::string out;
+    out.reserve(512);
+    auto add = [&out](std::string_view s) { append_wiped(out, s); };
+    auto add_key = [&](const KeyBytes &k, const uint8_t *salt, size_t salt_len) {
+        append_key_text(out, k.data(), k.size(), salt, salt_len, show_keys);
+    };
+    add("sa add src " + sa.src.str() + " dst " + sa.dst.str() + " proto esp spi " + hex32(sa.spi));
     if (sa.reqid)
-        out += " reqid " + std::to_string(sa.reqid);
-    out += sa.mode == Mode::Tunnel ? " mode tunnel" : " mode transport";
+        add(" reqid " + std::to_string(sa.reqid));
+    add(sa.mode == Mode::Tunnel ? " mode tunnel" : " mode transport");
     if (const AlgInfo *a = alg_of(Kind::Aead, uint8_t(x.aead)); a && x.is_aead()) {
-        out += " aead " + quote_word(a->name) + " " +
-               key_text(x.enc_key.data(), x.enc_key.size(), x.salt.data(), 4, show_keys) + " " +
-               std::to_string(x.icv_len * 8);
+        add(" aead " + quote_word(a->name) + " ");
+        add_key(x.enc_key, x.salt.data(), 4);
+        add(" " + std::to_string(x.icv_len * 8));
     } else {
-        if (const AlgInfo *e = alg_of(Kind::Enc, uint8_t(x.enc)); e && x.enc != EncAlg::None)
-            out += " enc " + quote_word(e->name) + " " +
-                   key_text(x.enc_key.data(), x.enc_key.size(), nullptr, 0, show_keys);
-        if (const AlgInfo *h = alg_of(Kind::Auth, uint8_t(x.auth)); h && x.auth != AuthAlg::None)
-            out += " auth-trunc " + quote_word(h->name) + " " +
-                   key_text(x.auth_key.data(), x.auth_key.size(), nullptr, 0, show_keys) + " " +
-                   std::to_string(x.icv_len * 8);
+        if (const AlgInfo *e = alg_of(Kind::Enc, uint8_t(x.enc)); e && x.enc != EncAlg::None) {
+            add(" enc " + quote_word(e->name) + " ");
+            add_key(x.enc_key, nullptr, 0);
+        }
+        if (const AlgInfo *h = alg_of(Kind::Auth, uint8_t(x.auth)); h && x.auth != AuthAlg::None) {
+            add(" auth-trunc " + quote_word(h->name) + " ");
+            add_key(x.auth_key, nullptr, 0);
+            add(" " + std::to_string(x.icv_len * 8));
+        }
     }
     if (sa.esn)
-        out += " flag esn";
+        add(" flag esn");
     if (sa.replay_window)
-        out += " replay-window " + std::to_string(sa.replay_window);
+        add(" replay-window " + std::to_string(sa.replay_window));
     const std::pair<const char *, uint32_t> replay[] = {{"replay-seq", sa.seq},
                                                         {"replay-oseq", sa.oseq},
                                                         {"replay-seq-hi", sa.seq_hi},
                                                         {"replay-oseq-hi", sa.oseq_hi}};
     for (const auto &[word, v] : replay)
         if (v)
-            out += std::string(" ") + word + " " + std::to_string(v);
+            add(std::string(" ") + word + " " + std::to_string(v));
     if (sa.encap)
-        out += " encap espinudp " + std::to_string(sa.encap->sport) + " " +
-               std::to_string(sa.encap->dport) + " " + sa.encap->oaddr.str();
+        add(" encap espinudp " + std::to_string(sa.encap->sport) + " " +
+            std::to_string(sa.encap->dport) + " " + sa.encap->oaddr.str());
     if (sa.sel)
-        out += " sel " + format_selector(*sa.sel);
+        add(" sel " + format_selector(*sa.sel));
     const Lifetime &l = sa.lifetime;
     const std::pair<const char *, uint64_t> limits[] = {
         {"byte-soft", l.soft_bytes},     {"byte-hard", l.hard_bytes},
@@ -426,9 +436,9 @@ std::string format_sa(const SaConfig &sa, bool show_keys)
         {"time-use-soft", l.soft_use_s}, {"time-use-hard", l.hard_use_s}};
     for (const auto &[word, v] : limits)
         if (v != UINT64_MAX)
-            out += std::string(" limit ") + word + " " + std::to_string(v);
+            add(std::string(" limit ") + word + " " + std::to_string(v));
     if (sa.dir != Dir::Unspec)
-        out += " dir " + std::string(dir_word(sa.dir));
+        add(" dir " + std::string(dir_word(sa.dir)));
     return out;
 }
 

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdio>
 
+#include "userspace/base/wiped.h"
 #include "userspace/config/xfrm_grammar.h"
 
 namespace xesp {
@@ -219,20 +220,21 @@ Result<KeyBytes> to_key(std::string_view w, std::string_view what)
     return key;
 }
 
-std::string key_text(const uint8_t *p, size_t n, const uint8_t *p2, size_t n2, bool show)
+void append_key_text(std::string &out, const uint8_t *p, size_t n, const uint8_t *p2, size_t n2,
+                     bool show)
 {
     if (n + n2 == 0)
-        return "\"\"";
+        return append_wiped(out, "\"\"");
     if (!show)
-        return std::string(kHiddenKey);
+        return append_wiped(out, kHiddenKey);
     static const char digits[] = "0123456789abcdef";
-    std::string out = "0x";
+    reserve_wiped(out, 2 + 2 * (n + n2));  // the digits go where they stay
+    out += "0x";
     for (size_t i = 0; i < n + n2; i++) {
         uint8_t b = i < n ? p[i] : p2[i - n];
         out += digits[b >> 4];
         out += digits[b & 15];
     }
-    return out;
 }
 
 // ---- the cursor ----------------------------------------------------------------------------

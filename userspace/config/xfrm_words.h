@@ -34,9 +34,10 @@ Result<uint64_t> to_number(std::string_view w, std::string_view what, uint64_t m
 // from a key is a typo, so that is refused.
 Result<KeyBytes> to_key(std::string_view w, std::string_view what);
 
-// The key p[0..n) followed by p2[0..n2) as a word: 0x... when show, else kHiddenKey; "" when
-// there are no bytes at all.
-std::string key_text(const uint8_t *p, size_t n, const uint8_t *p2, size_t n2, bool show);
+// Appends the key p[0..n) followed by p2[0..n2) as a word: 0x... when show, else kHiddenKey;
+// "" when there are no bytes at all. Storage that out leaves behind as it grows is wiped.
+void append_key_text(std::string &out, const uint8_t *p, size_t n, const uint8_t *p2, size_t n2,
+                     bool show);
 
 // ---- the cursor over one command's words ---------------------------------------------------
 

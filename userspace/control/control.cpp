@@ -266,8 +266,8 @@ std::string command_output(const Command &cmd, const Config &cfg, bool show_keys
         for (size_t i = 0; i < sas.size(); i++) {
             std::string line = format_sa(*sas[i], show_keys);
             if (mark[i] != SIZE_MAX)
-                line += "  # nonce-reuse risk: same key and salt as " +
-                        describe_sa(sas[mark[i]]->dst, sas[mark[i]]->spi);
+                append_wiped(line, "  # nonce-reuse risk: same key and salt as " +
+                                       describe_sa(sas[mark[i]]->dst, sas[mark[i]]->spi));
             add(std::move(line));
         }
     } else if (cmd.verb == V::List) {

@@ -13,26 +13,6 @@ namespace xesp::control_text {
 
 // ---- Buffers that may hold keys -----------------------------------------------------------
 
-void wipe(std::string &s)
-{
-    OPENSSL_cleanse(s.data(), s.size());
-    s.clear();
-}
-
-// When the string must grow, it moves to a larger one by hand, so that the old storage can be
-// wiped first.
-void append_wiped(std::string &buf, std::string_view more)
-{
-    if (buf.size() + more.size() > buf.capacity()) {
-        std::string bigger;
-        bigger.reserve(std::max(buf.capacity() * 2, buf.size() + more.size()));
-        bigger.append(buf);
-        wipe(buf);
-        buf.swap(bigger);
-    }
-    buf.append(more);
-}
-
 void consume_front(std::string &buf, size_t n)
 {
     size_t rest = buf.size() - n;

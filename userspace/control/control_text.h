@@ -12,15 +12,15 @@
 #include <nlohmann/json.hpp>
 
 #include "userspace/base/result.h"
+#include "userspace/base/wiped.h"
 
 namespace xesp::control_text {
 
 constexpr size_t kChunk = 64 * 1024;             // one read from a socket
 constexpr size_t kMaxAnswer = size_t(64) << 20;  // the client's bound on one answer line
 
-void wipe(std::string &s);
-// Appends; when the string must grow, the old storage is wiped, not freed with the bytes in it.
-void append_wiped(std::string &buf, std::string_view more);
+using xesp::append_wiped;  // base/wiped.h
+using xesp::wipe;
 // Drops the first n bytes; the bytes freed at the end are wiped.
 void consume_front(std::string &buf, size_t n);
 // How deep a message may nest. Requests and answers are objects of strings, booleans and

@@ -17,18 +17,15 @@
 
 #include "userspace/base/private_file.h"
 #include "userspace/base/sys_util.h"
+#include "userspace/base/wiped.h"
 #include "userspace/config/xfrm_grammar.h"
 #include "userspace/config/xfrm_selector.h"
 #include "userspace/config/xfrm_words.h"
+#include "userspace/control/control_text.h"
 
 namespace xesp {
 
 namespace {
-
-void wipe(std::string &s)
-{
-    OPENSSL_cleanse(s.data(), s.size());
-}
 
 void copy_sequence(SaConfig &to, const SaConfig &from)
 {
@@ -160,9 +157,6 @@ std::string format_journal_entry(const JournalEntry &e)
 {
     nlohmann::json j = nlohmann::json::object();
     j["gen"] = e.generation;
-    auto &puts = j["put_sas"] = nlohmann::json::array();
-    for (const SaConfig &c : e.change.put_sas)
-        puts.push_back(format_sa(c, true));
     auto &dels = j["del_sas"] = nlohmann::json::array();
     for (const SaKey &k : e.change.del_sas)
         dels.push_back({k.dst.str(), k.spi});
@@ -183,9 +177,22 @@ std::string format_journal_entry(const JournalEntry &e)
     auto &led = j["used"] = nlohmann::json::object();
     for (const auto &[fp, r] : e.ledger)
         led[hex_of(fp.data(), fp.size())] = {r.last, r.round};
-    std::string line = j.dump() + "\n";
-    for (auto &p : puts)
-        wipe(p.get_ref<std::string &>());
+    // The SAs, with their keys, are written by hand into a line that wipes what it outgrows;
+    // the rest, which holds no key, by nlohmann.
+    std::string line;
+    line.reserve(e.change.put_sas.size() * 300 + 64);
+    append_wiped(line, "{\"put_sas\":[");
+    for (size_t i = 0; i < e.change.put_sas.size(); i++) {
+        if (i)
+            append_wiped(line, ",");
+        std::string sa = format_sa(e.change.put_sas[i], true);
+        control_text::append_json_string(line, sa);
+        wipe(sa);
+    }
+    append_wiped(line, "],");
+    std::string rest = j.dump();  // {"del_policies":...}
+    append_wiped(line, std::string_view(rest).substr(1));
+    append_wiped(line, "\n");
     return line;
 }
 

@@ -7,6 +7,7 @@
 #include "userspace/base/log.h"
 #include "userspace/base/sys_util.h"
 #include "userspace/base/thread_priority.h"
+#include "userspace/base/wiped.h"
 
 namespace xesp {
 
@@ -209,9 +210,7 @@ Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
                 line.ledger = e.ledger;
                 line.windows = e.windows;
             }
-            std::string one = format_journal_entry(line);
-            text += one;
-            OPENSSL_cleanse(one.data(), one.size());
+            append_secret(text, format_journal_entry(line));
         }
         e.generation = generation_;
         if (job.changes.empty())

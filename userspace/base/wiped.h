@@ -1,0 +1,46 @@
+// Text that may hold keys: wiped before its storage is freed or reused. A std::string that
+// grows moves to larger storage and frees the old without clearing it, so text appended after
+// a key goes through append_wiped().
+#pragma once
+
+#include <string.h>
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+
+namespace xesp {
+
+inline void wipe(std::string &s)
+{
+    explicit_bzero(s.data(), s.size());
+    s.clear();
+}
+
+// Room for `more` bytes past the end; when the string must grow, the old storage is wiped, not
+// freed with the bytes in it.
+inline void reserve_wiped(std::string &buf, size_t more)
+{
+    if (buf.size() + more <= buf.capacity())
+        return;
+    std::string bigger;
+    bigger.reserve(std::max(buf.capacity() * 2, buf.size() + more));
+    bigger.append(buf);
+    wipe(buf);
+    buf.swap(bigger);
+}
+
+inline void append_wiped(std::string &buf, std::string_view more)
+{
+    reserve_wiped(buf, more.size());
+    buf.append(more);
+}
+
+// Appends text that holds a key and wipes it where it was.
+inline void append_secret(std::string &buf, std::string &&secret)
+{
+    append_wiped(buf, secret);
+    wipe(secret);
+}
+
+}  // namespace xesp
