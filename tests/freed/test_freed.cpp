@@ -2,7 +2,9 @@
 // line and the storage a growing string leaves behind are wiped before they are freed, and the
 // result is the caller's to wipe. This program replaces operator new and delete, so that while
 // a check is armed every block freed is searched for the key's text; it is a program of its
-// own so that no other test runs with them.
+// own so that no other test runs with them. Reading keys (a request's JSON, a state file)
+// goes through buffers of other libraries; the `xesp` process wipes every block it frees for
+// them (tools/xesp/wipe_on_free.cpp), which tests/cli/test_key_memory.sh checks in the daemon.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 

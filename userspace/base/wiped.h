@@ -43,4 +43,10 @@ inline void append_secret(std::string &buf, std::string &&secret)
     wipe(secret);
 }
 
+// Zeroes kWipedStack bytes of the calling thread's stack below the caller's frame: what the
+// functions it called left there when they returned (a key being parsed, a line of an SA being
+// formatted). Threads that handle keys call it when they have finished with them.
+constexpr size_t kWipedStack = 64 * 1024;
+void wipe_stack();
+
 }  // namespace xesp

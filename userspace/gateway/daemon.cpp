@@ -16,6 +16,7 @@
 #include "bpf/kernel_probe.h"
 #include "userspace/base/clock.h"
 #include "userspace/base/cpu_list.h"
+#include "userspace/base/wiped.h"
 #include "userspace/control/control.h"
 #include "userspace/gateway/daemon.h"
 #include "userspace/gateway/gateway.h"
@@ -273,6 +274,7 @@ void control_thread(ControlServer &server, const sigset_t &stop, std::atomic<boo
         } catch (const std::exception &e) {
             log(LogLevel::Error, "control socket: %s", e.what());
         }
+        wipe_stack();  // the requests' keys, as their text was parsed and their SAs built
     }
     done.store(true, std::memory_order_release);
 }

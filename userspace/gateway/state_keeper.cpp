@@ -99,6 +99,7 @@ void StateKeeper::writer()
         } catch (const std::exception &e) {  // a write that fails must not end the daemon
             r = make_error("state file " + path_ + ": " + e.what());
         }
+        wipe_stack();  // the journal lines it wrote, keys included
         lk.lock();
         if (job.control) {
             control_result_ = std::move(r);
@@ -318,6 +319,7 @@ void StateKeeper::start_compaction()
         } catch (const std::exception &e) {
             r = make_error("state file " + path_ + ": " + e.what());
         }
+        wipe_stack();  // a finished thread's stack is kept for the next one
         std::lock_guard<std::mutex> g(mu_);
         compacted_ = std::move(r);
         cv_.notify_all();
