@@ -8,8 +8,9 @@
 //
 // Not for the daemon: a collapse makes a whole 2 MiB resident for one page in use (undoing
 // malloc_trim), and leaves the small pages it copied, keys included, to the kernel unwiped.
-// A daemon that wants huge pages gets them from malloc itself, for everything it allocates:
-// GLIBC_TUNABLES=glibc.malloc.hugetlb=1 in its environment (glibc 2.35 on).
+// The daemon gets huge pages from malloc itself, for everything it allocates:
+// GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc 2.35 on), which `xesp daemon` sets for itself
+// (tools/xesp/main.cpp).
 //
 // The heap is every private, writable, anonymous mapping but the stacks: the main arena
 // ([heap]), the other arenas, and malloc's own mappings of large blocks (the tables' arrays).
