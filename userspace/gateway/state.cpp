@@ -605,16 +605,7 @@ private:
         room(first_.size());
         out_.append(first_.size(), ' ');
     }
-    void room(size_t n)
-    {
-        if (out_.size() + n <= out_.capacity())
-            return;
-        std::string bigger;
-        bigger.reserve(std::max(2 * out_.capacity(), out_.size() + n));
-        bigger.append(out_);
-        wipe(out_);
-        out_.swap(bigger);
-    }
+    void room(size_t n) { reserve_wiped(out_, n); }
     void escape_utf8(std::string_view s)
     {
         nlohmann::json j = std::string(s);
