@@ -7,18 +7,7 @@
 # Usage: bash test_daemon_pages.sh XESP
 set -u
 XESP=${1:?usage: test_daemon_pages.sh XESP}
-work=$(mktemp -d /tmp/xesp-pages.XXXXXX)
-daemon=
-cleanup() {
-    [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-export XESP_SOCKET=$work/xesp.sock
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(cd "$(dirname "$0")" && pwd)/daemon_lib.sh" pages
 
 # start_daemon [VAR=VALUE...]: a daemon with that environment and 3,000 SAs (about 20 MB of
 # tables), answering on its socket.
@@ -30,17 +19,7 @@ start_daemon() {
     env "$@" "$XESP" daemon --socket "$XESP_SOCKET" --no-state -b "$work/sas.conf" \
         >>"$work/daemon.log" 2>&1 &
     daemon=$!
-    for _ in $(seq 300); do
-        [ "$("$XESP" sa list 2>/dev/null | wc -l)" = 3000 ] && return 0
-        sleep 0.1
-    done
-    echo "the daemon did not answer with 3000 SAs; its log:"
-    cat "$work/daemon.log"
-    exit 1
-}
-stop_daemon() {
-    kill "$daemon" && wait "$daemon"
-    daemon=
+    wait_answer 3000
 }
 huge_kib() { awk '/^AnonHugePages:/ { print $2 }' "/proc/$daemon/smaps_rollup"; }
 
@@ -61,5 +40,4 @@ else
 fi
 stop_daemon
 
-echo "test_daemon_pages: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

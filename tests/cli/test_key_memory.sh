@@ -12,18 +12,7 @@ set -u
 XESP=${1:?usage: test_key_memory.sh XESP}
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d /tmp/xesp-keymem.XXXXXX)
-daemon=
-cleanup() {
-    [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-export XESP_SOCKET=$work/xesp.sock
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$HERE/daemon_lib.sh" keymem
 
 # A key of this run's own: nothing else in the daemon's memory holds it.
 KEY=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -34,17 +23,7 @@ SA="$SA_ID reqid 1 mode tunnel aead rfc4106(gcm(aes)) 0x$KEY$SALT 128"
 start_daemon() {
     "$XESP" daemon --socket "$XESP_SOCKET" --state "$work/xesp.state" >>"$work/daemon.log" 2>&1 &
     daemon=$!
-    for _ in $(seq 100); do
-        "$XESP" sa list >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    echo "the daemon did not answer; its log:"
-    cat "$work/daemon.log"
-    exit 1
-}
-stop_daemon() {
-    kill "$daemon" && wait "$daemon"
-    daemon=
+    wait_answer "${1:-0}"
 }
 # The counts of the key's bytes, then of its text (the first 16 digits, as `sa list` and the
 # state file write it).
@@ -64,7 +43,7 @@ check "while the SA lives, its key is in memory (found $bytes times)" '[ "$bytes
 stop_daemon
 check "the state file holds the SA across a restart" 'grep -q "$KEY" "$work/xesp.state" "$work/xesp.state.journal"'
 
-start_daemon
+start_daemon 1
 check "the restarted daemon has the SA" '"$XESP" sa list | grep -q "spi 0x0*1001"'
 read -r bytes text <<<"$(scan)"
 check "read back from the state file, its key is in memory" '[ "$bytes" -ge 1 ]'
@@ -76,5 +55,4 @@ check "after sa del, the key's bytes are nowhere in the daemon's memory (found $
 check "nor its text (found $text)" '[ "$text" -eq 0 ]'
 check "the daemon's log never held the key" '! grep -qi "$KEY" "$work/daemon.log"'
 
-echo "test_key_memory: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -1,0 +1,37 @@
+# Shared by the tests of one daemon outside any topology (test_key_memory.sh,
+# test_daemon_pages.sh): a work directory and socket of the test's own, the daemon stopped
+# and the directory removed at exit, and the ok/FAIL checks.
+#
+# Usage: source daemon_lib.sh NAME (the work directory's prefix); start a daemon as
+# `... & daemon=$!`, stop it with stop_daemon, end with finish.
+work=$(mktemp -d "/tmp/xesp-$1.XXXXXX")
+daemon=
+cleanup() {
+    [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+export XESP_SOCKET=$work/xesp.sock
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+stop_daemon() {
+    kill "$daemon" && wait "$daemon"
+    daemon=
+}
+# wait_answer COUNT: until the daemon lists COUNT SAs (at most 30 s); exits with its log if not.
+wait_answer() {
+    local listed
+    for _ in $(seq 300); do
+        listed=$("$XESP" sa list 2>/dev/null) && [ "$(grep -c . <<<"$listed")" = "$1" ] && return 0
+        sleep 0.1
+    done
+    echo "the daemon did not answer with $1 SAs; its log:"
+    cat "$work/daemon.log"
+    exit 1
+}
+finish() {
+    echo "$(basename "$0" .sh): $pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+}
