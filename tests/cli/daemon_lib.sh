@@ -3,7 +3,9 @@
 # and the directory removed at exit, and the ok/FAIL checks.
 #
 # Usage: source daemon_lib.sh NAME (the work directory's prefix); start a daemon as
-# `... & daemon=$!`, stop it with stop_daemon, end with finish.
+# `... & daemon=$!`, stop it with stop_daemon, end with finish. Skips (exit 77) unless root:
+# a daemon loads BPF programs at start.
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (the daemon loads BPF programs)"; exit 77; }
 work=$(mktemp -d "/tmp/xesp-$1.XXXXXX")
 daemon=
 cleanup() {
@@ -25,6 +27,7 @@ wait_answer() {
     local listed
     for _ in $(seq 300); do
         listed=$("$XESP" sa list 2>/dev/null) && [ "$(grep -c . <<<"$listed")" = "$1" ] && return 0
+        kill -0 "$daemon" 2>/dev/null || break
         sleep 0.1
     done
     echo "the daemon did not answer with $1 SAs; its log:"

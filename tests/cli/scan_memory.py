@@ -20,7 +20,8 @@ def main():
             try:
                 mem.seek(lo)
                 data = mem.read(hi - lo)
-            except OSError:  # a mapping the kernel will not show ([vvar] and the like)
+            except OSError as e:  # a mapping the kernel will not show
+                print("scan_memory: skipped %s (%s)" % (fields[0], e), file=sys.stderr)
                 continue
             for i, n in enumerate(needles):
                 counts[i] += len(re.findall(re.escape(n), data))

@@ -24,19 +24,22 @@
 
 namespace {
 
-// The key's text as `sa list --keys` writes it, less its 0x: long enough that no other text
+// The key's text as `sa list --show-keys` writes it, less its 0x: long enough that no other text
 // holds it, short enough that a partly built copy does.
 constexpr char kKeyHex[] = "5ec7e70102030405";
 std::atomic<bool> armed{false};
 std::atomic<size_t> found{0};
 
+// Every block is cleared after the search, armed or not: what an unarmed step left in a
+// block must not be found when the block comes back from malloc and is freed again armed.
 void search_freed(void *p)
 {
-    if (!p || !armed.load(std::memory_order_relaxed))
+    if (!p)
         return;
     size_t n = malloc_usable_size(p);
-    if (memmem(p, n, kKeyHex, sizeof kKeyHex - 1))
+    if (armed.load(std::memory_order_relaxed) && memmem(p, n, kKeyHex, sizeof kKeyHex - 1))
         found.fetch_add(1, std::memory_order_relaxed);
+    explicit_bzero(p, n);
 }
 
 void *allocate(size_t n)

@@ -1,5 +1,6 @@
 // The `xesp` command. Exceptions stop here: everything below returns Result.
 #include <limits.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,40 +13,48 @@
 
 namespace {
 
+// Set in the environment of the daemon's second start, and taken out of it there.
+constexpr const char *kRestarted = "XESP_RESTARTED_FOR_HUGE_PAGES";
+
 // `xesp daemon` runs with malloc on transparent huge pages (GLIBC_TUNABLES
-// glibc.malloc.hugetlb=1, glibc 2.35 on; the kernel's default `madvise` mode lets a process ask
-// for them): with 100,000 tunnels its tables take over a gigabyte, and a start spends more in
-// faulting in 4 KiB pages than in building them (8.8 s against 5.0 s here), and the data path
-// pays a TLB miss for each cold SA. Tunables are read when a program starts, so the daemon
-// starts itself again with them. A GLIBC_TUNABLES that names glibc.malloc.hugetlb already
-// (=0 to keep small pages) is left as it is.
+// glibc.malloc.hugetlb=1, glibc 2.35 on, which asks for them where the kernel's mode is
+// `madvise`, Debian's default): with 100,000 tunnels its tables take over a gigabyte, and a
+// start spends more in faulting in 4 KiB pages than in building them (on a 2-vCPU VM, 8.8 s
+// against 5.0 s), and the data path pays a TLB miss for each cold SA. Tunables are read when a
+// program starts, so the daemon starts itself again with them, once. A GLIBC_TUNABLES that
+// names glibc.malloc.hugetlb already (=0 for small pages) is left as it is, and so is a
+// program run with raised privileges (setuid or file capabilities), for which glibc drops the
+// tunable.
 void exec_with_huge_pages(char **argv)
 {
     const char *was = std::getenv("GLIBC_TUNABLES");
-    if (was && std::strstr(was, "glibc.malloc.hugetlb"))
+    if ((was && std::strstr(was, "glibc.malloc.hugetlb")) || ::getauxval(AT_SECURE))
         return;
     // The program's own file by its name, so that the process keeps its name (a path through
     // /proc/self/exe would name it "exe").
     char self[PATH_MAX];
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self);
+    if (n <= 0 || size_t(n) >= sizeof self)
         return;
     self[n] = 0;
     std::string tunables = was && *was ? std::string(was) + ":" : std::string();
     tunables += "glibc.malloc.hugetlb=1";
-    if (::setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0)
+    if (::setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0 || ::setenv(kRestarted, "1", 1) != 0)
         return;
     ::execv(self, argv);
     // Not fatal: the daemon runs on small pages.
     std::fprintf(stderr, "xesp: warning: cannot restart with huge pages for malloc: %s\n",
                  std::strerror(errno));
+    ::unsetenv(kRestarted);
 }
 
 }  // namespace
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && std::strcmp(argv[1], "daemon") == 0)
+    const bool restarted = std::getenv(kRestarted) != nullptr;
+    ::unsetenv(kRestarted);
+    if (argc > 1 && std::strcmp(argv[1], "daemon") == 0 && !restarted)
         exec_with_huge_pages(argv);
     CLI::App app{"xesp: an XDP/AF_XDP-accelerated IPsec ESP gateway"};
     app.require_subcommand(0, 1);

@@ -2,8 +2,8 @@
 // text through buffers the program does not own (the JSON lexer's, the stream buffers of a
 // state file being read, a vector's old storage as it grows): wiping each block on its way
 // back to malloc means none of them outlives its use in freed memory, whatever the path. The
-// data path allocates nothing, so this costs only the control path. Not under the address
-// sanitizer, which brings its own operator delete.
+// data path allocates nothing, so this costs only the control path. Not under the address or
+// thread sanitizer, which bring their own operator delete.
 #include <malloc.h>
 #include <string.h>
 
@@ -12,7 +12,12 @@
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define XESP_WIPE_ON_FREE 0
-#else
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define XESP_WIPE_ON_FREE 0
+#endif
+#endif
+#ifndef XESP_WIPE_ON_FREE
 #define XESP_WIPE_ON_FREE 1
 #endif
 

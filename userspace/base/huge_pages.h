@@ -7,7 +7,9 @@
 // to khugepaged).
 //
 // Not for the daemon: a collapse makes a whole 2 MiB resident for one page in use (undoing
-// malloc_trim), and leaves the small pages it copied, keys included, to the kernel unwiped.
+// malloc_trim), and leaves the small pages it copied, keys included, to the kernel unwiped
+// (khugepaged may still do that later, to what is on small pages; the kernel clears a page
+// before any process gets it).
 // The daemon gets huge pages from malloc itself, for everything it allocates:
 // GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc 2.35 on), which `xesp daemon` sets for itself
 // (tools/xesp/main.cpp).

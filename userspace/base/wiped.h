@@ -11,8 +11,10 @@
 
 namespace xesp {
 
+// All of its storage, not only what it holds now: a string that was longer held more.
 inline void wipe(std::string &s)
 {
+    s.resize(s.capacity());
     explicit_bzero(s.data(), s.size());
     s.clear();
 }

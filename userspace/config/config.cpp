@@ -307,8 +307,10 @@ Result<void> each_command(std::string_view text, std::string_view name, F &&on)
     }
     auto read = [&](size_t i) {
         return std::async(std::launch::async, [&, i] {
-            return parse_lines(text.substr(cuts[i].first, cuts[i].second - cuts[i].first), name,
-                               first_line[i]);
+            ParsedLines p = parse_lines(text.substr(cuts[i].first, cuts[i].second - cuts[i].first),
+                                        name, first_line[i]);
+            wipe_stack();  // the keys it read; a finished thread's stack is kept for the next
+            return p;
         });
     };
     // Two pieces read ahead of the one being taken.

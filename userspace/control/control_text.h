@@ -1,5 +1,5 @@
 // What both ends of the control socket (control.h) do with its text. Requests and answers
-// carry keys, so every buffer that held one is wiped (OPENSSL_cleanse) before it is freed or
+// carry keys, so every buffer that held one is wiped (base/wiped.h) before it is freed or
 // reused; JSON that goes out is written by hand into such buffers.
 #pragma once
 

@@ -420,6 +420,7 @@ Result<void> run_daemon(const DaemonOptions &o)
     if (o.data_priority)
         if (auto r = set_thread_fifo(int(o.data_priority)); !r)
             log(LogLevel::Warning, "%s; it runs as a normal thread", r.error().message.c_str());
+    wipe_stack();  // the keys of the start: the state file, the batch, the SAs' contexts
     data_loop(**gw, handler, **data, o.spin, control_done);
     control.join();
     log(LogLevel::Info, "stopping: saving the state");
