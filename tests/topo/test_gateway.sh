@@ -482,6 +482,14 @@ if [ "$PROT_MODE" = tun ]; then
         ping_from hostA "$HOSTB_IP4" -c 3
     }
     step "tun mode: ... iface del and add bring the tunnel back" tun_back
+    # `iface add` again without `mode` is refused, and the interface stays in tun mode.
+    readd_no_mode() {
+        ! cli gwA iface add "$GWA_PROT_IF" role protected 2>"$WORK/readd.err" || return 1
+        cat "$WORK/readd.err"
+        grep -q "already added as protected" "$WORK/readd.err" &&
+            cli gwA iface list | grep "$GWA_PROT_IF" | grep -qw tun
+    }
+    step "tun mode: iface add again without mode leaves it in tun mode" readd_no_mode
     # What the kernel drops at a full TUN queue (the daemon stopped with SIGSTOP while hostA
     # sends 800 datagrams, not UDP, into a queue of 500) is counted, and the count survives the next
     # TUN device (iface del and add).

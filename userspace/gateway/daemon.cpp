@@ -60,7 +60,14 @@ public:
             IfaceSpec spec{w[1], w[3] == "public" ? IfaceRole::Public : IfaceRole::Protected};
             if (w.size() == 6 && w[5] == "tun")
                 spec.mode = IfaceMode::Tun;
-            return changed_ifaces([&] { return gw_.add_iface(spec); });
+            return changed_ifaces([&] {
+                // Without `mode`, an interface added already keeps its own: adding it again
+                // is refused as it is in that mode, not turned back to the default.
+                for (const GatewayIface &i : gw_.ifaces())
+                    if (w.size() == 4 && i.name == spec.name && !i.local)
+                        spec.mode = i.mode;
+                return gw_.add_iface(spec);
+            });
         }
         if (w.size() == 6 && w[0] == "add" && w[4] == "mode" && w[5] != "xdp" && w[5] != "tun")
             return make_error("iface add " + w[1] + ": mode '" + w[5] + "': expected xdp or tun");
