@@ -189,6 +189,101 @@ TEST_CASE("make-before-break: the new SA carries a flow from the moment it is ad
     }
 }
 
+namespace {
+
+// The SA a packet of tunnel i is encrypted with when the classifier names its out policy
+// `id` (the gateway's path, through the policy's link): its SPI, or 0 and the drop.
+uint32_t spi_classified(Engine &e, uint32_t id, int i, Drop *drop = nullptr)
+{
+    Frame f(udp_packet(4, ("10." + std::to_string(i) + ".0.1").c_str(),
+                       ("10.200." + std::to_string(i) + ".1").c_str(), 32));
+    Pkt *p = &f.pkt;
+    Classified c{Classified::Encap, id, wire::kIpv4Len, false};
+    e.process_classified(&p, &c, 1);
+    if (drop)
+        *drop = f.pkt.verdict == Verdict::Drop ? f.pkt.drop : Drop{};
+    return f.pkt.verdict == Verdict::Encrypted ? wire::get32(f.pkt.ip() + 20) : 0;
+}
+
+uint32_t put_policy(Engine &e, const PolicyConfig &p)
+{
+    EngineChange ch;
+    ch.put_policies.push_back(p);
+    auto prepared = e.prepare(ch, Backend::Auto);
+    REQUIRE(prepared);
+    REQUIRE(prepared->policy_puts.size() == 1);
+    uint32_t id = prepared->policy_puts[0].id;
+    e.commit(std::move(*prepared));
+    return id;
+}
+
+void change(Engine &e, std::vector<SaConfig> put, std::vector<SaConfig> del = {})
+{
+    EngineChange ch;
+    ch.put_sas = std::move(put);
+    for (const SaConfig &sa : del)
+        ch.del_sas.push_back(SaKey{sa.dst, sa.spi});
+    REQUIRE(e.change(ch, Backend::Auto));
+}
+
+}  // namespace
+
+TEST_CASE("a classified packet goes from its policy to its flow's newest SA through rekeys",
+          "[engine][change]")
+{
+    auto e = empty_engine();
+    Drop drop{};
+
+    // The policy first: linked to a flow with no SA yet, it fails closed.
+    const uint32_t id = put_policy(*e, tunnel_policy(1));
+    CHECK(spi_classified(*e, id, 1, &drop) == 0);
+    CHECK(drop == Drop::OutNoStates);
+    CHECK(e->sas().flows() == 1);
+
+    change(*e, {tunnel_sa(1)});
+    CHECK(spi_classified(*e, id, 1) == tunnel_sa(1).spi);
+    CHECK(spi_for(*e, 1) == tunnel_sa(1).spi);  // the SPD's lookup agrees
+
+    change(*e, {tunnel_sa(1, 1)});  // make
+    CHECK(spi_classified(*e, id, 1) == tunnel_sa(1, 1).spi);
+    change(*e, {}, {tunnel_sa(1)});  // break
+    CHECK(spi_classified(*e, id, 1) == tunnel_sa(1, 1).spi);
+    CHECK(spi_for(*e, 1) == tunnel_sa(1, 1).spi);
+
+    SECTION("the last SA gone, the link fails closed and no SA comes back")
+    {
+        change(*e, {}, {tunnel_sa(1, 1)});
+        CHECK(spi_classified(*e, id, 1, &drop) == 0);
+        CHECK(drop == Drop::OutNoStates);
+        CHECK(e->sas().flows() == 1);  // kept for the policy
+        change(*e, {tunnel_sa(1, 2)});
+        CHECK(spi_classified(*e, id, 1) == tunnel_sa(1, 2).spi);
+    }
+    SECTION("a policy updated to another template follows the new flow")
+    {
+        change(*e, {tunnel_sa(3)});
+        PolicyConfig p = tunnel_policy(1);
+        p.tmpl = tmpl_for(tunnel_sa(3));
+        CHECK(put_policy(*e, p) == id);  // same selector: in place
+        CHECK(spi_classified(*e, id, 1) == tunnel_sa(3).spi);
+        CHECK(spi_for(*e, 1) == tunnel_sa(3).spi);
+        change(*e, {}, {tunnel_sa(1, 1)});
+        CHECK(spi_classified(*e, id, 1) == tunnel_sa(3).spi);
+        // Tunnel 3's flow and the one of any reqid between the same gateways; tunnel 1's,
+        // without SA or link, is gone.
+        CHECK(e->sas().flows() == 2);
+    }
+    SECTION("with the policy and its SAs gone, no flow is left")
+    {
+        EngineChange ch;
+        ch.del_policies.push_back(PolicyKey{tunnel_policy(1).sel, Dir::Out});
+        ch.del_sas.push_back(SaKey{tunnel_sa(1, 1).dst, tunnel_sa(1, 1).spi});
+        REQUIRE(e->change(ch, Backend::Auto));
+        CHECK(e->sas().flows() == 0);
+        CHECK(e->policy_by_id(id) == nullptr);
+    }
+}
+
 TEST_CASE("make-before-break: a new SA still held leaves the flow to the one before it",
           "[engine][change]")
 {
@@ -299,17 +394,32 @@ TEST_CASE("readers run packets while the tables change", "[engine][change][threa
         init.put_sas.push_back(tunnel_sa(i));
         init.put_policies.push_back(tunnel_policy(i));
     }
-    REQUIRE(e->change(init, Backend::Auto));
+    auto prepared = e->prepare(init, Backend::Auto);
+    REQUIRE(prepared);
+    uint32_t ids[kTunnels];  // the policies' (updates keep them)
+    for (int i = 0; i < kTunnels; i++)
+        ids[i] = prepared->policy_puts[size_t(i)].id;
+    e->commit(std::move(*prepared));
 
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> encrypted{0}, wrong{0};
     std::thread reader([&] {
         Qsbr::Reader me(readers);
         int i = 0;
+        bool classified = false;  // by turns: the SPD's lookup, and the policy's link
         while (!stop.load(std::memory_order_relaxed)) {
             Frame f(udp_packet(4, ("10." + std::to_string(i) + ".0.1").c_str(),
                                ("10.200." + std::to_string(i) + ".1").c_str(), 32));
-            if (run(*e, f) == Verdict::Encrypted) {
+            Verdict v;
+            if (classified) {
+                Pkt *p = &f.pkt;
+                Classified c{Classified::Encap, ids[i], wire::kIpv4Len, false};
+                e->process_classified(&p, &c, 1);
+                v = f.pkt.verdict;
+            } else {
+                v = run(*e, f);
+            }
+            if (v == Verdict::Encrypted) {
                 uint32_t spi = wire::get32(f.pkt.ip() + 20);
                 encrypted++;
                 if ((spi & 0xfffff) != 0x10000 + uint32_t(i))
@@ -319,6 +429,7 @@ TEST_CASE("readers run packets while the tables change", "[engine][change][threa
             }
             me.quiescent();
             i = (i + 1) % kTunnels;
+            classified = i == 0 ? !classified : classified;
         }
     });
     uint32_t gen[kTunnels] = {};

@@ -143,7 +143,7 @@ private:
     {
         std::vector<Slot> old = std::move(slots_);
         size_t cap = old.empty() ? 16 : old.size() * 2;
-        slots_.assign(cap, Slot{});
+        slots_ = std::vector<Slot>(cap);
         mask_ = cap - 1;
         for (Slot &s : old) {
             if (!s.tag)

@@ -62,23 +62,42 @@ void IdPool::give_back(uint32_t id)
 
 void SaTable::flow_add(const FlowSaKey &k, uint64_t order, Sa *sa)
 {
-    Flow &f = by_flow_[k];
-    auto at = std::upper_bound(f.all.begin(), f.all.end(), order,
+    std::unique_ptr<OutFlow> &f = by_flow_[k];
+    if (!f)
+        f = std::make_unique<OutFlow>(OutFlow{.key = k});
+    auto at = std::upper_bound(f->all.begin(), f->all.end(), order,
                                [](uint64_t o, const auto &e) { return o < e.first; });
-    f.all.insert(at, {order, sa});
-    f.newest = f.all.back().second;
+    f->all.insert(at, {order, sa});
+    f->newest = f->all.back().second;
 }
 
 void SaTable::flow_remove(const FlowSaKey &k, Sa *sa)
 {
-    Flow *f = by_flow_.find(k);
+    std::unique_ptr<OutFlow> *f = by_flow_.find(k);
     if (!f)
         return;
-    std::erase_if(f->all, [&](const auto &e) { return e.second == sa; });
-    if (f->all.empty())
+    OutFlow &flow = **f;
+    std::erase_if(flow.all, [&](const auto &e) { return e.second == sa; });
+    flow.newest = flow.all.empty() ? nullptr : flow.all.back().second;
+    if (flow.all.empty() && !flow.links)
         by_flow_.erase(k);
-    else
-        f->newest = f->all.back().second;
+}
+
+const OutFlow *SaTable::link(const FlowSaKey &k)
+{
+    std::unique_ptr<OutFlow> &f = by_flow_[k];
+    if (!f)
+        f = std::make_unique<OutFlow>(OutFlow{.key = k});
+    f->links++;
+    return f.get();
+}
+
+void SaTable::unlink(const OutFlow *linked)
+{
+    std::unique_ptr<OutFlow> *f = by_flow_.find(linked->key);
+    assert(f && f->get() == linked && linked->links > 0);
+    if (--(*f)->links == 0 && (*f)->all.empty())
+        by_flow_.erase(linked->key);
 }
 
 void SaTable::index(const Slot &s)
@@ -198,7 +217,8 @@ Sa *SaTable::out_candidate(OutKey &k) const
         const Found *f = by_spi_.find(SaKey{k.flow.dst, k.spi}, k.hash);
         sa = f ? f->sa : nullptr;
     } else {
-        k.found = by_flow_.find(k.flow, k.hash);
+        const std::unique_ptr<OutFlow> *f = by_flow_.find(k.flow, k.hash);
+        k.found = f ? f->get() : nullptr;
         sa = k.found ? k.found->newest : nullptr;
     }
     if (sa)
@@ -238,6 +258,27 @@ bool tmpl_matches(const PolicyTmpl &t, const SaConfig &sa)
 {
     return (!t.spi || t.spi == sa.spi) && (!t.reqid || t.reqid == sa.reqid) && t.mode == sa.mode &&
            (!t.src.family || t.src == sa.src) && (!t.dst.family || t.dst == sa.dst);
+}
+
+void Engine::put_policy(Tables &t, uint32_t id, uint32_t order, const Spd::Policy &p)
+{
+    if (const OutFlow *old = t.spd.link_of(id))
+        t.sas.unlink(old);
+    // Linked: an out policy whose template names its flow whole. One that leaves an address
+    // to the packet, or names its SA by SPI, is looked up per packet (SaTable::out_key()).
+    const PolicyTmpl *tmpl = p->tmpl ? &*p->tmpl : nullptr;
+    const OutFlow *link = nullptr;
+    if (p->dir == Dir::Out && p->action == Action::Allow && tmpl && !tmpl->spi &&
+        tmpl->src.family && tmpl->dst.family)
+        link = t.sas.link(FlowSaKey{tmpl->src, tmpl->dst, tmpl->reqid});
+    t.spd.put(id, order, p, link);
+}
+
+void Engine::remove_policy(Tables &t, uint32_t id)
+{
+    if (const OutFlow *old = t.spd.link_of(id))
+        t.sas.unlink(old);
+    t.spd.remove(id);
 }
 
 Result<std::shared_ptr<Sa>> Engine::make_sa(const SaConfig &c, Backend backend) const
@@ -292,7 +333,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
         for (size_t i = 0; i < sas.size(); i++)
             t.sas.put(uint32_t(i), i, sas[i]);
         for (size_t i = 0; i < policies.size(); i++)
-            t.spd.put(uint32_t(i), uint32_t(i), policies[i]);
+            put_policy(t, uint32_t(i), uint32_t(i), policies[i]);
     });
     return e;
 }
@@ -399,9 +440,9 @@ void Engine::commit(Prepared &&p)
         for (const auto &put : p.sa_puts)
             t.sas.put(put.id, put.order, put.sa);
         for (const auto &del : p.policy_dels)
-            t.spd.remove(del.id);
+            remove_policy(t, del.id);
         for (const auto &put : p.policy_puts)
-            t.spd.put(put.id, put.order, put.policy);
+            put_policy(t, put.id, put.order, put.policy);
     });
     // Both copies have changed; no reader holds what left them.
     for (const auto &del : p.sa_dels)
@@ -569,6 +610,19 @@ Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa, b
     return Dirn::None;
 }
 
+// A policy linked to its flow (OutFlow), asked for with the policy: the flow's SA is at hand
+// for the Check step, with no lookup (OutSa) in between.
+void Engine::from_link(Step &s, const PolicyTmpl &tmpl)
+{
+    s.out.spi = 0;
+    s.out.mode = tmpl.mode;
+    s.out.found = s.link;
+    s.sa = s.link->newest;
+    if (s.sa)
+        s.sa->prefetch_state();
+    s.stage = Step::Check;
+}
+
 namespace {
 
 // Every line of a policy: its template ends past the first two wherever it starts in a line.
@@ -594,8 +648,10 @@ Engine::Dirn Engine::classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa)
         break;
     case Step::Policy:
         s.unsure = false;
-        s.pol = t.spd.lookup(Dir::Out, s.flow, &s.unsure, s.probe);
+        s.pol = t.spd.lookup(Dir::Out, s.flow, &s.unsure, s.probe, &s.link);
         prefetch_policy(s.pol);
+        if (s.link)
+            __builtin_prefetch(s.link);
         s.stage = Step::Tmpl;
         break;
     case Step::Tmpl: {
@@ -613,6 +669,10 @@ Engine::Dirn Engine::classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa)
         }
         if (!pol->tmpl)
             return Dirn::None;
+        if (s.link) {
+            from_link(s, *pol->tmpl);
+            break;
+        }
         s.out = t.sas.out_key(*pol->tmpl, s.flow);
         s.stage = Step::OutSa;
         break;
@@ -631,8 +691,10 @@ Engine::Dirn Engine::classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa)
         }
         return Dirn::Encap;
     case Step::ById:
-        s.pol = t.spd.by_id(s.id);
+        s.pol = t.spd.by_id(s.id, &s.link);
         prefetch_policy(s.pol);
+        if (s.link)
+            __builtin_prefetch(s.link);
         s.stage = Step::ByIdPolicy;
         break;
     case Step::ByIdPolicy:
@@ -853,6 +915,11 @@ void Engine::crypt(Burst &b)
 
 void Engine::finish_burst(const Tables &t, Burst &b)
 {
+    // Each group's SA, whose counters the finish step moves: with the crypto of other bursts
+    // run in between, across thousands of tunnels, it has left the nearer caches since
+    // prepare_burst().
+    for (size_t g = 0; g < b.ngroups; g++)
+        b.groups[g].sa->prefetch_state();
     for (size_t g = 0; g < b.ngroups; g++) {
         Burst::Group &gr = b.groups[g];
         if (gr.dirn == Dirn::Encap) {
@@ -991,6 +1058,10 @@ Engine::Dirn Engine::resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa)
         return Dirn::None;
     }
     p.len = h.total;
+    if (s.link) {
+        from_link(s, *pol->tmpl);
+        return Dirn::None;
+    }
     FlowKey flow;
     if (!pol->tmpl->src.family || !pol->tmpl->dst.family) {
         flow.src = h.src();

@@ -36,6 +36,18 @@ struct SaKeyHash {
     static size_t flow(const IpAddr &src, const IpAddr &dst, uint32_t reqid);
 };
 
+// The SAs that may carry one outbound flow (source, destination, reqid), for templates that
+// name no SPI. An out policy whose template names the flow whole (both addresses) holds a
+// link to it (Spd::put()), so that a packet goes from its policy to its SA without a hash
+// lookup, as a VPP policy names its SA: the flow stays where it is while a policy links it,
+// with or without SAs, and rekeys change its SAs, never the policy.
+struct OutFlow {
+    Sa *newest = nullptr;  // the one that carries the flow; first, for the data path
+    std::vector<std::pair<uint64_t, Sa *>> all;  // by order
+    FlowSaKey key;
+    uint32_t links = 0;  // policies linked to it
+};
+
 // SAs by (destination, SPI) for inbound ESP and by (source, destination, reqid) for templates:
 // both O(1) whatever the number of tunnels; and by id.
 //
@@ -62,7 +74,7 @@ public:
     // the packet's own, from `flow`) and asks for its slot; out_candidate() finds the SA and
     // asks for its runtime part; out_check() decides. out_check(out_candidate(k), k) is
     // find_out().
-    struct Flow;
+    using Flow = OutFlow;
     struct OutKey {
         FlowSaKey flow;
         uint64_t hash;
@@ -93,13 +105,13 @@ public:
     // Every SA, by index; an index without an SA holds nullptr.
     const std::vector<std::shared_ptr<Sa>> &all() const { return all_; }
     size_t size() const { return count_; }
+    size_t flows() const { return by_flow_.size(); }  // OutFlows: with SAs, or linked
     // The SAs with time limits (Sa::check_time).
     const std::vector<Sa *> &timed() const { return timed_; }
 
-    struct Flow {
-        Sa *newest = nullptr;
-        std::vector<std::pair<uint64_t, Sa *>> all;  // by order
-    };
+    // The flow of an out policy's template, held until unlink(): see OutFlow.
+    const OutFlow *link(const FlowSaKey &k);
+    void unlink(const OutFlow *f);
 
 private:
     struct Slot {
@@ -121,7 +133,7 @@ private:
         uint32_t index = 0;
     };
     FlatMap<SaKey, Found, SaKeyHash> by_spi_;
-    FlatMap<FlowSaKey, Flow, SaKeyHash> by_flow_;
+    FlatMap<FlowSaKey, std::unique_ptr<OutFlow>, SaKeyHash> by_flow_;  // where links point
     std::vector<Sa *> timed_;
 };
 
@@ -401,17 +413,20 @@ private:
         uint64_t generation = 0;  // changes made to them (commit())
     };
     explicit Engine(Qsbr *readers) : tables_(readers) {}
+    // A policy into the SPD, or out of it, with its link to the SAs of its flow (OutFlow).
+    static void put_policy(Tables &t, uint32_t id, uint32_t order, const Spd::Policy &p);
+    static void remove_policy(Tables &t, uint32_t id);
 
     // Where a packet's classification stands between the steps of a burst (classify_step).
     struct Step {
         enum Stage : uint8_t {
             Done,
             Policy,      // plaintext: look up its out policy
-            Tmpl,        // the policy found: its template
+            Tmpl,        // the policy found: its template, its link's SA or OutSa
             OutSa,       // the SA the template names
             Check,       // whether that SA may carry the packet
             ById,        // classified: the out policy `id`
-            ByIdPolicy,  // that policy: Tmpl's work, then OutSa, Check
+            ByIdPolicy,  // that policy: Tmpl's work, then its link's SA, or OutSa; Check
             DecapId,     // classified: the SA `id`
             DecapCheck,  // its packet checked against it
         } stage = Done;
@@ -422,6 +437,7 @@ private:
         FlowKey flow;
         Spd::Probe probe;  // Policy: the out lookup's hashes
         const PolicyConfig *pol = nullptr;
+        const OutFlow *link = nullptr;  // the policy's (Spd::put())
         SaTable::OutKey out;
         Sa *sa = nullptr;
     };
@@ -432,6 +448,7 @@ private:
                         size_t n);
     Dirn resolve_decap(Pkt &p, Step &s, Sa **sa);
     Dirn resolve_encap(const Tables &t, Pkt &p, Step &s, Sa **sa);
+    static void from_link(Step &s, const PolicyTmpl &tmpl);
     Sa *out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h);
     void classify_ids(const Tables &t, Pkt *const *pkts, const Classified *cls, size_t n, Burst &b);
     void prepare_burst(Burst &b, bool threads);

@@ -93,7 +93,7 @@ void Spd::sort_bins(Dir dir)
                      [](const Bin &a, const Bin &b) { return a.best < b.best; });
 }
 
-void Spd::index(const PolicyConfig &p, Rank rank)
+void Spd::index(const PolicyConfig &p, Rank rank, const OutFlow *link)
 {
     by_dir_[size_t(p.dir)].emplace(rank, &p);
     const Selector &s = p.sel;
@@ -106,7 +106,7 @@ void Spd::index(const PolicyConfig &p, Rank rank)
     if (bin == bins.end())
         bin = bins.insert(bins.end(), Bin{shape, mask_of(shape), kNone, {}, {}, {}});
     cell_add(bin->exact, key_of(shape, s.src.addr, s.dst.addr, s.proto, s.sport, s.dport),
-             Ranked{rank, &p});
+             Ranked{rank, &p, link});
     if (has_ports(s) && (p.tmpl || p.action == Action::Block))
         cell_add(bin->portless, portless_key(shape, s.src.addr, s.dst.addr, s.proto),
                  Ranked{rank, &p});
@@ -141,7 +141,7 @@ void Spd::unindex(const PolicyConfig &p, Rank rank)
     }
 }
 
-void Spd::put(uint32_t id, uint32_t order, Policy p)
+void Spd::put(uint32_t id, uint32_t order, Policy p, const OutFlow *link)
 {
     size_t i = id & kIndexMask;
     if (i >= by_index_.size())
@@ -151,8 +151,8 @@ void Spd::put(uint32_t id, uint32_t order, Policy p)
         unindex(*slot.policy, rank_of(*slot.policy, slot.order));
     else
         count_++;
-    slot = Slot{id, order, std::move(p)};
-    index(*slot.policy, rank_of(*slot.policy, order));
+    slot = Slot{id, order, std::move(p), link};
+    index(*slot.policy, rank_of(*slot.policy, order), link);
 }
 
 void Spd::remove(uint32_t id)
@@ -175,15 +175,19 @@ uint32_t Spd::add(const PolicyConfig &p)
 
 const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure) const
 {
-    return lookup(dir, f, unsure, nullptr);
+    return lookup(dir, f, unsure, nullptr).policy;
 }
 
-const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const Probe &probe) const
+const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const Probe &probe,
+                                const OutFlow **link) const
 {
-    return lookup(dir, f, unsure, &probe);
+    Ranked r = lookup(dir, f, unsure, &probe);
+    if (link)
+        *link = r.link;
+    return r.policy;
 }
 
-const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const Probe *probe) const
+Spd::Ranked Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const Probe *probe) const
 {
     Ranked found, shadow;
     const auto &bins = bins_[size_t(dir)];
@@ -218,7 +222,7 @@ const PolicyConfig *Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const P
     }
     if (unsure && shadow.rank < found.rank)
         *unsure = true;
-    return found.policy;
+    return found;
 }
 
 void Spd::prefetch(Dir dir, const FlowKey &f, Probe *probe) const

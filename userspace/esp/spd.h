@@ -28,6 +28,8 @@
 
 namespace xesp {
 
+struct OutFlow;  // engine.h
+
 // Policies by id. The engine gives ids and orders (put()); add() is put() with the next id,
 // for a table of its own. Each policy is held by a shared_ptr, so that two tables may hold
 // the same one (engine.h keeps two copies of its tables, rcu.h says why).
@@ -38,7 +40,9 @@ public:
     // Adds p under `id`, or replaces the policy with that id. Among equal priorities the
     // lower `order` comes first (the order policies were added in; an update keeps its
     // place). Ids and orders are distinct; the low 24 bits of an id are its index.
-    void put(uint32_t id, uint32_t order, Policy p);
+    // `link`: the SAs of the flow an out policy's template names, for by_id() to give with
+    // it (engine.h's OutFlow); the caller's, to let go of after remove() or another put().
+    void put(uint32_t id, uint32_t order, Policy p, const OutFlow *link = nullptr);
     void remove(uint32_t id);
     uint32_t add(const PolicyConfig &p);  // id and order: the number of put()s so far
 
@@ -56,8 +60,9 @@ public:
         uint64_t hash[kProbeBins];
     };
     void prefetch(Dir dir, const FlowKey &flow, Probe *probe = nullptr) const;
-    const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure,
-                               const Probe &probe) const;
+    // With the probe; *link: the policy's (put()).
+    const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure, const Probe &probe,
+                               const OutFlow **link = nullptr) const;
     void prefetch_id(uint32_t id) const
     {
         size_t i = id & kIndexMask;
@@ -72,6 +77,22 @@ public:
     {
         size_t i = id & kIndexMask;
         return i < by_index_.size() && by_index_[i].id == id ? by_index_[i].policy.get() : nullptr;
+    }
+    const PolicyConfig *by_id(uint32_t id, const OutFlow **link) const
+    {
+        size_t i = id & kIndexMask;
+        if (i >= by_index_.size() || by_index_[i].id != id) {
+            *link = nullptr;
+            return nullptr;
+        }
+        *link = by_index_[i].link;
+        return by_index_[i].policy.get();
+    }
+    const OutFlow *link_of(uint32_t id) const
+    {
+        const OutFlow *link;
+        by_id(id, &link);
+        return link;
     }
     Policy ref(uint32_t id) const
     {
@@ -116,6 +137,7 @@ private:
     struct Ranked {
         Rank rank = kNone;
         const PolicyConfig *policy = nullptr;
+        const OutFlow *link = nullptr;  // the slot's
     };
     // The policies of one key: the best inline (what a lookup reads), the rest beside it
     // (two selectors that differ only in host bits beyond their prefix).
@@ -138,6 +160,7 @@ private:
         uint32_t id = UINT32_MAX;
         uint32_t order = 0;
         Policy policy;
+        const OutFlow *link = nullptr;
     };
 
     static Key key_of(const Shape &s, const IpAddr &src, const IpAddr &dst, uint8_t proto,
@@ -163,15 +186,14 @@ private:
         k.proto = proto & m.proto;
         return k;
     }
-    const PolicyConfig *lookup(Dir dir, const FlowKey &flow, bool *unsure,
-                               const Probe *probe) const;
+    Ranked lookup(Dir dir, const FlowKey &flow, bool *unsure, const Probe *probe) const;
     // The key of a shape with ports, the ports left out: where `portless` is searched.
     static Key portless_key(Shape s, const IpAddr &src, const IpAddr &dst, uint8_t proto);
     static Rank rank_of(const PolicyConfig &p, uint32_t order)
     {
         return Rank(p.priority) << 32 | order;
     }
-    void index(const PolicyConfig &p, Rank rank);
+    void index(const PolicyConfig &p, Rank rank, const OutFlow *link);
     void unindex(const PolicyConfig &p, Rank rank);
     static void cell_add(Cells &cells, const Key &k, Ranked r);
     static void cell_remove(Cells &cells, const Key &k, Rank r);
