@@ -1,6 +1,6 @@
 # Shared by the tests of one daemon outside any topology (test_key_memory.sh,
 # test_daemon_pages.sh): a work directory and socket of the test's own, the daemon stopped
-# and the directory removed at exit, and the ok/FAIL checks.
+# and the directory removed at exit, and the checks of tests/checks.sh.
 #
 # Usage: source daemon_lib.sh NAME (the work directory's prefix); start a daemon as
 # `... & daemon=$!`, stop it with stop_daemon, end with finish. Skips (exit 77) unless root:
@@ -14,10 +14,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export XESP_SOCKET=$work/xesp.sock
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
 stop_daemon() {
     kill "$daemon" && wait "$daemon"
     daemon=
@@ -35,6 +32,6 @@ wait_answer() {
     exit 1
 }
 finish() {
-    echo "$(basename "$0" .sh): $pass passed, $fail failed"
-    [ "$fail" -eq 0 ]
+    echo "$(basename "$0" .sh): $passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
 }
