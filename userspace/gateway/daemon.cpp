@@ -60,11 +60,12 @@ public:
             IfaceSpec spec{w[1], w[3] == "public" ? IfaceRole::Public : IfaceRole::Protected};
             if (w.size() == 6 && w[5] == "tun")
                 spec.mode = IfaceMode::Tun;
+            const bool mode_given = w.size() == 6;
             return changed_ifaces([&] {
                 // Without `mode`, an interface added already keeps its own: adding it again
                 // is refused as it is in that mode, not turned back to the default.
                 for (const GatewayIface &i : gw_.ifaces())
-                    if (w.size() == 4 && i.name == spec.name && !i.local)
+                    if (!mode_given && i.name == spec.name && !i.local)
                         spec.mode = i.mode;
                 return gw_.add_iface(spec);
             });
