@@ -205,6 +205,14 @@ uint32_t spi_classified(Engine &e, uint32_t id, int i, Drop *drop = nullptr)
     return f.pkt.verdict == Verdict::Encrypted ? wire::get32(f.pkt.ip() + 20) : 0;
 }
 
+// The SPI of the SA the template of tunnel i's policy finds by hash (SaTable::find_out, the
+// path of templates that leave an address to the packet), or 0.
+uint32_t spi_by_hash(Engine &e, int i)
+{
+    const Sa *sa = e.sas().find_out(*tunnel_policy(i).tmpl, FlowKey{});
+    return sa ? sa->config().spi : 0;
+}
+
 uint32_t put_policy(Engine &e, const PolicyConfig &p)
 {
     EngineChange ch;
@@ -242,13 +250,16 @@ TEST_CASE("a classified packet goes from its policy to its flow's newest SA thro
 
     change(*e, {tunnel_sa(1)});
     CHECK(spi_classified(*e, id, 1) == tunnel_sa(1).spi);
-    CHECK(spi_for(*e, 1) == tunnel_sa(1).spi);  // the SPD's lookup agrees
+    CHECK(spi_for(*e, 1) == tunnel_sa(1).spi);  // the SPD's lookup, linked too
+    CHECK(spi_by_hash(*e, 1) == tunnel_sa(1).spi);
 
     change(*e, {tunnel_sa(1, 1)});  // make
     CHECK(spi_classified(*e, id, 1) == tunnel_sa(1, 1).spi);
+    CHECK(spi_by_hash(*e, 1) == tunnel_sa(1, 1).spi);
     change(*e, {}, {tunnel_sa(1)});  // break
     CHECK(spi_classified(*e, id, 1) == tunnel_sa(1, 1).spi);
     CHECK(spi_for(*e, 1) == tunnel_sa(1, 1).spi);
+    CHECK(spi_by_hash(*e, 1) == tunnel_sa(1, 1).spi);
 
     SECTION("the last SA gone, the link fails closed and no SA comes back")
     {
@@ -273,6 +284,38 @@ TEST_CASE("a classified packet goes from its policy to its flow's newest SA thro
         // without SA or link, is gone.
         CHECK(e->sas().flows() == 2);
     }
+    SECTION("two policies linked to one flow: it stays until both are gone")
+    {
+        PolicyConfig other = tunnel_policy(1);
+        other.sel.dst = pfx("10.201.1.0/24");
+        const uint32_t id2 = put_policy(*e, other);
+        CHECK(spi_classified(*e, id2, 1) == tunnel_sa(1, 1).spi);
+        EngineChange ch;
+        ch.del_policies.push_back(PolicyKey{tunnel_policy(1).sel, Dir::Out});
+        ch.del_sas.push_back(SaKey{tunnel_sa(1, 1).dst, tunnel_sa(1, 1).spi});
+        REQUIRE(e->change(ch, Backend::Auto));
+        CHECK(e->sas().flows() == 1);  // the other policy's
+        CHECK(spi_classified(*e, id2, 1, &drop) == 0);
+        CHECK(drop == Drop::OutNoStates);
+        change(*e, {tunnel_sa(1, 2)});
+        CHECK(spi_classified(*e, id2, 1) == tunnel_sa(1, 2).spi);
+        EngineChange last;
+        last.del_policies.push_back(PolicyKey{other.sel, Dir::Out});
+        last.del_sas.push_back(SaKey{tunnel_sa(1, 2).dst, tunnel_sa(1, 2).spi});
+        REQUIRE(e->change(last, Backend::Auto));
+        CHECK(e->sas().flows() == 0);
+    }
+    SECTION("a policy turned to block in place lets go of its flow and blocks")
+    {
+        PolicyConfig block = tunnel_policy(1);
+        block.action = Action::Block;
+        block.tmpl.reset();
+        CHECK(put_policy(*e, block) == id);
+        CHECK(spi_classified(*e, id, 1, &drop) == 0);
+        CHECK(drop == Drop::OutPolBlock);
+        change(*e, {}, {tunnel_sa(1, 1)});
+        CHECK(e->sas().flows() == 0);
+    }
     SECTION("with the policy and its SAs gone, no flow is left")
     {
         EngineChange ch;
@@ -292,10 +335,8 @@ TEST_CASE("make-before-break: a new SA still held leaves the flow to the one bef
     auto made = Engine::create(Config{}, Backend::Auto, o);
     REQUIRE(made);
     Engine &e = **made;
-    EngineChange first;
-    first.put_sas.push_back(tunnel_sa(1));
-    first.put_policies.push_back(tunnel_policy(1));
-    REQUIRE(e.change(first, Backend::Auto));
+    change(e, {tunnel_sa(1)});
+    const uint32_t id = put_policy(e, tunnel_policy(1));
     CHECK(spi_for(e, 1) == 0);  // held: out-seq-unreserved
     Sa *old = e.sas().find_in(tunnel_sa(1).dst, tunnel_sa(1).spi);
     old->bind_reservation(0);
@@ -306,10 +347,13 @@ TEST_CASE("make-before-break: a new SA still held leaves the flow to the one bef
     add_new.put_sas.push_back(tunnel_sa(1, 1));
     REQUIRE(e.change(add_new, Backend::Auto));
     CHECK(spi_for(e, 1) == tunnel_sa(1).spi);  // not dropped while the new one is held
+    CHECK(spi_classified(e, id, 1) == tunnel_sa(1).spi);
+    CHECK(spi_by_hash(e, 1) == tunnel_sa(1).spi);
     Sa *fresh = e.sas().find_in(tunnel_sa(1, 1).dst, tunnel_sa(1, 1).spi);
     fresh->bind_reservation(0);
     fresh->reserve_to(1000);
     CHECK(spi_for(e, 1) == tunnel_sa(1, 1).spi);
+    CHECK(spi_classified(e, id, 1) == tunnel_sa(1, 1).spi);
 }
 
 TEST_CASE("an SA updated under the same keys continues its sequence numbers", "[engine][change]")

@@ -62,42 +62,44 @@ void IdPool::give_back(uint32_t id)
 
 void SaTable::flow_add(const FlowSaKey &k, uint64_t order, Sa *sa)
 {
-    std::unique_ptr<OutFlow> &f = by_flow_[k];
-    if (!f)
-        f = std::make_unique<OutFlow>(OutFlow{.key = k});
-    auto at = std::upper_bound(f->all.begin(), f->all.end(), order,
+    FlowSlot &slot = by_flow_[k];
+    if (!slot.flow)
+        slot.flow = std::make_unique<OutFlow>(OutFlow{.key = k});
+    OutFlow &f = *slot.flow;
+    auto at = std::upper_bound(f.all.begin(), f.all.end(), order,
                                [](uint64_t o, const auto &e) { return o < e.first; });
-    f->all.insert(at, {order, sa});
-    f->newest = f->all.back().second;
+    f.all.insert(at, {order, sa});
+    f.newest = slot.newest = f.all.back().second;
 }
 
 void SaTable::flow_remove(const FlowSaKey &k, Sa *sa)
 {
-    std::unique_ptr<OutFlow> *f = by_flow_.find(k);
-    if (!f)
+    FlowSlot *slot = by_flow_.find(k);
+    if (!slot)
         return;
-    OutFlow &flow = **f;
-    std::erase_if(flow.all, [&](const auto &e) { return e.second == sa; });
-    flow.newest = flow.all.empty() ? nullptr : flow.all.back().second;
-    if (flow.all.empty() && !flow.links)
+    OutFlow &f = *slot->flow;
+    std::erase_if(f.all, [&](const auto &e) { return e.second == sa; });
+    f.newest = slot->newest = f.all.empty() ? nullptr : f.all.back().second;
+    if (f.all.empty() && !f.links)
         by_flow_.erase(k);
 }
 
 const OutFlow *SaTable::link(const FlowSaKey &k)
 {
-    std::unique_ptr<OutFlow> &f = by_flow_[k];
-    if (!f)
-        f = std::make_unique<OutFlow>(OutFlow{.key = k});
-    f->links++;
-    return f.get();
+    FlowSlot &slot = by_flow_[k];
+    if (!slot.flow)
+        slot.flow = std::make_unique<OutFlow>(OutFlow{.key = k});
+    slot.flow->links++;
+    return slot.flow.get();
 }
 
 void SaTable::unlink(const OutFlow *linked)
 {
-    std::unique_ptr<OutFlow> *f = by_flow_.find(linked->key);
-    assert(f && f->get() == linked && linked->links > 0);
-    if (--(*f)->links == 0 && (*f)->all.empty())
-        by_flow_.erase(linked->key);
+    const FlowSaKey k = linked->key;  // erase() frees what `linked` points to
+    FlowSlot *slot = by_flow_.find(k);
+    assert(slot && slot->flow.get() == linked && linked->links > 0);
+    if (--slot->flow->links == 0 && slot->flow->all.empty())
+        by_flow_.erase(k);
 }
 
 void SaTable::index(const Slot &s)
@@ -217,9 +219,9 @@ Sa *SaTable::out_candidate(OutKey &k) const
         const Found *f = by_spi_.find(SaKey{k.flow.dst, k.spi}, k.hash);
         sa = f ? f->sa : nullptr;
     } else {
-        const std::unique_ptr<OutFlow> *f = by_flow_.find(k.flow, k.hash);
-        k.found = f ? f->get() : nullptr;
-        sa = k.found ? k.found->newest : nullptr;
+        const FlowSlot *f = by_flow_.find(k.flow, k.hash);
+        k.found = f ? f->flow.get() : nullptr;  // read by out_check() only for a held SA
+        sa = f ? f->newest : nullptr;
     }
     if (sa)
         sa->prefetch_state();

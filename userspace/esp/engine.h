@@ -37,10 +37,11 @@ struct SaKeyHash {
 };
 
 // The SAs that may carry one outbound flow (source, destination, reqid), for templates that
-// name no SPI. An out policy whose template names the flow whole (both addresses) holds a
-// link to it (Spd::put()), so that a packet goes from its policy to its SA without a hash
-// lookup, as a VPP policy names its SA: the flow stays where it is while a policy links it,
-// with or without SAs, and rekeys change its SAs, never the policy.
+// name no SPI. An out policy whose template names the flow whole (both addresses) is linked
+// to it (SaTable::link(), kept in the policy's SPD slot and cells by Engine), so that a packet
+// goes from its policy to its SA without a hash lookup, as a VPP policy names its SA: the flow
+// stays where it is while a policy links it, with or without SAs, and rekeys change its SAs,
+// never the policy.
 struct OutFlow {
     Sa *newest = nullptr;  // the one that carries the flow; first, for the data path
     std::vector<std::pair<uint64_t, Sa *>> all;  // by order
@@ -133,7 +134,14 @@ private:
         uint32_t index = 0;
     };
     FlatMap<SaKey, Found, SaKeyHash> by_spi_;
-    FlatMap<FlowSaKey, std::unique_ptr<OutFlow>, SaKeyHash> by_flow_;  // where links point
+    // A flow's slot: where links point, and its newest SA inline, so that a lookup by hash
+    // (a template that leaves an address to the packet) reads the slot it prefetched and
+    // nothing behind it.
+    struct FlowSlot {
+        std::unique_ptr<OutFlow> flow;
+        Sa *newest = nullptr;  // flow->newest
+    };
+    FlatMap<FlowSaKey, FlowSlot, SaKeyHash> by_flow_;
     std::vector<Sa *> timed_;
 };
 

@@ -1,6 +1,7 @@
 #include "userspace/esp/spd.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 namespace xesp {
@@ -107,7 +108,7 @@ void Spd::index(const PolicyConfig &p, Rank rank, const OutFlow *link)
         bin = bins.insert(bins.end(), Bin{shape, mask_of(shape), kNone, {}, {}, {}});
     cell_add(bin->exact, key_of(shape, s.src.addr, s.dst.addr, s.proto, s.sport, s.dport),
              Ranked{rank, &p, link});
-    if (has_ports(s) && (p.tmpl || p.action == Action::Block))
+    if (has_ports(s) && (p.tmpl || p.action == Action::Block))  // only for `unsure`: no link
         cell_add(bin->portless, portless_key(shape, s.src.addr, s.dst.addr, s.proto),
                  Ranked{rank, &p});
     bin->ranks.insert(rank);
@@ -147,6 +148,8 @@ void Spd::put(uint32_t id, uint32_t order, Policy p, const OutFlow *link)
     if (i >= by_index_.size())
         by_index_.resize(i + 1);
     Slot &slot = by_index_[i];
+    // An id in place of another with the same index would leave that one's link held.
+    assert(!slot.policy || slot.id == id);
     if (slot.policy)
         unindex(*slot.policy, rank_of(*slot.policy, slot.order));
     else

@@ -40,8 +40,9 @@ public:
     // Adds p under `id`, or replaces the policy with that id. Among equal priorities the
     // lower `order` comes first (the order policies were added in; an update keeps its
     // place). Ids and orders are distinct; the low 24 bits of an id are its index.
-    // `link`: the SAs of the flow an out policy's template names, for by_id() to give with
-    // it (engine.h's OutFlow); the caller's, to let go of after remove() or another put().
+    // `link`: the SAs of the flow an out policy's template names, for by_id() and lookup()
+    // to give with it (engine.h's OutFlow); the caller's, to let go of after remove() or
+    // another put().
     void put(uint32_t id, uint32_t order, Policy p, const OutFlow *link = nullptr);
     void remove(uint32_t id);
     uint32_t add(const PolicyConfig &p);  // id and order: the number of put()s so far
@@ -137,7 +138,7 @@ private:
     struct Ranked {
         Rank rank = kNone;
         const PolicyConfig *policy = nullptr;
-        const OutFlow *link = nullptr;  // the slot's
+        const OutFlow *link = nullptr;  // the slot's (none in `portless`)
     };
     // The policies of one key: the best inline (what a lookup reads), the rest beside it
     // (two selectors that differ only in host bits beyond their prefix).
