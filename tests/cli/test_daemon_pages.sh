@@ -1,7 +1,8 @@
 #!/bin/bash
 # `xesp daemon` puts malloc on transparent huge pages (GLIBC_TUNABLES glibc.malloc.hugetlb=1):
 # it starts itself again with the tunable, under its own name and process id, unless the
-# environment names the tunable already. What is checked is the heap's pages, not the
+# environment names the tunable already. So does `xesp bench pipeline`, which runs the same
+# data path over the same tables. What is checked is the heap's pages, not the
 # environment, which glibc rewrites as it reads it.
 #
 # Usage: bash test_daemon_pages.sh XESP
@@ -45,5 +46,24 @@ stop_daemon
 start_daemon GLIBC_TUNABLES=glibc.malloc.hugetlb=0
 check "an operator's choice of small pages is kept ($(huge_kib) KiB)" [ "$(huge_kib)" -eq 0 ]
 stop_daemon
+
+# bench_pages [VAR=VALUE...]: the huge pages of a bench pipeline over 20,000 SAs (about 60 MB
+# of tables), read while it runs.
+bench_pages() {
+    env "$@" "$XESP" bench pipeline --workers 1 --sas 20000 --packets 1000000000 >/dev/null 2>&1 &
+    daemon=$!
+    local kib=0
+    for _ in $(seq 50); do
+        sleep 0.2
+        kib=$(huge_kib 2>/dev/null) || break
+        [ "${kib:-0}" -gt 0 ] && break
+    done
+    stop_daemon 2>/dev/null
+    echo "${kib:-0}"
+}
+kib=$(bench_pages)
+check "bench pipeline's heap is on huge pages too ($kib KiB)" [ "$kib" -gt 0 ]
+kib=$(bench_pages GLIBC_TUNABLES=glibc.malloc.hugetlb=0)
+check "unless the operator says not ($kib KiB)" [ "$kib" -eq 0 ]
 
 finish

@@ -21,8 +21,10 @@ constexpr const char *kRestarted = "XESP_RESTARTED_FOR_HUGE_PAGES";
 // `madvise`, Debian's default): with 100,000 tunnels its tables take over a gigabyte, and a
 // start spends more in faulting in 4 KiB pages than in building them (`tools/xesp-tunnels
 // load --tunnels 100000` on a 2-vCPU VM: it answers after 10.4 s on small pages, 6.5 s on
-// huge ones), and the data path pays a TLB miss for each cold SA. Tunables are read when a
-// program starts, so the daemon starts itself again with them, once. A GLIBC_TUNABLES that
+// huge ones), and the data path pays a TLB miss for each cold SA. `xesp pcap` and `xesp bench
+// pipeline` run the same data path over the same tables, and so the same way. Tunables are
+// read when a program starts, so these commands start themselves again with them, once, as
+// soon as the command is known (an option before it is no matter). A GLIBC_TUNABLES that
 // names glibc.malloc.hugetlb already (=0 for small pages) is left as it is, and so is a
 // program run with raised privileges (setuid or file capabilities), for which glibc drops the
 // tunable.
@@ -55,8 +57,6 @@ int main(int argc, char **argv)
 {
     const bool restarted = std::getenv(kRestarted) != nullptr;
     ::unsetenv(kRestarted);
-    if (argc > 1 && std::strcmp(argv[1], "daemon") == 0 && !restarted)
-        exec_with_huge_pages(argv);
     CLI::App app{"xesp: an XDP/AF_XDP-accelerated IPsec ESP gateway"};
     app.require_subcommand(0, 1);
     xesp::cli::register_db_commands(app);
@@ -65,6 +65,10 @@ int main(int argc, char **argv)
     xesp::cli::register_daemon_command(app);
     xesp::cli::register_gateway_commands(app);
     try {
+        if (!restarted)
+            for (CLI::App *data_path : {app.get_subcommand("daemon"), app.get_subcommand("pcap"),
+                                        app.get_subcommand("bench")->get_subcommand("pipeline")})
+                data_path->preparse_callback([argv](std::size_t) { exec_with_huge_pages(argv); });
         app.parse(argc, argv);
         if (app.get_subcommands().empty() && app.count("--batch") == 0) {
             std::fprintf(stderr, "%s", app.help().c_str());
