@@ -60,11 +60,17 @@ void IdPool::give_back(uint32_t id)
     free_.push_back(next);
 }
 
-void SaTable::flow_add(const FlowSaKey &k, uint64_t order, Sa *sa)
+SaTable::FlowSlot &SaTable::flow_slot(const FlowSaKey &k)
 {
     FlowSlot &slot = by_flow_[k];
     if (!slot.flow)
         slot.flow = std::make_unique<OutFlow>(OutFlow{.key = k});
+    return slot;
+}
+
+void SaTable::flow_add(const FlowSaKey &k, uint64_t order, Sa *sa)
+{
+    FlowSlot &slot = flow_slot(k);
     OutFlow &f = *slot.flow;
     auto at = std::upper_bound(f.all.begin(), f.all.end(), order,
                                [](uint64_t o, const auto &e) { return o < e.first; });
@@ -86,11 +92,9 @@ void SaTable::flow_remove(const FlowSaKey &k, Sa *sa)
 
 const OutFlow *SaTable::link(const FlowSaKey &k)
 {
-    FlowSlot &slot = by_flow_[k];
-    if (!slot.flow)
-        slot.flow = std::make_unique<OutFlow>(OutFlow{.key = k});
-    slot.flow->links++;
-    return slot.flow.get();
+    OutFlow &f = *flow_slot(k).flow;
+    f.links++;
+    return &f;
 }
 
 void SaTable::unlink(const OutFlow *linked)
@@ -917,11 +921,6 @@ void Engine::crypt(Burst &b)
 
 void Engine::finish_burst(const Tables &t, Burst &b)
 {
-    // Each group's SA, whose counters the finish step moves: with the crypto of other bursts
-    // run in between, across thousands of tunnels, it has left the nearer caches since
-    // prepare_burst().
-    for (size_t g = 0; g < b.ngroups; g++)
-        b.groups[g].sa->prefetch_state();
     for (size_t g = 0; g < b.ngroups; g++) {
         Burst::Group &gr = b.groups[g];
         if (gr.dirn == Dirn::Encap) {

@@ -75,13 +75,12 @@ public:
     // the packet's own, from `flow`) and asks for its slot; out_candidate() finds the SA and
     // asks for its runtime part; out_check() decides. out_check(out_candidate(k), k) is
     // find_out().
-    using Flow = OutFlow;
     struct OutKey {
         FlowSaKey flow;
         uint64_t hash;
         uint32_t spi;  // the template's; 0: by flow
         Mode mode;
-        const Flow *found = nullptr;  // out_candidate()'s, for out_check()
+        const OutFlow *found = nullptr;  // out_candidate()'s, for out_check()
     };
     OutKey out_key(const PolicyTmpl &tmpl, const FlowKey &flow) const;
     Sa *out_candidate(OutKey &k) const;
@@ -142,6 +141,7 @@ private:
         Sa *newest = nullptr;  // flow->newest
     };
     FlatMap<FlowSaKey, FlowSlot, SaKeyHash> by_flow_;
+    FlowSlot &flow_slot(const FlowSaKey &k);  // made, with its OutFlow, if it is not there
     std::vector<Sa *> timed_;
 };
 

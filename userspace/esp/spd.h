@@ -76,8 +76,8 @@ public:
 
     const PolicyConfig *by_id(uint32_t id) const
     {
-        size_t i = id & kIndexMask;
-        return i < by_index_.size() && by_index_[i].id == id ? by_index_[i].policy.get() : nullptr;
+        const OutFlow *link;
+        return by_id(id, &link);
     }
     const PolicyConfig *by_id(uint32_t id, const OutFlow **link) const
     {
