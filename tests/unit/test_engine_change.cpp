@@ -64,6 +64,12 @@ std::unique_ptr<Engine> empty_engine(Qsbr *readers = nullptr)
     return std::move(*e);
 }
 
+// The SPI of an ESP packet behind its outer IPv4 or IPv6 header.
+uint32_t outer_spi(const Pkt &p)
+{
+    return wire::get32(p.ip() + (wire::ip_version(p.ip()) == 4 ? wire::kIpv4Len : wire::kIpv6Len));
+}
+
 // The SA an out packet of tunnel i is encrypted with: its SPI, or 0.
 uint32_t spi_for(Engine &e, int i)
 {
@@ -71,7 +77,7 @@ uint32_t spi_for(Engine &e, int i)
                        ("10.200." + std::to_string(i) + ".1").c_str(), 32));
     if (run(e, f) != Verdict::Encrypted)
         return 0;
-    return wire::get32(f.pkt.ip() + 20);
+    return outer_spi(f.pkt);
 }
 
 // The ESP sequence number of the next packet tunnel 1 sends.
@@ -202,7 +208,7 @@ uint32_t spi_classified(Engine &e, uint32_t id, int i, Drop *drop = nullptr)
     e.process_classified(&p, &c, 1);
     if (drop)
         *drop = f.pkt.verdict == Verdict::Drop ? f.pkt.drop : Drop{};
-    return f.pkt.verdict == Verdict::Encrypted ? wire::get32(f.pkt.ip() + 20) : 0;
+    return f.pkt.verdict == Verdict::Encrypted ? outer_spi(f.pkt) : 0;
 }
 
 // The SPI of the SA the template of tunnel i's policy finds by hash (SaTable::find_out, the
@@ -324,6 +330,68 @@ TEST_CASE("a classified packet goes from its policy to its flow's newest SA thro
         REQUIRE(e->change(ch, Backend::Auto));
         CHECK(e->sas().flows() == 0);
         CHECK(e->policy_by_id(id) == nullptr);
+    }
+}
+
+TEST_CASE("links: IPv6 gateways, a template of any reqid, one whose mode its flow's SAs lack",
+          "[engine][change]")
+{
+    auto e = empty_engine();
+    Drop drop{};
+
+    SECTION("IPv6 gateways: linked as IPv4 ones are, through a rekey")
+    {
+        auto v6_sa = [](uint32_t gen) {
+            SaConfig sa = tunnel_sa(1, gen);
+            SaConfig six = make_sa(gcm(), Mode::Tunnel, 6);
+            sa.src = six.src;
+            sa.dst = six.dst;
+            return sa;
+        };
+        PolicyConfig p = tunnel_policy(1);
+        p.tmpl = tmpl_for(v6_sa(0));
+        const uint32_t id = put_policy(*e, p);
+        CHECK(spi_classified(*e, id, 1, &drop) == 0);
+        CHECK(drop == Drop::OutNoStates);
+        change(*e, {v6_sa(0)});
+        CHECK(spi_classified(*e, id, 1) == v6_sa(0).spi);
+        CHECK(spi_for(*e, 1) == v6_sa(0).spi);
+        change(*e, {v6_sa(1)});      // make
+        change(*e, {}, {v6_sa(0)});  // break
+        CHECK(spi_classified(*e, id, 1) == v6_sa(1).spi);
+        CHECK(spi_for(*e, 1) == v6_sa(1).spi);
+        EngineChange ch;
+        ch.del_policies.push_back(PolicyKey{p.sel, Dir::Out});
+        ch.del_sas.push_back(SaKey{v6_sa(1).dst, v6_sa(1).spi});
+        REQUIRE(e->change(ch, Backend::Auto));
+        CHECK(e->sas().flows() == 0);
+    }
+    SECTION("reqid 0: the newest SA between the gateways, whatever its reqid")
+    {
+        PolicyConfig p = tunnel_policy(1);
+        p.tmpl->reqid = 0;
+        const uint32_t id = put_policy(*e, p);
+        change(*e, {tunnel_sa(1)});
+        CHECK(spi_classified(*e, id, 1) == tunnel_sa(1).spi);
+        CHECK(spi_for(*e, 1) == tunnel_sa(1).spi);
+        change(*e, {tunnel_sa(2)});  // another reqid between the same gateways
+        CHECK(spi_classified(*e, id, 1) == tunnel_sa(2).spi);
+        CHECK(spi_for(*e, 1) == tunnel_sa(2).spi);
+        const Sa *by_hash = e->sas().find_out(*p.tmpl, FlowKey{});
+        REQUIRE(by_hash);
+        CHECK(by_hash->config().spi == tunnel_sa(2).spi);
+        change(*e, {}, {tunnel_sa(2)});
+        CHECK(spi_classified(*e, id, 1) == tunnel_sa(1).spi);
+    }
+    SECTION("a transport template naming both addresses does not take their tunnel SA")
+    {
+        PolicyConfig p = tunnel_policy(1);
+        p.tmpl->mode = Mode::Transport;  // addresses kept: linked to the tunnel SA's flow
+        const uint32_t id = put_policy(*e, p);
+        change(*e, {tunnel_sa(1)});
+        CHECK(spi_classified(*e, id, 1, &drop) == 0);
+        CHECK(drop == Drop::OutNoStates);
+        CHECK(spi_for(*e, 1) == 0);
     }
 }
 

@@ -156,3 +156,46 @@ TEST_CASE("SPD lookup agrees with the walk in priority order on random policies"
         }
     }
 }
+
+TEST_CASE("SPD: a policy's flow link comes with it, by id and by lookup, as its cell changes",
+          "[spd]")
+{
+    // Selectors that differ only in host bits beyond their prefix share one cell: the best
+    // policy inline, the others beside it. Spd only keeps the links; it never reads them.
+    int flow_a = 0, flow_b = 0, flow_c = 0;
+    const auto *a = reinterpret_cast<const OutFlow *>(&flow_a);
+    const auto *b = reinterpret_cast<const OutFlow *>(&flow_b);
+    const auto *c = reinterpret_cast<const OutFlow *>(&flow_c);
+    auto put = [](Spd &spd, uint32_t id, const char *src_host, uint32_t priority,
+                  const OutFlow *link) {
+        PolicyConfig p = policy(Dir::Out, "10.1.0.0/16", "10.2.0.0/16", priority);
+        p.sel.src = Prefix{addr(src_host), 16};
+        spd.put(id, id, std::make_shared<const PolicyConfig>(p), link);
+    };
+    const FlowKey f = flow("10.1.7.7", "10.2.7.7", 17, 53);
+    auto linked = [&](const Spd &spd) {
+        const OutFlow *link = nullptr;
+        Spd::Probe probe;
+        spd.prefetch(Dir::Out, f, &probe);
+        bool unsure = false;
+        const PolicyConfig *pol = spd.lookup(Dir::Out, f, &unsure, probe, &link);
+        REQUIRE(pol);
+        return std::pair{pol->priority, link};
+    };
+    Spd spd;
+    put(spd, 1, "10.1.0.1", 200, a);
+    put(spd, 2, "10.1.0.2", 100, b);  // better: takes the inline place, `a` goes beside it
+    put(spd, 3, "10.1.0.3", 300, c);
+    CHECK(linked(spd) == std::pair{100u, b});
+    CHECK(spd.link_of(1) == a);
+    CHECK(spd.link_of(2) == b);
+
+    spd.remove(2);  // the best of those beside it comes up with its own link
+    CHECK(linked(spd) == std::pair{200u, a});
+    spd.remove(1);
+    CHECK(linked(spd) == std::pair{300u, c});
+
+    put(spd, 3, "10.1.0.3", 300, nullptr);  // the same policy put again without a link
+    CHECK(linked(spd) == std::pair{300u, static_cast<const OutFlow *>(nullptr)});
+    CHECK(spd.link_of(3) == nullptr);
+}
