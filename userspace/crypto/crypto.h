@@ -36,6 +36,7 @@ struct CryptoOp {
     uint32_t payload_len;  // bytes between the IV and the ICV
     uint32_t seq_hi;       // ESN high half (host order); used only when the cipher has ESN on
     bool ok;               // out: encrypt done / decrypt authenticated and decrypted
+    uint32_t seq_lo;       // encap: the low half, for esp_encap_write(); not the cipher's
 };
 
 class SaCipher {

@@ -56,17 +56,21 @@ void udp6_checksum(uint8_t *ip, uint8_t *udp, uint32_t udp_len)
     put16(udp + 6, c ? c : 0xffff);
 }
 
-// Plaintext + padding + trailer (RFC 4303 2.4, 2.5): padding bytes 1, 2, 3, ...
-uint32_t write_trailer(uint8_t *end, uint32_t plain_len, uint8_t block, uint8_t next_header)
+// Plaintext + padding + trailer (RFC 4303 2.4, 2.5): its length, a multiple of the block
+// (4 or 16: a power of two).
+uint32_t padded_len(uint32_t plain_len, uint8_t block)
 {
-    // block is 4 or 16: a power of two
-    uint32_t padded = (plain_len + kEspTrailerLen + block - 1) & ~uint32_t(block - 1);
+    return (plain_len + kEspTrailerLen + block - 1) & ~uint32_t(block - 1);
+}
+
+// The padding, bytes 1, 2, 3, ..., and the trailer behind the plaintext.
+void write_trailer(uint8_t *end, uint32_t plain_len, uint32_t padded, uint8_t next_header)
+{
     uint32_t pad = padded - plain_len - kEspTrailerLen;
     for (uint32_t i = 0; i < pad; i++)
         end[i] = uint8_t(i + 1);
     end[pad] = uint8_t(pad);
     end[pad + 1] = next_header;
-    return padded;
 }
 
 // Random IVs for AES-CBC (RFC 3602 2.4: unpredictable), from a pool of the calling thread
@@ -99,7 +103,37 @@ using esp_detail::set_ip_total;
 // ---------------------------------------------------------------------------------------------
 // Encapsulation
 
-static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
+// The ESP header, the IV, NAT-T's UDP header and the trailer, around the op's payload.
+static void write_esp(const Sa &sa, const CryptoOp &op, uint32_t plain_len, uint8_t next_header,
+                      const uint8_t *iv)
+{
+    uint8_t *esp = op.esp;
+    uint8_t *payload = esp + kEspHdrLen + sa.iv_len();
+    write_trailer(payload + plain_len, plain_len, op.payload_len, next_header);
+    if (sa.natt()) {
+        uint8_t *udp = esp - kUdpLen;
+        if (!sa.tunnel()) {
+            put16(udp, sa.config().encap->sport);
+            put16(udp + 2, sa.config().encap->dport);
+        }
+        put16(udp + 4,
+              uint16_t(kUdpLen + kEspHdrLen + sa.iv_len() + op.payload_len + sa.icv_len()));
+        put16(udp + 6, 0);
+    }
+    uint32_t spi = sa.spi_be();
+    std::memcpy(esp, &spi, 4);
+    put32(esp + 4, op.seq_lo);
+    // RFC 4106 3.1 / RFC 7634 2: the IV must never repeat for a key; the 64-bit sequence
+    // number never does (next_seq() stops before it wraps). CBC needs unpredictable IVs.
+    if (sa.aead())
+        put64(esp + kEspHdrLen, uint64_t(op.seq_hi) << 32 | op.seq_lo);
+    else if (sa.iv_len())
+        std::memcpy(esp + kEspHdrLen, iv, sa.iv_len());
+}
+
+// The serial part: checks the packet and takes its sequence number (into the op); the packet's
+// l3 and len become the ESP packet's. Transport mode writes its headers here too.
+static bool encap_plan(Sa &sa, Pkt &p, const uint8_t *iv, CryptoOp *op)
 {
     uint8_t *ip = p.ip();
     bool transport = !sa.tunnel();
@@ -138,78 +172,63 @@ static bool encap_one(Sa &sa, Pkt &p, const uint8_t *iv_random, CryptoOp *op)
         p.set_drop(sa.seq_exhausted() ? Drop::OutSeqExhausted : Drop::OutSeqUnreserved);
         return false;
     }
-
-    uint8_t next_header;
-    uint8_t *start = ip - front;
-    if (transport) {
-        next_header = ip[in.nh_off];
-        std::memmove(start, ip, keep);
-        start[in.nh_off] = sa.natt() ? kProtoUdp : kProtoEsp;
-    } else {
-        next_header = in.version == 4 ? kProtoIpIp : kProtoIpv6;
-        copy_outer(start, sa);
-    }
-    uint8_t *payload = ip + keep;
-    uint32_t padded = write_trailer(payload + plain_len, plain_len, sa.block(), next_header);
-    uint32_t esp_len = kEspHdrLen + sa.iv_len() + padded + sa.icv_len();
+    uint32_t padded = padded_len(plain_len, sa.block());
     uint32_t total = front + keep + padded + sa.icv_len();
-    uint8_t *outer = start;
-    uint8_t *esp = payload - sa.iv_len() - kEspHdrLen;
-
-    if (!transport) {
-        // RFC 6040 normal mode: DSCP and ECN are copied from the inner header. DF is copied
-        // from an IPv4 inner header (RFC 4301 8.1).
-        uint8_t tos = ip_tos(ip);
-        if (ip_version(outer) == 4) {
-            uint16_t id = uint16_t(seq);  // unique enough per SA and SA lifetime
-            uint16_t frag = in.dont_fragment ? kIpv4Df : 0;
-            outer[1] = tos;
-            put16(outer + 2, uint16_t(total));
-            put16(outer + 4, id);
-            put16(outer + 6, frag);
-            // The rest of the header is the template's: add the four words that change to
-            // its precomputed sum instead of reading the header back.
-            uint32_t sum = sa.outer_csum_base() + (0x4500u | tos) + total + id + frag;
-            put16(outer + 10, uint16_t(~csum_fold(sum)));
-        } else {
-            outer[0] = uint8_t(0x60 | tos >> 4);
-            outer[1] = uint8_t((tos & 0x0f) << 4);
-            put16(outer + 4, uint16_t(total - kIpv6Len));
-        }
-    } else {
-        set_ip_total(outer, total);
-    }
-    if (sa.natt()) {
-        uint8_t *udp = esp - kUdpLen;
-        if (transport) {
-            put16(udp, sa.config().encap->sport);
-            put16(udp + 2, sa.config().encap->dport);
-        }
-        put16(udp + 4, uint16_t(kUdpLen + esp_len));
-        put16(udp + 6, 0);
-    }
-    uint32_t spi = sa.spi_be();
-    std::memcpy(esp, &spi, 4);
-    put32(esp + 4, uint32_t(seq));
-    // RFC 4106 3.1 / RFC 7634 2: the IV must never repeat for a key; the 64-bit sequence
-    // number never does (next_seq() stops before it wraps). CBC needs unpredictable IVs.
-    if (sa.aead())
-        put64(esp + kEspHdrLen, seq);
-    else if (sa.iv_len())
-        std::memcpy(esp + kEspHdrLen, iv_random, sa.iv_len());
-
+    *op = CryptoOp{ip + keep - sa.iv_len() - kEspHdrLen, padded, uint32_t(seq >> 32), false,
+                   uint32_t(seq)};
     p.l3 -= front;
     p.len = total;
-    *op = CryptoOp{esp, padded, uint32_t(seq >> 32), false};
+    if (transport) {
+        uint8_t *start = ip - front;
+        uint8_t next_header = ip[in.nh_off];
+        std::memmove(start, ip, keep);
+        start[in.nh_off] = sa.natt() ? kProtoUdp : kProtoEsp;
+        set_ip_total(start, total);
+        write_esp(sa, *op, plain_len, next_header, iv);
+    }
     return true;
+}
+
+// Tunnel mode's outer header, ESP header and trailer, on the crypto's thread: what the inner
+// header says (prepare() checked it) and the op.
+static void encap_write_tunnel(const Sa &sa, const CryptoOp &op, const uint8_t *iv)
+{
+    const uint8_t *ip = op.esp + kEspHdrLen + sa.iv_len();
+    const bool v4 = ip_version(ip) == 4;
+    const uint32_t plain_len = v4 ? get16(ip + 2) : kIpv6Len + get16(ip + 4);
+    const uint32_t front = sa.outer_len() + kEspHdrLen + sa.iv_len();
+    const uint32_t total = front + op.payload_len + sa.icv_len();
+    const uint8_t tos = ip_tos(ip);
+    // IpHeader::dont_fragment: IPv4's DF, and always for IPv6, which routers never cut.
+    const uint16_t frag = !v4 || (get16(ip + 6) & kIpv4Df) ? kIpv4Df : 0;
+    uint8_t *outer = op.esp + kEspHdrLen + sa.iv_len() - front;
+    copy_outer(outer, sa);
+    // RFC 6040 normal mode: DSCP and ECN are copied from the inner header. DF is copied from
+    // an IPv4 inner header (RFC 4301 8.1).
+    if (ip_version(outer) == 4) {
+        uint16_t id = uint16_t(op.seq_lo);  // unique enough per SA and SA lifetime
+        outer[1] = tos;
+        put16(outer + 2, uint16_t(total));
+        put16(outer + 4, id);
+        put16(outer + 6, frag);
+        // The rest of the header is the template's: add the four words that change to its
+        // precomputed sum instead of reading the header back.
+        uint32_t sum = sa.outer_csum_base() + (0x4500u | tos) + total + id + frag;
+        put16(outer + 10, uint16_t(~csum_fold(sum)));
+    } else {
+        outer[0] = uint8_t(0x60 | tos >> 4);
+        outer[1] = uint8_t((tos & 0x0f) << 4);
+        put16(outer + 4, uint16_t(total - kIpv6Len));
+    }
+    write_esp(sa, op, plain_len, v4 ? kProtoIpIp : kProtoIpv6, iv);
 }
 
 void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
 {
     n = esp_detail::burst_room(pkts, n, b, Drop::OutCryptoError);
-    uint8_t ivs[kMaxBurst * 16];
+    // CBC's IVs drawn here, where a failure can still drop the packets.
     bool random_iv = !sa.aead() && sa.iv_len();
-    if (random_iv && !random_ivs(ivs, n * sa.iv_len())) {
+    if (random_iv && !random_ivs(b.iv[b.n], n * sizeof b.iv[0])) {
         for (size_t i = 0; i < n; i++)
             pkts[i]->set_drop(Drop::OutCryptoError);
         return;
@@ -217,13 +236,20 @@ void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
     for (size_t i = 0; i < n; i++) {
         Pkt &p = *pkts[i];
         uint32_t inner_len = p.len;
-        if (!encap_one(sa, p, ivs + i * sa.iv_len(), &b.ops[b.n]))
+        if (!encap_plan(sa, p, b.iv[b.n], &b.ops[b.n]))
             continue;
         b.pkts[b.n] = &p;
         b.cipher[b.n] = &sa.cipher();
         b.seq[b.n] = inner_len;  // finish() charges the inner length to the lifetime
         b.n++;
     }
+}
+
+void esp_encap_write(const Sa &sa, EspBurst &b, size_t from, size_t to)
+{
+    if (sa.tunnel())
+        for (size_t i = from; i < to; i++)
+            encap_write_tunnel(sa, b.ops[i], b.iv[i]);
 }
 
 void esp_encap_finish(Sa &sa, EspBurst &b, size_t from, size_t to)
@@ -246,6 +272,10 @@ void esp_encap_finish(Sa &sa, EspBurst &b, size_t from, size_t to)
 
 void esp_encap_burst(Sa &sa, Pkt *const *pkts, size_t n)
 {
-    run_bursts(sa, pkts, n, esp_encap_prepare, &SaCipher::encrypt, esp_encap_finish);
+    auto prepare = [](Sa &s, Pkt *const *p, size_t k, EspBurst &b) {
+        esp_encap_prepare(s, p, k, b);
+        esp_encap_write(s, b, 0, b.n);
+    };
+    run_bursts(sa, pkts, n, prepare, &SaCipher::encrypt, esp_encap_finish);
 }
 }  // namespace xesp

@@ -906,6 +906,7 @@ void Engine::prepare_burst(Burst &b, bool threads)
                 prepare(groups[g]);
     b.enc_here = b.enc.n;
     b.dec_here = b.dec.n;
+    write_encap(b, true);
     crypt_burst(b.enc.cipher, b.enc.ops, b.enc_here, true);
     crypt_burst(b.dec.cipher, b.dec.ops, b.dec_here, false);
     for (size_t g = 0; g < ngroups; g++)
@@ -913,8 +914,23 @@ void Engine::prepare_burst(Burst &b, bool threads)
             prepare(groups[g]);
 }
 
+// The headers and trailers of the encap groups whose ops are [0, enc_here) (`here`), or those
+// after (esp_encap_write()): on the thread that encrypts them next.
+void Engine::write_encap(Burst &b, bool here)
+{
+    for (size_t g = 0; g < b.ngroups; g++)  // line 0 of each SA: its outer header, SPI, sizes
+        if (b.groups[g].dirn == Dirn::Encap)
+            __builtin_prefetch(b.groups[g].sa);
+    for (size_t g = 0; g < b.ngroups; g++) {
+        const Burst::Group &gr = b.groups[g];
+        if (gr.dirn == Dirn::Encap && gr.from < gr.to && (gr.to <= b.enc_here) == here)
+            esp_encap_write(*gr.sa, b.enc, gr.from, gr.to);
+    }
+}
+
 void Engine::crypt(Burst &b)
 {
+    write_encap(b, false);
     crypt_burst(b.enc.cipher + b.enc_here, b.enc.ops + b.enc_here, b.enc.n - b.enc_here, true);
     crypt_burst(b.dec.cipher + b.dec_here, b.dec.ops + b.dec_here, b.dec.n - b.dec_here, false);
 }

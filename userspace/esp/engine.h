@@ -372,7 +372,9 @@ public:
     //                       the lookups and each SA's prepare step (sequence numbers, replay
     //                       pre-check); and the cipher of the SAs whose cipher may not leave
     //                       this thread (SaCipher::thread_safe());
-    //   crypt()             on any thread: the cipher of the others;
+    //   crypt()             on any thread: the cipher of the others, and before it their
+    //                       tunnel-mode headers and trailers (esp_encap_write()), so that
+    //                       the frames stay in the cache of the thread that encrypts them;
     //   end()               here again: each SA's finish step (replay window, lifetimes), the
     //                       inbound policy check, the counters, as process_classified().
     // Between begin and end this thread holds pointers into the tables: it may not be
@@ -460,6 +462,7 @@ private:
     Sa *out_sa(const Tables &t, const PolicyConfig &pol, const IpHeader &h);
     void classify_ids(const Tables &t, Pkt *const *pkts, const Classified *cls, size_t n, Burst &b);
     void prepare_burst(Burst &b, bool threads);
+    static void write_encap(Burst &b, bool here);
     void finish_burst(const Tables &t, Burst &b);
     Dirn classify_esp(const Tables &t, Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,
                       const IpAddr &dst, Sa **sa);

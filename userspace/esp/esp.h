@@ -31,13 +31,20 @@ struct EspBurst {
     SaCipher *cipher[kMaxBurst];  // each op's: its SA's
     Pkt *pkts[kMaxBurst];
     uint64_t seq[kMaxBurst];
+    uint8_t iv[kMaxBurst][16];  // encap: the random IVs of CBC
     size_t n = 0;
 };
 
 // Encapsulation. prepare() takes plaintext IP packets (l3/len) and adds to b the ones that go
 // to the cipher (the others get verdict Drop with a reason; so do those that no longer fit in
-// b); finish() runs after encrypt().
+// b). It decides everything, sequence numbers included, and sets each packet's l3 and len to
+// the ESP packet's. In tunnel mode it writes nothing in the frames: write() puts the headers
+// and trailer of [from, to) in on the thread that encrypts them next, from the inner header
+// and the op, so that the frame's lines stay in that thread's cache until it is done
+// (prepare() runs on the one thread that owns the SA's sequence numbers). Transport mode
+// writes in prepare(). finish() runs after encrypt().
 void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b);
+void esp_encap_write(const Sa &sa, EspBurst &b, size_t from, size_t to);
 void esp_encap_finish(Sa &sa, EspBurst &b, size_t from, size_t to);
 
 // Decapsulation. Each packet's l4 is the offset of its ESP header (behind UDP for NAT-T);

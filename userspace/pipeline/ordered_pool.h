@@ -2,7 +2,11 @@
 //
 // The flow, for one burst on the thread that owns the sockets (the io thread):
 //   1. The io thread classifies the burst and runs each SA's serial prepare step (sequence
-//      numbers, replay pre-check) itself: one thread, so an SA's steps are serial.
+//      numbers, replay pre-check) itself: one thread, so an SA's steps are serial. It decides
+//      there what goes where in each frame, but leaves the writing of the headers and trailer
+//      (tunnel mode) to the thread that encrypts it: a frame's line that one thread writes
+//      and another then reads moves between their caches, and with two cores that cost the
+//      io thread more than its own work.
 //   2. The burst's crypto becomes a Job whose keys are its SAs (Job::keys). The pool keeps,
 //      for each key (hashed into 4096 order slots), the last job in flight that has it; the
 //      new job is linked behind each of those it finds (Job::next) and counts them
