@@ -43,6 +43,10 @@ run "2 workers, bursts of 1, 64 B" --workers 2 --burst 1 --size 64 --packets $pa
 run "2 workers, a small limit" --workers 2 --limit 1 --packets $packets
 run "2 workers, AES-256-GCM, 100 SAs" --workers 2 --transform aes256gcm --sas 100 --packets $packets
 run "2 workers, 20000 SAs" --workers 2 --sas 20000 --packets $packets
+run "2 workers, AES-CBC and HMAC-SHA256 (random IVs), 10 SAs" --workers 2 --transform aes128cbc-sha256 --sas 10 --packets 20000
+run "2 workers, 4096 frames taken in turn" --workers 2 --frames 4096 --packets $packets
+"$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(0 if r["frames"] == 4096 else 1)' "$work/out.json" &&
+    pass "--frames: the JSON says it" || fail "--frames: the JSON says it" "$(cat "$work/out.json")"
 run "decap, 1 worker, 1 SA" --direction decap --workers 1 --packets $packets
 run "decap, 2 workers, 1000 SAs" --direction decap --workers 2 --sas 1000 --packets $packets
 run "decap, 2 workers, bursts of 1, 64 B" --direction decap --workers 2 --burst 1 --size 64 --packets $packets

@@ -45,6 +45,7 @@ struct PipelineOptions {
     std::string direction = "encap";
     double rate = 0;     // packets/s offered; 0: as fast as the pipeline takes them
     size_t limit = 256;  // packets in flight per worker thread
+    size_t frames = 0;   // 0: as many as can be in flight, the last freed first; else in turn
     std::string transform = "aes128gcm";
     std::string crypto = "auto";
     bool verify = false;
@@ -60,6 +61,31 @@ struct BenchJob : Job {
     uint32_t sa[kMaxBurst];  // each packet's SA index
     uint64_t rx[kMaxBurst];  // and its place in the RX ring's order
     Engine::Burst b;
+};
+
+// The frames RX may fill. By default the last one freed comes first, and there are only as
+// many as can be in flight: they stay in cache. With --frames N, N frames are taken in turn,
+// as from a NIC's ring or an AF_XDP fill ring (the gateway's: 4096 frames per socket): a frame
+// comes back to RX after all the others, and is cold by then unless they all fit in cache.
+class FreeFrames {
+public:
+    FreeFrames(size_t cap, bool in_turn) : ring_(cap), in_turn_(in_turn) {}
+    void push_back(Pkt *p) { ring_[(head_ + n_++) % ring_.size()] = p; }
+    Pkt *take()
+    {
+        n_--;
+        if (!in_turn_)
+            return ring_[(head_ + n_) % ring_.size()];
+        Pkt *p = ring_[head_];
+        head_ = (head_ + 1) % ring_.size();
+        return p;
+    }
+    size_t size() const { return n_; }
+
+private:
+    std::vector<Pkt *> ring_;
+    size_t head_ = 0, n_ = 0;
+    bool in_turn_;
 };
 
 void run_bench_job(Job &j)
@@ -144,10 +170,10 @@ Result run_bench(const PipelineOptions &o, Engine &engine, Engine *checker,
     std::vector<BenchJob *> free_jobs;
     for (auto &j : jobs)
         free_jobs.push_back(&j);
-    const size_t nframes = depth * o.burst;
+    const size_t nframes = std::max<size_t>(depth * o.burst, o.frames);
     std::vector<uint8_t> mem(nframes * kFrameSize);
     std::vector<Pkt> pkts(nframes);
-    std::vector<Pkt *> free_frames;
+    FreeFrames free_frames(nframes, o.frames != 0);
     for (size_t i = 0; i < nframes; i++)
         free_frames.push_back(&pkts[i]);
     for (size_t i = 0; i < nframes; i++)
@@ -219,8 +245,7 @@ Result run_bench(const PipelineOptions &o, Engine &engine, Engine *checker,
         j.n = k;
         j.rx_ns = bursts++ % sample_every == 0 ? now_ns() : 0;
         for (size_t i = 0; i < k; i++) {
-            Pkt *p = free_frames.back();
-            free_frames.pop_back();
+            Pkt *p = free_frames.take();
             const size_t sa = size_t(next_sa++ % o.sas);
             uint8_t *f = mem.data() + size_t(p - pkts.data()) * kFrameSize;
             uint32_t len = o.size;
@@ -340,6 +365,7 @@ void run_pipeline(const PipelineOptions &o)
                         {"packets", o.packets},
                         {"rate", o.rate},
                         {"limit", o.limit},
+                        {"frames", o.frames},
                         {"transform", o.transform},
                         {"crypto", backend_name(cipher_side->sas().all()[0]->cipher().backend())},
                         {"seconds", r.seconds},
@@ -391,6 +417,9 @@ void register_bench_pipeline_command(CLI::App &bench)
                   "encap (plaintext in, ESP out) or decap (ESP in, plaintext out)");
     c->add_option("--rate", o->rate, "Packets a second offered (0: as fast as taken)");
     c->add_option("--limit", o->limit, "Packets in flight per worker thread");
+    c->add_option("--frames", o->frames,
+                  "Frames RX fills in turn, as a NIC's ring (0: as many as in flight, the last "
+                  "freed first, so that they stay in cache)");
     c->add_option("--transform", o->transform, "aes128gcm, aes256gcm, ...");
     c->add_option("--crypto", o->crypto, "auto, openssl or ipsecmb");
     c->add_flag("--verify", o->verify,
