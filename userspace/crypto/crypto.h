@@ -34,9 +34,12 @@ std::optional<Backend> parse_backend(std::string_view name);  // "auto", "openss
 struct CryptoOp {
     uint8_t *esp;          // start of the ESP header
     uint32_t payload_len;  // bytes between the IV and the ICV
-    uint32_t seq_hi;       // ESN high half (host order); used only when the cipher has ESN on
+    uint32_t seq_hi;       // ESN high half (host order); the cipher's only when ESN is on
     bool ok;               // out: encrypt done / decrypt authenticated and decrypted
-    uint32_t seq_lo;       // encap: the low half, for esp_encap_write(); not the cipher's
+    // Encap, for esp_encap_write() (not the cipher's): the padding's length, and the sequence
+    // number's low half.
+    uint8_t pad;
+    uint32_t seq_lo;
 };
 
 class SaCipher {

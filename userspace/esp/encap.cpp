@@ -1,5 +1,7 @@
-// ESP encapsulation (RFC 4303 3.1): plaintext into ESP in place, in bursts: prepare (headers,
-// sequence numbers, IVs), one crypto call, finish (trailer checks, outer lengths).
+// ESP encapsulation (RFC 4303 3.1): plaintext into ESP in place, in bursts: prepare (checks,
+// sequence numbers, CBC's IVs; transport mode's headers), write (tunnel mode's headers and
+// trailer, on the crypto's thread), one crypto call, finish (lifetimes; NAT-T's UDP checksum
+// over IPv6).
 #include "userspace/esp/esp.h"
 
 #include <openssl/rand.h>
@@ -174,8 +176,9 @@ static bool encap_plan(Sa &sa, Pkt &p, const uint8_t *iv, CryptoOp *op)
     }
     uint32_t padded = padded_len(plain_len, sa.block());
     uint32_t total = front + keep + padded + sa.icv_len();
-    *op = CryptoOp{ip + keep - sa.iv_len() - kEspHdrLen, padded, uint32_t(seq >> 32), false,
-                   uint32_t(seq)};
+    *op = CryptoOp{
+        ip + keep - sa.iv_len() - kEspHdrLen,         padded,       uint32_t(seq >> 32), false,
+        uint8_t(padded - kEspTrailerLen - plain_len), uint32_t(seq)};
     p.l3 -= front;
     p.len = total;
     if (transport) {
@@ -189,13 +192,14 @@ static bool encap_plan(Sa &sa, Pkt &p, const uint8_t *iv, CryptoOp *op)
     return true;
 }
 
-// Tunnel mode's outer header, ESP header and trailer, on the crypto's thread: what the inner
-// header says (prepare() checked it) and the op.
+// Tunnel mode's outer header, ESP header and trailer, on the crypto's thread: the lengths and
+// sequence number from the op, DSCP, ECN and DF from the inner header (which prepare()
+// checked).
 static void encap_write_tunnel(const Sa &sa, const CryptoOp &op, const uint8_t *iv)
 {
     const uint8_t *ip = op.esp + kEspHdrLen + sa.iv_len();
     const bool v4 = ip_version(ip) == 4;
-    const uint32_t plain_len = v4 ? get16(ip + 2) : kIpv6Len + get16(ip + 4);
+    const uint32_t plain_len = op.payload_len - kEspTrailerLen - op.pad;
     const uint32_t front = sa.outer_len() + kEspHdrLen + sa.iv_len();
     const uint32_t total = front + op.payload_len + sa.icv_len();
     const uint8_t tos = ip_tos(ip);
@@ -228,7 +232,7 @@ void esp_encap_prepare(Sa &sa, Pkt *const *pkts, size_t n, EspBurst &b)
     n = esp_detail::burst_room(pkts, n, b, Drop::OutCryptoError);
     // CBC's IVs drawn here, where a failure can still drop the packets.
     bool random_iv = !sa.aead() && sa.iv_len();
-    if (random_iv && !random_ivs(b.iv[b.n], n * sizeof b.iv[0])) {
+    if (random_iv && n && !random_ivs(b.iv[b.n], n * sizeof b.iv[0])) {
         for (size_t i = 0; i < n; i++)
             pkts[i]->set_drop(Drop::OutCryptoError);
         return;

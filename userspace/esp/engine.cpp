@@ -835,8 +835,8 @@ void Engine::account(Pkt &p, Sa *sa)
 // (crypt_burst()).
 // A burst's packets grouped by SA and direction, each group through its SA's prepare step.
 // With `threads`, the groups whose cipher must stay on this thread (not thread_safe()) come
-// first, and their ops, [0, enc_here) and [0, dec_here), are run here at once; the rest is
-// crypt()'s, on whatever thread.
+// first, and their ops, [0, enc_here) and [0, dec_here), are written (write_encap()) and run
+// here at once; the rest is crypt()'s, on whatever thread.
 void Engine::prepare_burst(Burst &b, bool threads)
 {
     constexpr size_t kSlots = 2 * kMaxBurst;  // hash slots: at most half full

@@ -1,14 +1,15 @@
 // ESP encapsulation and decapsulation (RFC 4303), tunnel and transport mode, IPv4 and IPv6
 // inside and outside, NAT-T (RFC 3948). Works on a burst of packets of one SA, in place:
 //
-//   1. serial step, in packet order: checks, sequence number or replay pre-check, headers,
-//      padding, one CryptoOp per packet;
-//   2. one call into the crypto backend for the whole burst;
+//   1. serial step, in packet order: checks, sequence number or replay pre-check, one
+//      CryptoOp per packet (transport-mode encap writes its headers and padding here);
+//   2. one call into the crypto backend for the whole burst, after tunnel-mode encap has
+//      written the headers and padding (esp_encap_write());
 //   3. serial step, in packet order: verdicts, replay window update, trailer checks,
 //      lifetimes and counters.
 //
-// The pipeline of a later stage runs step 2 on worker cores; steps 1 and 3 stay per SA and in
-// order, which is why they are separate functions.
+// The pipeline (userspace/pipeline/) runs step 2 on worker cores; steps 1 and 3 stay per SA
+// and in order, which is why they are separate functions.
 #pragma once
 
 #include <cstddef>

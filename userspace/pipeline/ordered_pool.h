@@ -23,8 +23,8 @@
 //      drops and counts it. Nothing waits for a worker, and a stalled worker holds up only
 //      its own jobs and those after them that share an SA with them or with a job that
 //      waits.
-//   4. A worker runs the job (one call to the cipher for the whole burst, in place in the
-//      frames) and pushes it back on its own completion ring.
+//   4. A worker runs the job (the headers of step 1, then one call to the cipher for the
+//      whole burst, in place in the frames) and pushes it back on its own completion ring.
 //   5. reap() takes the completions and marks each job done. A done job that waits for no
 //      earlier one is finished at once; each job linked behind it waits for one fewer, and is
 //      finished in turn if that leaves it waiting for none and it is done. The serial finish
