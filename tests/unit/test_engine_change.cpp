@@ -21,7 +21,7 @@ const TransformCase &gcm()
     return all_transforms()[0];
 }
 
-// Tunnel i: an out SA (spi 0x10000 + i, or + `gen` << 16 after a rekey) and its out policy
+// Tunnel i: an out SA (spi 0x10000 + i, or + `gen` << 20 after a rekey) and its out policy
 // 10.<i>.0.0/16 -> 10.200.<i>.0/24.
 SaConfig tunnel_sa(int i, uint32_t gen = 0)
 {
@@ -356,7 +356,8 @@ TEST_CASE("links: IPv6 gateways, a template of any reqid, one whose mode its flo
         change(*e, {v6_sa(0)});
         CHECK(spi_classified(*e, id, 1) == v6_sa(0).spi);
         CHECK(spi_for(*e, 1) == v6_sa(0).spi);
-        change(*e, {v6_sa(1)});      // make
+        change(*e, {v6_sa(1)});  // make
+        CHECK(spi_classified(*e, id, 1) == v6_sa(1).spi);
         change(*e, {}, {v6_sa(0)});  // break
         CHECK(spi_classified(*e, id, 1) == v6_sa(1).spi);
         CHECK(spi_for(*e, 1) == v6_sa(1).spi);
@@ -371,17 +372,17 @@ TEST_CASE("links: IPv6 gateways, a template of any reqid, one whose mode its flo
         PolicyConfig p = tunnel_policy(1);
         p.tmpl->reqid = 0;
         const uint32_t id = put_policy(*e, p);
-        change(*e, {tunnel_sa(1)});
-        CHECK(spi_classified(*e, id, 1) == tunnel_sa(1).spi);
-        CHECK(spi_for(*e, 1) == tunnel_sa(1).spi);
-        change(*e, {tunnel_sa(2)});  // another reqid between the same gateways
+        change(*e, {tunnel_sa(2)});  // another tunnel's reqid, between the same gateways
         CHECK(spi_classified(*e, id, 1) == tunnel_sa(2).spi);
         CHECK(spi_for(*e, 1) == tunnel_sa(2).spi);
+        change(*e, {tunnel_sa(1)});  // newer, with the lower SPI and reqid: it takes over
+        CHECK(spi_classified(*e, id, 1) == tunnel_sa(1).spi);
+        CHECK(spi_for(*e, 1) == tunnel_sa(1).spi);
         const Sa *by_hash = e->sas().find_out(*p.tmpl, FlowKey{});
         REQUIRE(by_hash);
-        CHECK(by_hash->config().spi == tunnel_sa(2).spi);
-        change(*e, {}, {tunnel_sa(2)});
-        CHECK(spi_classified(*e, id, 1) == tunnel_sa(1).spi);
+        CHECK(by_hash->config().spi == tunnel_sa(1).spi);
+        change(*e, {}, {tunnel_sa(1)});
+        CHECK(spi_classified(*e, id, 1) == tunnel_sa(2).spi);
     }
     SECTION("a transport template naming both addresses does not take their tunnel SA")
     {

@@ -125,6 +125,16 @@ TEST_CASE("ESP wire format: header, IV, sequence numbers, padding, outer header"
     // 33-byte inner + 2 trailer -> padded to 36: length = 20 + 8 + 8 + 36 + 16
     CHECK(fr.pkt.len == 20 + 8 + 8 + 36 + 16);
     CHECK(tx->sas().all()[0]->oseq() == 42);
+
+    SECTION("IPv6 inside IPv4: DF set outside, as routers never cut IPv6 (RFC 8200 5)")
+    {
+        auto v6 = make_engine(sender(sa, "fd00:1::/64", "fd00:2::/64"));
+        Frame f(udp_packet(6, "fd00:1::1", "fd00:2::1", 5, 0xb9));
+        REQUIRE(run(*v6, f) == Verdict::Encrypted);
+        CHECK((f.pkt.ip()[6] & 0x40) == 0x40);
+        CHECK(f.pkt.ip()[1] == 0xb9);
+        CHECK(csum_fold(csum_add(0, f.pkt.ip(), 20)) == 0xffff);
+    }
 }
 
 TEST_CASE("ESP tunnel MTU accounts for headers, padding and ICV", "[esp]")
