@@ -202,13 +202,13 @@ static void encap_write_tunnel(const Sa &sa, const CryptoOp &op, const uint8_t *
     const uint32_t plain_len = op.payload_len - kEspTrailerLen - op.pad;
     const uint32_t front = sa.outer_len() + kEspHdrLen + sa.iv_len();
     const uint32_t total = front + op.payload_len + sa.icv_len();
+    // RFC 6040 normal mode: DSCP and ECN are copied from the inner header. DF is copied from
+    // an IPv4 inner header (RFC 4301 8.1), and always set for IPv6, which routers never cut
+    // (IpHeader::dont_fragment).
     const uint8_t tos = ip_tos(ip);
-    // IpHeader::dont_fragment: IPv4's DF, and always for IPv6, which routers never cut.
     const uint16_t frag = !v4 || (get16(ip + 6) & kIpv4Df) ? kIpv4Df : 0;
     uint8_t *outer = op.esp + kEspHdrLen + sa.iv_len() - front;
     copy_outer(outer, sa);
-    // RFC 6040 normal mode: DSCP and ECN are copied from the inner header. DF is copied from
-    // an IPv4 inner header (RFC 4301 8.1).
     if (ip_version(outer) == 4) {
         uint16_t id = uint16_t(op.seq_lo);  // unique enough per SA and SA lifetime
         outer[1] = tos;

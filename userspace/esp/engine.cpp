@@ -918,14 +918,15 @@ void Engine::prepare_burst(Burst &b, bool threads)
 // after (esp_encap_write()): on the thread that encrypts them next.
 void Engine::write_encap(Burst &b, bool here)
 {
+    auto mine = [&](const Burst::Group &gr) {
+        return gr.dirn == Dirn::Encap && gr.from < gr.to && (gr.to <= b.enc_here) == here;
+    };
     for (size_t g = 0; g < b.ngroups; g++)  // line 0 of each SA: its outer header, SPI, sizes
-        if (b.groups[g].dirn == Dirn::Encap)
+        if (mine(b.groups[g]))
             __builtin_prefetch(b.groups[g].sa);
-    for (size_t g = 0; g < b.ngroups; g++) {
-        const Burst::Group &gr = b.groups[g];
-        if (gr.dirn == Dirn::Encap && gr.from < gr.to && (gr.to <= b.enc_here) == here)
-            esp_encap_write(*gr.sa, b.enc, gr.from, gr.to);
-    }
+    for (size_t g = 0; g < b.ngroups; g++)
+        if (mine(b.groups[g]))
+            esp_encap_write(*b.groups[g].sa, b.enc, b.groups[g].from, b.groups[g].to);
 }
 
 void Engine::crypt(Burst &b)
