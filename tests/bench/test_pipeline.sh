@@ -3,7 +3,7 @@
 # SA's order, encap and decap, with one worker and with several, one SA and many, big bursts
 # and bursts of one; every packet that comes out is checked against the plaintext that went
 # in, encap's decrypted again by the other backend (--verify); bad options fail with one line
-# and no figures.
+# and no figures. `bench cpus` gives its figures for two CPUs, and refuses anything else.
 #
 # Usage: bash test_pipeline.sh XESP
 set -u
@@ -53,6 +53,34 @@ run "decap, 2 workers, bursts of 1, 64 B" --direction decap --workers 2 --burst 
 run "decap, OpenSSL, AES-CBC and HMAC-SHA1, 10 SAs" --direction decap --workers 1 --crypto openssl --transform aes128cbc-sha1 --sas 10 --packets $packets
 "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(0 if r["direction"] == "decap" and r["crypto"] == "openssl" else 1)' "$work/out.json" &&
     pass "decap: the JSON says the direction and backend" || fail "decap: the JSON says the direction and backend" "$(cat "$work/out.json")"
+
+# `bench cpus`: the hand-over between two CPUs, on the machine's first two, if it has two.
+if [ "$(nproc)" -ge 2 ]; then
+    if "$XESP" bench cpus --seconds 0.05 --size 1400 --json >"$work/cpus.json" 2>"$work/err"; then
+        got=$("$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = (r["cpus"] == [0, 1] and r["size"] == 1400 and r["line_round_trip_ns"] > 0 and
+      r["frame_round_trip_ns"] > r["line_round_trip_ns"] and r["frame_writes_one_cpu_ns"] > 0)
+print("ok" if ok else json.dumps(r))
+' "$work/cpus.json")
+        [ "$got" = ok ] && pass "bench cpus: a line and a frame between CPUs 0 and 1" ||
+            fail "bench cpus: a line and a frame between CPUs 0 and 1" "$got"
+    else
+        fail "bench cpus" "$(head -1 "$work/err")"
+    fi
+else
+    echo "SKIP: bench cpus needs two CPUs; this machine has $(nproc)"
+fi
+for bad in "--cpus 0" "--cpus 1,1" "--cpus 0,x" "--size 4" "--seconds 0"; do
+    if "$XESP" bench cpus $bad >"$work/out" 2>"$work/err"; then
+        fail "bench cpus $bad is refused" "it ran"
+    elif [ "$(wc -l <"$work/err")" = 1 ] && [ ! -s "$work/out" ]; then
+        pass "bench cpus $bad is refused: $(cat "$work/err")"
+    else
+        fail "bench cpus $bad is refused with one line" "$(cat "$work/err")"
+    fi
+done
 
 # Bad options: one line, exit non-zero, nothing on stdout.
 for bad in "--sas 0" "--sas 100001" "--burst 0" "--burst 65" "--size 20" "--workers 0" \

@@ -262,8 +262,9 @@ void register_bench_command(CLI::App &app)
     c->add_option("--cpu", o->cpu, "Pin to this CPU");
     c->add_flag("--json", o->json, "Results as JSON");
     register_bench_pipeline_command(*c);
+    register_bench_cpus_command(*c);
     c->callback([o, c] {
-        if (!c->got_subcommand("pipeline"))
+        if (!c->got_subcommand("pipeline") && !c->got_subcommand("cpus"))
             run_bench(*o);
     });
 }

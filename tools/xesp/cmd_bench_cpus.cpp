@@ -1,0 +1,171 @@
+// `xesp bench cpus`: what it costs to hand data from one CPU to another. A pipeline whose steps
+// run on different cores pays it for every cache line that one core writes and the other
+// touches next: a ring's slot, a job's ops, a frame's headers and payload. How much that is
+// depends on where the two CPUs sit (one core's hyperthreads, one cache complex, two
+// sockets, or two vCPUs whose host moves them), so `bench pipeline`'s figures with workers
+// are read beside this one's, taken in the same minute.
+//
+// Two threads, pinned to the two CPUs, take turns through one line:
+//   - a line: each waits to see the other's count in it and writes the next: a round trip is
+//     two moves of that one line;
+//   - a frame: each, in its turn, also writes every 8 bytes of a --size buffer before it hands
+//     over, as the io thread and a worker do with a packet's frame.
+// The same writes on one CPU, with no turns, give what they cost in a warm cache, so that
+//   frame_move_ns = (frame round trip - line round trip - the writes on one CPU) / 2
+// is what one move of the frame's lines from one CPU to the other costs.
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/xesp/commands.h"
+#include "userspace/base/clock.h"
+#include "userspace/base/cpu_list.h"
+
+namespace xesp::cli {
+
+namespace {
+
+struct CpusOptions {
+    std::string cpus = "0,1";
+    uint32_t size = 1400;
+    double seconds = 0.5;
+    bool json = false;
+};
+
+// Reads and writes every 8 bytes, as a pass of the cipher over a frame does.
+void touch(uint8_t *buf, size_t size)
+{
+    for (size_t i = 0; i + 8 <= size; i += 8) {
+        uint64_t v;
+        std::memcpy(&v, buf + i, 8);
+        v++;
+        std::memcpy(buf + i, &v, 8);
+    }
+    asm volatile("" ::: "memory");
+}
+
+struct alignas(64) Turn {
+    std::atomic<uint64_t> count{0};
+};
+
+// Round trips between CPUs a and b for about `seconds`, each side touching `size` bytes of
+// buf in its turn. Returns ns per round trip.
+double round_trip(int a, int b, uint8_t *buf, size_t size, double seconds)
+{
+    Turn turn;
+    std::string pin_error;
+    std::thread other([&] {
+        if (auto r = pin_to_cpu(b); !r)
+            pin_error = r.error().message;
+        uint64_t seen = 1;
+        for (;;) {
+            uint64_t c;
+            while ((c = turn.count.load(std::memory_order_acquire)) != seen)
+                if (c == UINT64_MAX)
+                    return;
+            touch(buf, size);
+            turn.count.store(seen + 1, std::memory_order_release);
+            seen += 2;
+        }
+    });
+    if (auto r = pin_to_cpu(a); !r) {
+        turn.count.store(UINT64_MAX);
+        other.join();
+        throw Failure("bench cpus: " + r.error().message);
+    }
+    const uint64_t limit = uint64_t(seconds * 1e9);
+    uint64_t rounds = 0, t0 = now_ns(), t = t0;
+    while (t - t0 < limit) {
+        for (int i = 0; i < 256; i++, rounds++) {
+            touch(buf, size);
+            turn.count.store(2 * rounds + 1, std::memory_order_release);
+            while (turn.count.load(std::memory_order_acquire) != 2 * rounds + 2) {
+            }
+        }
+        t = now_ns();
+    }
+    turn.count.store(UINT64_MAX, std::memory_order_release);
+    other.join();
+    if (!pin_error.empty())
+        throw Failure("bench cpus: " + pin_error);
+    return double(t - t0) / double(rounds);
+}
+
+// Two passes over buf on one CPU, the frame's round trip without the moves: ns.
+double on_one_cpu(int a, uint8_t *buf, size_t size, double seconds)
+{
+    if (auto r = pin_to_cpu(a); !r)
+        throw Failure("bench cpus: " + r.error().message);
+    const uint64_t limit = uint64_t(seconds * 1e9);
+    uint64_t rounds = 0, t0 = now_ns(), t = t0;
+    while (t - t0 < limit) {
+        for (int i = 0; i < 256; i++, rounds++) {
+            touch(buf, size);
+            touch(buf, size);
+        }
+        t = now_ns();
+    }
+    return double(t - t0) / double(rounds);
+}
+
+void run_cpus(const CpusOptions &o)
+{
+    auto cpus = parse_cpu_list(o.cpus);
+    if (!cpus)
+        throw Failure("bench cpus: --" + cpus.error().message);
+    if (cpus->size() != 2 || (*cpus)[0] == (*cpus)[1])
+        throw Failure("bench cpus: --cpus '" + o.cpus + "' is not two different CPUs");
+    if (o.size < 8 || o.size > 65536)
+        throw Failure("bench cpus: --size " + std::to_string(o.size) +
+                      " is not between 8 and 65536");
+    if (!(o.seconds > 0 && o.seconds <= 60)) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", o.seconds);
+        throw Failure("bench cpus: --seconds " + std::string(text) +
+                      " is not above 0 and at most 60");
+    }
+    const int a = (*cpus)[0], b = (*cpus)[1];
+    // The frame on its own lines, as a UMEM frame is.
+    std::vector<uint8_t> mem(o.size + 128);
+    uint8_t *buf = reinterpret_cast<uint8_t *>((uintptr_t(mem.data()) + 63) & ~uintptr_t(63));
+    const double line = round_trip(a, b, buf, 0, o.seconds);
+    const double frame = round_trip(a, b, buf, o.size, o.seconds);
+    const double local = on_one_cpu(a, buf, o.size, o.seconds);
+    const double move = (frame - line - local) / 2;
+    nlohmann::json j = {{"cpus", {a, b}},
+                        {"size", o.size},
+                        {"seconds", o.seconds},
+                        {"line_round_trip_ns", line},
+                        {"frame_round_trip_ns", frame},
+                        {"frame_writes_one_cpu_ns", local},
+                        {"frame_move_ns", move}};
+    if (o.json) {
+        std::printf("%s\n", j.dump(1).c_str());
+        return;
+    }
+    std::printf("cpus %d and %d: a line goes there and back in %.0f ns; a %u B frame moves "
+                "from one to the other in %.0f ns (its writes on one CPU: %.0f ns a pass)\n",
+                a, b, line, o.size, move, local / 2);
+}
+
+}  // namespace
+
+void register_bench_cpus_command(CLI::App &bench)
+{
+    auto o = std::make_shared<CpusOptions>();
+    CLI::App *c = bench.add_subcommand(
+        "cpus", "What handing a cache line, and a frame, from one CPU to another costs");
+    c->add_option("--cpus", o->cpus, "The two CPUs, comma separated");
+    c->add_option("--size", o->size, "Frame size in bytes");
+    c->add_option("--seconds", o->seconds, "Time per measurement");
+    c->add_flag("--json", o->json, "Results as one JSON object");
+    c->callback([o] { run_cpus(*o); });
+}
+
+}  // namespace xesp::cli
