@@ -4,9 +4,11 @@
 // ThreadSanitizer.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "tests/unit/esp_fixture.h"
@@ -472,6 +474,72 @@ TEST_CASE("an SA updated under the same keys continues its sequence numbers", "[
         same.put_sas.push_back(limited);
         REQUIRE(e->change(same, Backend::Auto));
         CHECK(e->sas().find_in(limited.dst, limited.spi) == now);
+    }
+}
+
+// The round of time limits (Engine::check_time_some) goes over SaTable::timed(), from which a
+// deleted SA leaves in O(1), the last one taking its place: through adds, rekeys, updates
+// that give or take a time limit, and deletes, the tables the data path reads hold each SA
+// with one exactly once, and a round reaches every one of them.
+TEST_CASE("SAs with time limits stay in the round exactly once through any change",
+          "[engine][change][lifetime]")
+{
+    std::mt19937 rng(11);
+    auto e = empty_engine();
+    std::map<int, SaConfig> sas;  // by tunnel
+    auto limited = [&](SaConfig sa) {
+        switch (rng() % 3) {
+        case 0:
+            sa.lifetime.hard_add_s = 3600;
+            break;
+        case 1:
+            sa.lifetime.soft_use_s = 600;
+            break;
+        default:
+            break;  // none
+        }
+        return sa;
+    };
+    uint64_t now = 0;
+    for (int round = 0; round < 400; round++) {
+        EngineChange ch;
+        std::map<int, bool> touched;
+        for (int k = 0, n = 1 + int(rng() % 5); k < n; k++) {
+            int i = int(rng() % 50);
+            if (touched[i])
+                continue;
+            touched[i] = true;
+            switch (rng() % 3) {
+            case 0: {  // add, rekey, or the same SA updated with other limits
+                SaConfig sa = limited(tunnel_sa(i, rng() % 2));
+                if (sas.count(i) && sas[i].spi != sa.spi)
+                    ch.del_sas.push_back(SaKey{sas[i].dst, sas[i].spi});
+                ch.put_sas.push_back(sa);
+                sas[i] = sa;
+                break;
+            }
+            default:
+                if (sas.count(i)) {
+                    ch.del_sas.push_back(SaKey{sas[i].dst, sas[i].spi});
+                    sas.erase(i);
+                }
+                break;
+            }
+        }
+        REQUIRE(e->change(ch, Backend::Auto));
+        std::multiset<const Sa *> want, got;
+        for (const auto &sa : e->sas().all())
+            if (sa && sa->config().lifetime.has_time())
+                want.insert(sa.get());
+        for (const Sa *sa : e->sas().timed())
+            got.insert(sa);
+        REQUIRE(got == want);
+        REQUIRE(want.size() == size_t(std::count_if(sas.begin(), sas.end(), [](const auto &kv) {
+                    return kv.second.lifetime.has_time();
+                })));
+        // After a second or more, one call checks all of them.
+        now += 2'000'000'000;
+        CHECK(e->check_time_some(now) == want.size());
     }
 }
 

@@ -106,7 +106,7 @@ void SaTable::unlink(const OutFlow *linked)
         by_flow_.erase(k);
 }
 
-void SaTable::index(const Slot &s)
+void SaTable::index(Slot &s)
 {
     const SaConfig &c = s.sa->config();
     by_spi_[SaKey{c.dst, c.spi}] = Found{s.sa.get(), s.id & kIndexMask};
@@ -115,11 +115,14 @@ void SaTable::index(const Slot &s)
         if (c.reqid)
             flow_add(FlowSaKey{c.src, c.dst, 0}, s.order, s.sa.get());
     }
-    if (c.lifetime.has_time())
+    if (c.lifetime.has_time()) {
+        s.timed_at = uint32_t(timed_.size());
         timed_.push_back(s.sa.get());
+        timed_slot_.push_back(s.id & kIndexMask);
+    }
 }
 
-void SaTable::unindex(const Slot &s)
+void SaTable::unindex(Slot &s)
 {
     const SaConfig &c = s.sa->config();
     SaKey k{c.dst, c.spi};
@@ -130,8 +133,16 @@ void SaTable::unindex(const Slot &s)
         if (c.reqid)
             flow_remove(FlowSaKey{c.src, c.dst, 0}, s.sa.get());
     }
-    if (c.lifetime.has_time())
-        std::erase(timed_, s.sa.get());
+    if (s.timed_at != kNotTimed) {
+        // The last one into its place: a delete costs the same whatever the number of SAs.
+        const uint32_t at = s.timed_at, last = uint32_t(timed_.size() - 1);
+        timed_[at] = timed_[last];
+        timed_slot_[at] = timed_slot_[last];
+        slots_[timed_slot_[at]].timed_at = at;
+        timed_.pop_back();
+        timed_slot_.pop_back();
+        s.timed_at = kNotTimed;
+    }
 }
 
 void SaTable::put(uint32_t id, uint64_t order, std::shared_ptr<Sa> sa)
@@ -149,7 +160,7 @@ void SaTable::put(uint32_t id, uint64_t order, std::shared_ptr<Sa> sa)
     } else {
         count_++;
     }
-    s = Slot{id, order, std::move(sa)};
+    s = Slot{id, kNotTimed, order, std::move(sa)};
     all_[i] = s.sa;
     index(s);
 }
@@ -507,9 +518,10 @@ size_t Engine::check_time_some(uint64_t now)
         k = std::min<uint64_t>(time_owed_ / kSecondNs, n);
         time_owed_ -= k * kSecondNs;
     }
-    // The list changes with the SAs, and the round goes on from an index: an SA may be
-    // checked twice in a round, or passed over when one before it goes at the moment the
-    // round reaches it (then it is checked in a later round).
+    // The list changes with the SAs, and the round goes on from an index. An SA comes in at
+    // the end (an SA updated in place too, so it may be checked twice in a round); when one
+    // the round has passed leaves, the last takes its place and waits for the next round
+    // (SaTable::unindex()): late by under a second.
     for (size_t i = 0; i < k; i++) {
         if (time_next_ >= n)
             time_next_ = 0;

@@ -106,7 +106,8 @@ public:
     const std::vector<std::shared_ptr<Sa>> &all() const { return all_; }
     size_t size() const { return count_; }
     size_t flows() const { return by_flow_.size(); }  // OutFlows: with SAs, or linked
-    // The SAs with time limits (Sa::check_time).
+    // The SAs with time limits (Sa::check_time), in no order: one leaves in O(1), the last
+    // taking its place.
     const std::vector<Sa *> &timed() const { return timed_; }
 
     // The flow of an out policy's template, held until unlink(): see OutFlow.
@@ -114,13 +115,15 @@ public:
     void unlink(const OutFlow *f);
 
 private:
+    static constexpr uint32_t kNotTimed = UINT32_MAX;
     struct Slot {
         uint32_t id = kNoId;
+        uint32_t timed_at = kNotTimed;  // its SA's place in timed_
         uint64_t order = 0;
         std::shared_ptr<Sa> sa;
     };
-    void index(const Slot &s);
-    void unindex(const Slot &s);
+    void index(Slot &s);
+    void unindex(Slot &s);
     void flow_add(const FlowSaKey &k, uint64_t order, Sa *sa);
     void flow_remove(const FlowSaKey &k, Sa *sa);
 
@@ -143,6 +146,7 @@ private:
     FlatMap<FlowSaKey, FlowSlot, SaKeyHash> by_flow_;
     FlowSlot &flow_slot(const FlowSaKey &k);  // made, with its OutFlow, if it is not there
     std::vector<Sa *> timed_;
+    std::vector<uint32_t> timed_slot_;  // the index in slots_ of each, to mend its timed_at
 };
 
 // Ids for a table of SAs or policies: an index below 2^24 and a generation above it. An index
