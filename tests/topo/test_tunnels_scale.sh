@@ -2,8 +2,9 @@
 # Many tunnels, correctly: tools/xesp-tunnels at 2,000 tunnels (4,000 SAs and 4,000 policies on
 # each gateway). The daemon loads them all; 20 `sa add` on a loaded gateway all succeed (and
 # their deletes); make-before-break rekeys on both gateways under a UDP flow over 8 tunnels
-# lose no datagram through tunnel 0, and gwB never sees ESP for an SA it does not have. The
-# generated config of one tunnel is xesp-topo's IPv4 tunnel, line for line. Correctness only:
+# lose no datagram through tunnel 0, and gwB never sees ESP for an SA it does not have (the SAs
+# of the storm with time limits, as IKE's are). The generated config of one tunnel is
+# xesp-topo's IPv4 tunnel, line for line. Correctness only:
 # no figure of speed is asserted.
 #
 #   hostA --UDP over 8 tunnels--> gwA ===== wire (rekeys on both gateways) ===== gwB --> hostB
@@ -34,6 +35,11 @@ check "gen --tunnels 1 is xesp-topo's IPv4 tunnel (gwA)" \
 check "gen --tunnels 1 is xesp-topo's IPv4 tunnel (gwB)" \
     diff <("$TOPO" config gwB seed=s | grep -v ':') "$dir/one/gwB.conf"
 
+"$TOOL" gen --tunnels 3 --out "$dir/limited" --lifetime 600 >/dev/null
+limited=$(grep -c '^sa add .* limit time-hard 600$' "$dir/limited/gwA.conf")
+[ "$limited" = 6 ] && pass "gen --lifetime: every SA has its time-hard limit" ||
+    fail "gen --lifetime: every SA has its time-hard limit" "$limited of 6"
+
 if "$TOOL" load --tunnels $N --build "$build" --json "$dir/load.json"; then
     sas=$(field "$dir/load.json" 'r["sas"]')
     [ "$sas" = $((2 * N)) ] && pass "load: all $((2 * N)) SAs of $N tunnels" ||
@@ -59,8 +65,10 @@ else
     fail "latency: $N tunnels" "xesp-tunnels latency did not run"
 fi
 
-if "$TOOL" storm --tunnels $N --rate 2 --seconds 8 --flows 8 --quiet 2 --build "$build" \
-    --json "$dir/storm.json"; then
+# Every SA with a time limit, as an IKE daemon's are: each rekey adds two to the gateways'
+# rounds of time limits and takes two out (SaTable::timed()).
+if "$TOOL" storm --tunnels $N --rate 2 --seconds 8 --flows 8 --quiet 2 --lifetime 3600 \
+    --build "$build" --json "$dir/storm.json"; then
     rekeys=$(field "$dir/storm.json" 'r["rekeys"]')
     errors=$(field "$dir/storm.json" 'len(r["errors"])')
     [ "$rekeys" -ge 8 ] && [ "$errors" = 0 ] && pass "storm: $rekeys rekeys, none refused" ||
