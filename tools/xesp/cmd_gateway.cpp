@@ -92,8 +92,8 @@ void print_counters(const char *title, const json &obj, const json *prev, double
     }
 }
 
-// Each worker's load: the share of the time its crypto took, since the previous sample
-// (--watch) or since the daemon started.
+// Each worker's load: the share of the time its ESP work took (busy_ns, gateway_stats.cpp),
+// since the previous sample (--watch) or since the daemon started.
 void print_workers(const json &s, const json *prev)
 {
     if (!s.contains("workers"))
@@ -115,7 +115,7 @@ void print_workers(const json &s, const json *prev)
         double load = up > up0 ? 100.0 * double(busy - busy0) / double(up - up0) : 0;
         int cpu = w.value("cpu", -1);
         std::string where = cpu >= 0 ? ", CPU " + std::to_string(cpu) : "";
-        std::printf("  worker %zu%s%s: crypto load %.1f%%  jobs %llu  packets %llu  queue full "
+        std::printf("  worker %zu%s%s: ESP load %.1f%%  jobs %llu  packets %llu  queue full "
                     "%llu\n",
                     i, i == 0 ? " (data thread)" : "", where.c_str(), load,
                     (unsigned long long)w.value("jobs", uint64_t(0)),

@@ -278,7 +278,7 @@ void Gateway::rx_kernel()
         return;
     count(GwCounter::Rx, n);
     count(GwCounter::RxKernel, n);
-    engine_->process(ready, n);
+    engine_here(ready, nullptr, n);
     // ESP for an SA we do not have: the kernel holds its own copy of it (a raw socket gets a
     // clone), so ours is simply let go; handing it back would loop.
     size_t k = 0;
@@ -365,7 +365,7 @@ void Gateway::rx_one(Port &port)
 void Gateway::process_here(Port &port, Pkt *const *ready, const Classified *cls, size_t k, bool big)
 {
     if (!big) {
-        engine_->process_classified(ready, cls, k);
+        engine_here(ready, cls, k);
         transmit(port, ready, k);
         return;
     }
@@ -373,8 +373,20 @@ void Gateway::process_here(Port &port, Pkt *const *ready, const Classified *cls,
     Pkt *all[kBurst * 2];
     Classified all_cls[kBurst * 2];
     size_t m = prefragment(port, split_mtu(), ready, cls, k, pieces, all, all_cls);
-    engine_->process_classified(all, all_cls, m);
+    engine_here(all, all_cls, m);
     transmit(port, all, m);
+}
+
+void Gateway::engine_here(Pkt *const *pkts, const Classified *cls, size_t n)
+{
+    const uint64_t t0 = now_ns();
+    if (cls)
+        engine_->process_classified(pkts, cls, n);
+    else
+        engine_->process(pkts, n);
+    here_.busy_ns += now_ns() - t0;
+    here_.jobs++;
+    here_.weight += n;
 }
 
 // The burst through the workers: classified and prepared here, its crypto one job, finished

@@ -270,6 +270,9 @@ private:
     void dispatch(Port &port, BurstJob &j, size_t k, bool big);
     void submit(Port &port, BurstJob &j, size_t k);
     void process_here(Port &port, Pkt *const *ready, const Classified *cls, size_t k, bool big);
+    // The engine's whole work on n packets, on this thread (cls: classified by XDP, else looked
+    // up from their headers), counted as worker 0's (here_).
+    void engine_here(Pkt *const *pkts, const Classified *cls, size_t n);
     Gateway() = default;
     Result<void> attach_iface(const IfaceSpec &spec, bool local);
     Result<void> attach_tun_mode(GatewayIface i);
@@ -348,6 +351,7 @@ private:
     std::vector<std::unique_ptr<Port>> ports_;
     // The workers (nullptr: the data thread alone) and the jobs they run.
     std::unique_ptr<OrderedPool> workers_;
+    PoolStats here_;  // engine_here()'s: the bursts the data thread ran whole
     std::vector<std::unique_ptr<BurstJob>> jobs_;
     std::vector<BurstJob *> free_jobs_;
     uint64_t started_ns_ = 0;

@@ -31,6 +31,11 @@ Gateway::Stats Gateway::stats_sample() const
     }
     for (unsigned w = 0; w < (workers_ ? workers_->workers() : 1); w++)
         s.workers.push_back(workers_ ? workers_->stats(w) : PoolStats{});
+    // The data thread's: the crypto of the bursts it kept, and the bursts it ran whole (all of
+    // them without workers).
+    s.workers[0].jobs += here_.jobs;
+    s.workers[0].weight += here_.weight;
+    s.workers[0].busy_ns += here_.busy_ns;
     // Tun mode: what the kernel dropped at the TUN devices because their queue was full, the
     // ones closed and the one open now.
     s.tun_queue_drops = tun_queue_drops_ + tun_queue_drops();
@@ -82,8 +87,10 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
                 {"fill-short", x.fill_short},
                 {"rx-invalid-descs", x.rx_invalid_descs},
                 {"tx-invalid-descs", x.tx_invalid_descs}};
-    // Each worker's share of the crypto (worker 0 is the data thread, whose other work is
-    // not counted in busy_ns), and how often its queue was full and a burst went elsewhere.
+    // Each worker's ESP work: busy_ns is the time its crypto took, and for worker 0, the data
+    // thread, also the whole of the bursts it ran itself (all of them without workers; its I/O
+    // and the serial steps of the bursts it hands out are not counted); how often its queue
+    // was full and a burst went elsewhere.
     json ws = json::array();
     for (size_t w = 0; w < s.workers.size(); w++) {
         const PoolStats &p = s.workers[w];

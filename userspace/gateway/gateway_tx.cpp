@@ -211,7 +211,7 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
         // engine encrypts it as any packet from this side (or drops it, or leaves it to the
         // kernel, as the policies say). None of these is Decrypted: one level deep at most.
         if (l.nanswers) {
-            engine_->process(l.answers, l.nanswers);
+            engine_here(l.answers, nullptr, l.nanswers);
             transmit(rx, l.answers, l.nanswers);
         }
         pkts += k;
