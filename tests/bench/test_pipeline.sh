@@ -63,7 +63,9 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 ok = (r["cpus"] == [int(c) for c in sys.argv[2].split(",")] and r["size"] == 1400 and
       r["line_round_trip_ns"] > 0 and r["frame_round_trip_ns"] > r["line_round_trip_ns"] and
-      r["frame_writes_one_cpu_ns"] > 0)
+      r["frame_writes_one_cpu_ns"] > 0 and
+      [s["cpu"] for s in r["stalls"]] == r["cpus"] and
+      all(s["longest_ns"] > 0 and s["over_100us"] >= s["over_1ms"] >= 0 for s in r["stalls"]))
 print("ok" if ok else json.dumps(r))
 ' "$work/cpus.json" "$two")
         [ "$got" = ok ] && pass "bench cpus: a line and a frame between CPUs $two" ||

@@ -13,6 +13,10 @@
 // The same writes on one CPU, with no turns, give what they cost in a warm cache, so that
 //   frame_move_ns = (frame round trip - line round trip - the writes on one CPU) / 2
 // is what one move of the frame's lines from one CPU to the other costs.
+// Last, a thread on each CPU at once reads the clock as fast as it can: a gap between two
+// reads is time the thread was kept from running (an interrupt, or the host running something
+// else on a virtual CPU). A packet in flight between two threads waits out the gaps of both.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -100,6 +104,45 @@ double round_trip(int a, int b, uint8_t *buf, size_t size, double seconds)
     return double(t - t0) / double(rounds);
 }
 
+struct Stalls {
+    uint64_t over_100us = 0, over_1ms = 0, longest_ns = 0;
+};
+
+// A thread on each CPU at once, reading the clock for `seconds`: the gaps between reads.
+std::vector<Stalls> stalls(const std::vector<int> &cpus, double seconds)
+{
+    std::vector<Stalls> out(cpus.size());
+    std::vector<std::thread> threads;
+    std::atomic<int> go{0};  // 1: pinned, run; -1: not pinned, end
+    for (size_t i = 0; i < cpus.size(); i++)
+        threads.emplace_back([&, i] {
+            int g;
+            while ((g = go.load(std::memory_order_acquire)) == 0) {
+            }
+            if (g < 0)
+                return;
+            const uint64_t limit = uint64_t(seconds * 1e9);
+            uint64_t t0 = now_ns(), last = t0;
+            Stalls &st = out[i];
+            while (last - t0 < limit) {
+                uint64_t t = now_ns(), gap = t - last;
+                st.over_100us += gap > 100'000;
+                st.over_1ms += gap > 1'000'000;
+                st.longest_ns = std::max(st.longest_ns, gap);
+                last = t;
+            }
+        });
+    Result<void> pinned;
+    for (size_t i = 0; i < cpus.size() && pinned; i++)
+        pinned = pin_to_cpu(cpus[i], threads[i].native_handle());
+    go.store(pinned ? 1 : -1, std::memory_order_release);
+    for (auto &t : threads)
+        t.join();
+    if (!pinned)
+        throw Failure("bench cpus: " + pinned.error().message);
+    return out;
+}
+
 // Two passes over buf on one CPU, the frame's round trip without the moves: ns.
 double on_one_cpu(int a, uint8_t *buf, size_t size, double seconds)
 {
@@ -141,13 +184,21 @@ void run_cpus(const CpusOptions &o)
     const double frame = round_trip(a, b, buf, o.size, o.seconds);
     const double local = on_one_cpu(a, buf, o.size, o.seconds);
     const double move = (frame - line - local) / 2;
+    const std::vector<Stalls> st = stalls({a, b}, o.seconds);
+    nlohmann::json js = nlohmann::json::array();
+    for (size_t i = 0; i < st.size(); i++)
+        js.push_back({{"cpu", i ? b : a},
+                      {"over_100us", st[i].over_100us},
+                      {"over_1ms", st[i].over_1ms},
+                      {"longest_ns", st[i].longest_ns}});
     nlohmann::json j = {{"cpus", {a, b}},
                         {"size", o.size},
                         {"seconds", o.seconds},
                         {"line_round_trip_ns", line},
                         {"frame_round_trip_ns", frame},
                         {"frame_writes_one_cpu_ns", local},
-                        {"frame_move_ns", move}};
+                        {"frame_move_ns", move},
+                        {"stalls", js}};
     if (o.json) {
         std::printf("%s\n", j.dump(1).c_str());
         return;
@@ -155,6 +206,13 @@ void run_cpus(const CpusOptions &o)
     std::printf("cpus %d and %d: a line goes there and back in %.0f ns; a %u B frame moves "
                 "from one to the other in %.0f ns (its writes on one CPU: %.0f ns a pass)\n",
                 a, b, line, o.size, move, local / 2);
+    for (const auto &x : js)
+        std::printf("cpu %d, busy for %g s: kept from running %llu times over 0.1 ms, %llu over "
+                    "1 ms, at most %.2f ms\n",
+                    x["cpu"].get<int>(), o.seconds,
+                    (unsigned long long)x["over_100us"].get<uint64_t>(),
+                    (unsigned long long)x["over_1ms"].get<uint64_t>(),
+                    double(x["longest_ns"].get<uint64_t>()) / 1e6);
 }
 
 }  // namespace
@@ -163,7 +221,8 @@ void register_bench_cpus_command(CLI::App &bench)
 {
     auto o = std::make_shared<CpusOptions>();
     CLI::App *c = bench.add_subcommand(
-        "cpus", "What handing a cache line, and a frame, from one CPU to another costs");
+        "cpus", "What handing a cache line, and a frame, from one CPU to another costs, and how "
+                "long a busy thread on each is kept from running");
     c->add_option("--cpus", o->cpus, "The two CPUs, comma separated");
     c->add_option("--size", o->size, "Frame size in bytes");
     c->add_option("--seconds", o->seconds, "Time per measurement");
