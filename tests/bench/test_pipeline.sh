@@ -65,11 +65,13 @@ ok = (r["cpus"] == [int(c) for c in sys.argv[2].split(",")] and r["size"] == 140
       r["line_round_trip_ns"] > 0 and r["frame_round_trip_ns"] > r["line_round_trip_ns"] and
       r["frame_writes_one_cpu_ns"] > 0 and
       [s["cpu"] for s in r["stalls"]] == r["cpus"] and
-      all(s["longest_ns"] > 0 and s["over_100us"] >= s["over_1ms"] >= 0 for s in r["stalls"]))
+      all((s["over_1ms"] > 0) == (s["longest_ns"] > 1000000) and
+          (s["over_100us"] > 0) == (s["longest_ns"] > 100000) and
+          s["over_100us"] >= s["over_1ms"] for s in r["stalls"]))
 print("ok" if ok else json.dumps(r))
 ' "$work/cpus.json" "$two")
-        [ "$got" = ok ] && pass "bench cpus: a line and a frame between CPUs $two" ||
-            fail "bench cpus: a line and a frame between CPUs $two" "$got"
+        [ "$got" = ok ] && pass "bench cpus: a line, a frame and the stalls of CPUs $two" ||
+            fail "bench cpus: a line, a frame and the stalls of CPUs $two" "$got"
     else
         fail "bench cpus" "$(head -1 "$work/err")"
     fi

@@ -113,31 +113,42 @@ std::vector<Stalls> stalls(const std::vector<int> &cpus, double seconds)
 {
     std::vector<Stalls> out(cpus.size());
     std::vector<std::thread> threads;
+    threads.reserve(cpus.size());
     std::atomic<int> go{0};  // 1: pinned, run; -1: not pinned, end
-    for (size_t i = 0; i < cpus.size(); i++)
-        threads.emplace_back([&, i] {
-            int g;
-            while ((g = go.load(std::memory_order_acquire)) == 0) {
-            }
-            if (g < 0)
-                return;
-            const uint64_t limit = uint64_t(seconds * 1e9);
-            uint64_t t0 = now_ns(), last = t0;
-            Stalls &st = out[i];
-            while (last - t0 < limit) {
-                uint64_t t = now_ns(), gap = t - last;
-                st.over_100us += gap > 100'000;
-                st.over_1ms += gap > 1'000'000;
-                st.longest_ns = std::max(st.longest_ns, gap);
-                last = t;
-            }
-        });
+    auto end_all = [&](int how) {
+        go.store(how, std::memory_order_release);
+        for (auto &t : threads)
+            t.join();
+    };
+    try {
+        for (size_t i = 0; i < cpus.size(); i++)
+            threads.emplace_back([&, i] {
+                int g;
+                while ((g = go.load(std::memory_order_acquire)) == 0) {
+                }
+                if (g < 0)
+                    return;
+                // Counted in registers, and written once: the two threads share no line.
+                const uint64_t limit = uint64_t(seconds * 1e9);
+                uint64_t t0 = now_ns(), last = t0;
+                Stalls st;
+                while (last - t0 < limit) {
+                    uint64_t t = now_ns(), gap = t - last;
+                    st.over_100us += gap > 100'000;
+                    st.over_1ms += gap > 1'000'000;
+                    st.longest_ns = std::max(st.longest_ns, gap);
+                    last = t;
+                }
+                out[i] = st;
+            });
+    } catch (...) {  // a thread that could not start
+        end_all(-1);
+        throw;
+    }
     Result<void> pinned;
     for (size_t i = 0; i < cpus.size() && pinned; i++)
         pinned = pin_to_cpu(cpus[i], threads[i].native_handle());
-    go.store(pinned ? 1 : -1, std::memory_order_release);
-    for (auto &t : threads)
-        t.join();
+    end_all(pinned ? 1 : -1);
     if (!pinned)
         throw Failure("bench cpus: " + pinned.error().message);
     return out;
@@ -206,13 +217,11 @@ void run_cpus(const CpusOptions &o)
     std::printf("cpus %d and %d: a line goes there and back in %.0f ns; a %u B frame moves "
                 "from one to the other in %.0f ns (its writes on one CPU: %.0f ns a pass)\n",
                 a, b, line, o.size, move, local / 2);
-    for (const auto &x : js)
+    for (size_t i = 0; i < st.size(); i++)
         std::printf("cpu %d, busy for %g s: kept from running %llu times over 0.1 ms, %llu over "
                     "1 ms, at most %.2f ms\n",
-                    x["cpu"].get<int>(), o.seconds,
-                    (unsigned long long)x["over_100us"].get<uint64_t>(),
-                    (unsigned long long)x["over_1ms"].get<uint64_t>(),
-                    double(x["longest_ns"].get<uint64_t>()) / 1e6);
+                    i ? b : a, o.seconds, (unsigned long long)st[i].over_100us,
+                    (unsigned long long)st[i].over_1ms, double(st[i].longest_ns) / 1e6);
 }
 
 }  // namespace
