@@ -78,26 +78,26 @@ print("ok" if ok else json.dumps(r))
 else
     echo "SKIP: bench cpus needs two CPUs; this process may run on one"
 fi
-for bad in "--cpus 0" "--cpus 1,1" "--cpus 0,x" "--size 4" "--seconds 0"; do
-    if "$XESP" bench cpus $bad >"$work/out" 2>"$work/err"; then
-        fail "bench cpus $bad is refused" "it ran"
+# refused NAME ARGS...: `xesp ARGS` exits non-zero with one line on stderr and nothing on stdout.
+refused() {
+    local name=$1
+    shift
+    if "$XESP" "$@" >"$work/out" 2>"$work/err"; then
+        fail "$name is refused" "it ran"
     elif [ "$(wc -l <"$work/err")" = 1 ] && [ ! -s "$work/out" ]; then
-        pass "bench cpus $bad is refused: $(cat "$work/err")"
+        pass "$name is refused: $(cat "$work/err")"
     else
-        fail "bench cpus $bad is refused with one line" "$(cat "$work/err")"
+        fail "$name is refused with one line" "$(cat "$work/err")"
     fi
+}
+for bad in "--cpus 0" "--cpus 1,1" "--cpus 0,x" "--size 4" "--seconds 0"; do
+    refused "bench cpus $bad" bench cpus $bad
 done
 
 # Bad options: one line, exit non-zero, nothing on stdout.
 for bad in "--sas 0" "--sas 100001" "--burst 0" "--burst 65" "--size 20" "--workers 0" \
     "--transform nope" "--cpus 0,x" "--workers 2 --crypto openssl" "--direction sideways"; do
-    if "$XESP" bench pipeline --packets 1000 $bad >"$work/out" 2>"$work/err"; then
-        fail "bench pipeline $bad is refused" "it ran"
-    elif [ "$(wc -l <"$work/err")" = 1 ] && [ ! -s "$work/out" ]; then
-        pass "bench pipeline $bad is refused: $(cat "$work/err")"
-    else
-        fail "bench pipeline $bad is refused with one line" "$(cat "$work/err")"
-    fi
+    refused "bench pipeline $bad" bench pipeline --packets 1000 $bad
 done
 
 echo "$passed passed, $failed failed"

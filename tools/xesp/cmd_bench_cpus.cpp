@@ -57,6 +57,19 @@ void touch(uint8_t *buf, size_t size)
     asm volatile("" ::: "memory");
 }
 
+// Runs round() in batches of 256 for about `seconds`: ns per round.
+template <class Round> double per_round(double seconds, Round &&round)
+{
+    const uint64_t limit = uint64_t(seconds * 1e9);
+    uint64_t rounds = 0, t0 = now_ns(), t = t0;
+    while (t - t0 < limit) {
+        for (int i = 0; i < 256; i++, rounds++)
+            round(rounds);
+        t = now_ns();
+    }
+    return double(t - t0) / double(rounds);
+}
+
 struct alignas(64) Turn {
     std::atomic<uint64_t> count{0};
 };
@@ -88,20 +101,15 @@ double round_trip(int a, int b, uint8_t *buf, size_t size, double seconds)
         other.join();
         throw Failure("bench cpus: " + pinned.error().message);
     }
-    const uint64_t limit = uint64_t(seconds * 1e9);
-    uint64_t rounds = 0, t0 = now_ns(), t = t0;
-    while (t - t0 < limit) {
-        for (int i = 0; i < 256; i++, rounds++) {
-            touch(buf, size);
-            turn.count.store(2 * rounds + 1, std::memory_order_release);
-            while (turn.count.load(std::memory_order_acquire) != 2 * rounds + 2) {
-            }
+    const double ns = per_round(seconds, [&](uint64_t r) {
+        touch(buf, size);
+        turn.count.store(2 * r + 1, std::memory_order_release);
+        while (turn.count.load(std::memory_order_acquire) != 2 * r + 2) {
         }
-        t = now_ns();
-    }
+    });
     turn.count.store(UINT64_MAX, std::memory_order_release);
     other.join();
-    return double(t - t0) / double(rounds);
+    return ns;
 }
 
 struct Stalls {
@@ -159,16 +167,10 @@ double on_one_cpu(int a, uint8_t *buf, size_t size, double seconds)
 {
     if (auto r = pin_to_cpu(a); !r)
         throw Failure("bench cpus: " + r.error().message);
-    const uint64_t limit = uint64_t(seconds * 1e9);
-    uint64_t rounds = 0, t0 = now_ns(), t = t0;
-    while (t - t0 < limit) {
-        for (int i = 0; i < 256; i++, rounds++) {
-            touch(buf, size);
-            touch(buf, size);
-        }
-        t = now_ns();
-    }
-    return double(t - t0) / double(rounds);
+    return per_round(seconds, [&](uint64_t) {
+        touch(buf, size);
+        touch(buf, size);
+    });
 }
 
 void run_cpus(const CpusOptions &o)
