@@ -9,11 +9,31 @@
 // submits its jobs and flushes them before returning, so nothing is left in a manager between
 // calls. Keys are expanded once per SA; the layout of expanded keys depends only on the CPU
 // features the manager picked, which are the same for every thread of the process.
+//
+// Each thread also runs a copy of the library of its own, where it can. Before version 1.4
+// (Debian 12 has 1.3), every call of the library, the direct GCM API and the job API alike,
+// writes 0 to one global error variable (intel-ipsec-mb issue 112): two threads that encrypt
+// at once take that variable's cache line from each other at every packet, and together do
+// about 1.4 times the work of one, less where their cores are far apart (`xesp bench cpus`
+// measures it). A copy loaded with dlmopen() into a link-map namespace of its own has globals
+// of its own, and a libc of its own, which the library calls for little more than its
+// managers' memory: the threads then share only the keys, which they read. Managers come
+// from, and go back to, their own copy; the functions called by name are taken from it
+// (MbCopy), the others go through the manager's pointers, which are its copy's.
+//
+// glibc has room for about ten such namespaces. Past kMaxCopies, or once dlmopen() fails,
+// threads share the linked copy. Copies are never unloaded: a thread that ends leaves its copy
+// to the next. Sanitizer builds keep to the linked copy: their runtimes do not follow a second
+// libc.
 #include "userspace/crypto/crypto_ipsecmb.h"
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <string>
 
 #include <intel-ipsec-mb.h>
@@ -26,29 +46,124 @@ namespace {
 constexpr size_t kEspHeaderLen = 8;  // SPI + sequence number low half
 constexpr size_t kAeadIvLen = 8;     // RFC 4106 3.1
 
-struct MgrFree {
-    void operator()(IMB_MGR *m) const { free_mb_mgr(m); }
+// A copy of the library: the functions the program calls by name, from that copy.
+struct MbCopy {
+    decltype(&alloc_mb_mgr) alloc = alloc_mb_mgr;
+    decltype(&init_mb_mgr_auto) init = init_mb_mgr_auto;
+    decltype(&free_mb_mgr) free = free_mb_mgr;
+    decltype(&imb_get_errno) get_errno = imb_get_errno;
+    unsigned users = 0;  // threads
 };
-using MgrPtr = std::unique_ptr<IMB_MGR, MgrFree>;
 
-MgrPtr new_mgr()
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+class MbCopies {
+public:
+    static constexpr size_t kMaxCopies = 8;  // the linked one included
+
+    static MbCopies &get()
+    {
+        static MbCopies *copies = new MbCopies;  // thread_local destructors use it at exit
+        return *copies;
+    }
+    bool private_copies() const { return private_; }
+    // A copy no other thread uses, loading one if it must; else the linked copy, shared.
+    MbCopy *take()
+    {
+        std::lock_guard lock(mu_);
+        for (auto &c : copies_)
+            if (c.users == 0) {
+                c.users++;
+                return &c;
+            }
+        if (private_ && !failed_ && copies_.size() < kMaxCopies)
+            if (MbCopy *c = load()) {
+                c->users++;
+                return c;
+            }
+        copies_.front().users++;
+        return &copies_.front();
+    }
+    void give_back(MbCopy *c)
+    {
+        std::lock_guard lock(mu_);
+        c->users--;
+    }
+
+private:
+    MbCopies() : private_(!kSanitized && imb_get_version() < IMB_VERSION(1, 4, 0))
+    {
+        copies_.emplace_back();
+    }
+    MbCopy *load()
+    {
+        // The very file the program is linked with, wherever it was found.
+        Dl_info linked;
+        if (!dladdr(reinterpret_cast<void *>(alloc_mb_mgr), &linked) || !linked.dli_fname)
+            return nullptr;
+        void *h = dlmopen(LM_ID_NEWLM, linked.dli_fname, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            failed_ = true;  // out of namespaces or static TLS: later threads share
+            return nullptr;
+        }
+        MbCopy c;
+        c.alloc = reinterpret_cast<decltype(c.alloc)>(dlsym(h, "alloc_mb_mgr"));
+        c.init = reinterpret_cast<decltype(c.init)>(dlsym(h, "init_mb_mgr_auto"));
+        c.free = reinterpret_cast<decltype(c.free)>(dlsym(h, "free_mb_mgr"));
+        c.get_errno = reinterpret_cast<decltype(c.get_errno)>(dlsym(h, "imb_get_errno"));
+        if (!c.alloc || !c.init || !c.free || !c.get_errno) {
+            dlclose(h);
+            failed_ = true;
+            return nullptr;
+        }
+        return &copies_.emplace_back(c);
+    }
+
+    std::mutex mu_;
+    std::deque<MbCopy> copies_;  // the linked copy first; addresses stay
+    const bool private_;
+    bool failed_ = false;  // a load failed: none is tried again
+};
+
+// The calling thread's copy of the library and manager.
+struct ThreadMb {
+    MbCopy *copy = nullptr;
+    IMB_MGR *mgr = nullptr;
+    ~ThreadMb()
+    {
+        if (mgr)
+            copy->free(mgr);
+        if (copy)
+            MbCopies::get().give_back(copy);
+    }
+};
+
+// The calling thread's, with mgr nullptr if it cannot be set up (out of memory).
+ThreadMb &thread_mb()
 {
-    MgrPtr m(alloc_mb_mgr(0));
-    if (!m)
-        return nullptr;
-    init_mb_mgr_auto(m.get(), nullptr);
-    if (imb_get_errno(m.get()) != 0)
-        return nullptr;
-    return m;
+    thread_local ThreadMb t;
+    if (!t.mgr) {
+        if (!t.copy)
+            t.copy = MbCopies::get().take();
+        t.mgr = t.copy->alloc(0);
+        if (t.mgr) {
+            t.copy->init(t.mgr, nullptr);
+            if (t.copy->get_errno(t.mgr) != 0) {
+                t.copy->free(t.mgr);
+                t.mgr = nullptr;
+            }
+        }
+    }
+    return t;
 }
 
-// The calling thread's manager, or nullptr if it cannot be set up (out of memory).
 IMB_MGR *thread_mgr()
 {
-    thread_local MgrPtr mgr;
-    if (!mgr)
-        mgr = new_mgr();
-    return mgr.get();
+    return thread_mb().mgr;
 }
 
 Error mgr_error()
@@ -122,7 +237,8 @@ aes_gcm_enc_dec_t MbGcm::function(const IMB_MGR *mgr, bool encrypt) const
 
 void MbGcm::run(CryptoOp *ops, size_t n, bool encrypt)
 {
-    IMB_MGR *mgr = thread_mgr();
+    ThreadMb &t = thread_mb();
+    IMB_MGR *mgr = t.mgr;
     if (!mgr) {
         for (size_t i = 0; i < n; i++)
             ops[i].ok = false;
@@ -153,7 +269,7 @@ void MbGcm::run(CryptoOp *ops, size_t n, bool encrypt)
         uint8_t tag[16];
         gcm(&key_, &ctx, payload, payload, op.payload_len, nonce, aad_ptr, aad_len,
             encrypt ? icv : tag, icv_len_);
-        if (imb_get_errno(mgr) != 0)
+        if (t.copy->get_errno(mgr) != 0)
             op.ok = false;
         else
             op.ok = encrypt || CRYPTO_memcmp(tag, icv, icv_len_) == 0;
@@ -408,6 +524,17 @@ void MbEncAuth::complete(const IMB_JOB *job)
 }
 
 }  // namespace
+
+const void *ipsecmb_thread_code()
+{
+    IMB_MGR *mgr = thread_mgr();
+    return mgr ? reinterpret_cast<const void *>(mgr->gcm128_enc) : nullptr;
+}
+
+bool ipsecmb_private_copies()
+{
+    return MbCopies::get().private_copies();
+}
 
 bool ipsecmb_implements(const Transform &xf)
 {
