@@ -54,7 +54,8 @@ run "decap, OpenSSL, AES-CBC and HMAC-SHA1, 10 SAs" --direction decap --workers 
 "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(0 if r["direction"] == "decap" and r["crypto"] == "openssl" else 1)' "$work/out.json" &&
     pass "decap: the JSON says the direction and backend" || fail "decap: the JSON says the direction and backend" "$(cat "$work/out.json")"
 
-# `bench cpus`: the hand-over between the first two CPUs this process may run on, if it has two.
+# `bench cpus`: the hand-over between the first two CPUs this process may run on, if it has two,
+# and one SA's cipher on one of them and on both.
 two=$("$PY" -c 'import os; c = sorted(os.sched_getaffinity(0)); print("%d,%d" % (c[0], c[1]) if len(c) > 1 else "")')
 if [ -n "$two" ]; then
     if "$XESP" bench cpus --cpus "$two" --seconds 0.05 --size 1400 --json >"$work/cpus.json" 2>"$work/err"; then
@@ -65,13 +66,16 @@ ok = (r["cpus"] == [int(c) for c in sys.argv[2].split(",")] and r["size"] == 140
       r["line_round_trip_ns"] > 0 and r["frame_round_trip_ns"] > r["line_round_trip_ns"] and
       r["frame_writes_one_cpu_ns"] > 0 and
       [s["cpu"] for s in r["stalls"]] == r["cpus"] and
+      r["cipher"]["transform"] == "aes128gcm" and r["cipher"]["crypto"] in ("ipsecmb", "openssl") and
+      r["cipher"]["one_cpu_mpps"] > 0 and
+      (r["cipher"]["both_cpus_mpps"] > 0) == (r["cipher"]["crypto"] == "ipsecmb") and
       all((s["over_1ms"] > 0) == (s["longest_ns"] > 1000000) and
           (s["over_100us"] > 0) == (s["longest_ns"] > 100000) and
           s["over_100us"] >= s["over_1ms"] for s in r["stalls"]))
 print("ok" if ok else json.dumps(r))
 ' "$work/cpus.json" "$two")
-        [ "$got" = ok ] && pass "bench cpus: a line, a frame and the stalls of CPUs $two" ||
-            fail "bench cpus: a line, a frame and the stalls of CPUs $two" "$got"
+        [ "$got" = ok ] && pass "bench cpus: a line, a frame, the stalls and the cipher of CPUs $two" ||
+            fail "bench cpus: a line, a frame, the stalls and the cipher of CPUs $two" "$got"
     else
         fail "bench cpus" "$(head -1 "$work/err")"
     fi

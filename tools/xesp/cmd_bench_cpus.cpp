@@ -13,9 +13,12 @@
 // The same writes on one CPU, with no turns, give what they cost in a warm cache, so that
 //   frame_move_ns = (frame round trip - line round trip - the writes on one CPU) / 2
 // is what one move of the frame's lines from one CPU to the other costs.
-// Last, a thread on each CPU at once reads the clock as fast as it can: a gap between two
+// Then a thread on each CPU at once reads the clock as fast as it can: a gap between two
 // reads is time the thread was kept from running (an interrupt, or the host running something
 // else on a virtual CPU). A packet in flight between two threads waits out the gaps of both.
+// Last, one SA's AES-128-GCM cipher encrypts --size packets on the first CPU, then on both at
+// once, each in frames of its own: what a second worker can add to the crypto when nothing
+// else is handed over (a backend that writes shared state at each call adds less).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -27,9 +30,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/xesp/bench_transforms.h"
 #include "tools/xesp/commands.h"
 #include "userspace/base/clock.h"
 #include "userspace/base/cpu_list.h"
+#include "userspace/crypto/crypto.h"
 
 namespace xesp::cli {
 
@@ -116,10 +121,9 @@ struct Stalls {
     uint64_t over_100us = 0, over_1ms = 0, longest_ns = 0;
 };
 
-// A thread on each CPU at once, reading the clock for `seconds`: the gaps between reads.
-std::vector<Stalls> stalls(const std::vector<int> &cpus, double seconds)
+// Runs body(i) on a thread pinned to each of cpus, all at once.
+template <class Body> void on_each_cpu(const std::vector<int> &cpus, Body &&body)
 {
-    std::vector<Stalls> out(cpus.size());
     std::vector<std::thread> threads;
     threads.reserve(cpus.size());
     std::atomic<int> go{0};  // 1: pinned, run; -1: not pinned, end
@@ -134,20 +138,8 @@ std::vector<Stalls> stalls(const std::vector<int> &cpus, double seconds)
                 int g;
                 while ((g = go.load(std::memory_order_acquire)) == 0) {
                 }
-                if (g < 0)
-                    return;
-                // Counted in registers, and written once: the two threads share no line.
-                const uint64_t limit = uint64_t(seconds * 1e9);
-                uint64_t t0 = now_ns(), last = t0;
-                Stalls st;
-                while (last - t0 < limit) {
-                    uint64_t t = now_ns(), gap = t - last;
-                    st.over_100us += gap > 100'000;
-                    st.over_1ms += gap > 1'000'000;
-                    st.longest_ns = std::max(st.longest_ns, gap);
-                    last = t;
-                }
-                out[i] = st;
+                if (g > 0)
+                    body(i);
             });
     } catch (...) {  // a thread that could not start
         end_all(-1);
@@ -159,7 +151,49 @@ std::vector<Stalls> stalls(const std::vector<int> &cpus, double seconds)
     end_all(pinned ? 1 : -1);
     if (!pinned)
         throw Failure("bench cpus: " + pinned.error().message);
+}
+
+// A thread on each CPU at once, reading the clock for `seconds`: the gaps between reads.
+std::vector<Stalls> stalls(const std::vector<int> &cpus, double seconds)
+{
+    std::vector<Stalls> out(cpus.size());
+    on_each_cpu(cpus, [&](size_t i) {
+        // Counted in registers, and written once: the two threads share no line.
+        const uint64_t limit = uint64_t(seconds * 1e9);
+        uint64_t t0 = now_ns(), last = t0;
+        Stalls st;
+        while (last - t0 < limit) {
+            uint64_t t = now_ns(), gap = t - last;
+            st.over_100us += gap > 100'000;
+            st.over_1ms += gap > 1'000'000;
+            st.longest_ns = std::max(st.longest_ns, gap);
+            last = t;
+        }
+        out[i] = st;
+    });
     return out;
+}
+
+// One SA's cipher encrypting bursts of 32 packets of `size` bytes on each CPU of `cpus` at
+// once, each thread in frames of its own, as workers do with one SA: Mpps, all together.
+double cipher_mpps(SaCipher &cipher, uint32_t size, const std::vector<int> &cpus, double seconds)
+{
+    constexpr size_t kBurst = 32;
+    const uint32_t payload = (size + 2 + 3) / 4 * 4;  // the padding of RFC 4106's ESP
+    const size_t slot = (payload + 64 + 63) / 64 * 64;
+    std::vector<double> ns(cpus.size());
+    on_each_cpu(cpus, [&](size_t i) {
+        std::vector<uint8_t> mem(kBurst * slot + 64);
+        uint8_t *base = reinterpret_cast<uint8_t *>((uintptr_t(mem.data()) + 63) & ~uintptr_t(63));
+        CryptoOp ops[kBurst];
+        for (size_t k = 0; k < kBurst; k++)
+            ops[k] = CryptoOp{base + k * slot, payload, 0, false};
+        ns[i] = per_round(seconds, [&](uint64_t) { cipher.encrypt(ops, kBurst); });
+    });
+    double mpps = 0;
+    for (double n : ns)
+        mpps += kBurst * 1e3 / n;
+    return mpps;
 }
 
 // Two passes over buf on one CPU, the frame's round trip without the moves: ns.
@@ -198,6 +232,16 @@ void run_cpus(const CpusOptions &o)
     const double local = on_one_cpu(a, buf, o.size, o.seconds);
     const double move = (frame - line - local) / 2;
     const std::vector<Stalls> st = stalls({a, b}, o.seconds);
+    const NamedTransform &t = *find_transform("aes128gcm");
+    const SaConfig sa = bench_sa(t);
+    auto cipher = make_cipher(resolve_backend(Backend::Auto, sa.xf), sa.xf, false);
+    if (!cipher)
+        throw Failure("bench cpus: " + cipher.error().message);
+    const double one = cipher_mpps(**cipher, o.size, {a}, o.seconds);
+    // A cipher whose contexts are per SA (OpenSSL's) runs on one thread at a time: 0.
+    const double both =
+        (*cipher)->thread_safe() ? cipher_mpps(**cipher, o.size, {a, b}, o.seconds) : 0;
+    const std::string crypto(backend_name((*cipher)->backend()));
     nlohmann::json js = nlohmann::json::array();
     for (size_t i = 0; i < st.size(); i++)
         js.push_back({{"cpu", i ? b : a},
@@ -211,7 +255,12 @@ void run_cpus(const CpusOptions &o)
                         {"frame_round_trip_ns", frame},
                         {"frame_writes_one_cpu_ns", local},
                         {"frame_move_ns", move},
-                        {"stalls", js}};
+                        {"stalls", js},
+                        {"cipher",
+                         {{"transform", t.name},
+                          {"crypto", crypto},
+                          {"one_cpu_mpps", one},
+                          {"both_cpus_mpps", both}}}};
     if (o.json) {
         std::printf("%s\n", j.dump(1).c_str());
         return;
@@ -224,6 +273,14 @@ void run_cpus(const CpusOptions &o)
                     "1 ms, at most %.2f ms\n",
                     i ? b : a, o.seconds, (unsigned long long)st[i].over_100us,
                     (unsigned long long)st[i].over_1ms, double(st[i].longest_ns) / 1e6);
+    if (both > 0)
+        std::printf("one SA's %s (%s), %u B: %.2f Mpps on cpu %d, %.2f Mpps on both at once "
+                    "(%.2fx)\n",
+                    t.name, crypto.c_str(), o.size, one, a, both, both / one);
+    else
+        std::printf("one SA's %s (%s), %u B: %.2f Mpps on cpu %d; its contexts are per SA, "
+                    "not run on both at once\n",
+                    t.name, crypto.c_str(), o.size, one, a);
 }
 
 }  // namespace
