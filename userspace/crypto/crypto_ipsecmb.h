@@ -12,10 +12,10 @@ namespace xesp {
 bool ipsecmb_implements(const Transform &xf);
 
 // Whether each thread that runs this backend's crypto gets a copy of the library of its own
-// (crypto_ipsecmb.cpp), while there are copies to be had; and, for tests, the code the calling
-// thread's AES-128-GCM encryption runs: one copy's, so two threads with copies of their own
-// give two addresses.
+// (crypto_ipsecmb.cpp), while there are copies to be had.
 bool ipsecmb_private_copies();
+// The code the calling thread's AES-128-GCM encryption runs, for tests: one copy's, so two
+// threads with copies of their own give two addresses.
 const void *ipsecmb_thread_code();
 
 // Expects a transform that backend_supports(Backend::IpsecMb, xf) accepts.
