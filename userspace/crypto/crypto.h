@@ -57,13 +57,16 @@ public:
     // OpenSSL EVP context carries the call's state, one per SA.
     bool thread_safe() const { return backend() == Backend::IpsecMb; }
 
-    // The bytes encrypt() and decrypt() read for every op (the object, expanded keys and hash
-    // states), for an SA to prefetch: with many SAs they are seldom in cache.
+    // The bytes encrypt() and decrypt() read for every op, for an SA to prefetch: with many
+    // SAs they are seldom in cache. They are the object (with intel-ipsec-mb, expanded keys
+    // and hash states included; OpenSSL's key schedules are out of reach), its size kept in
+    // the object, not asked of it with a virtual call: that call would wait for a cold
+    // object's first line before it could ask for any of them.
     struct Hot {
         const void *p;
         size_t len;
     };
-    virtual Hot hot() const = 0;
+    Hot hot() const { return {this, hot_len_}; }
 
     // For crypt_burst(): runs ops[0, k) with ciphers[0, k) for the longest run from the start
     // that this cipher's backend takes in one go (ciphers[0] is this cipher) and returns k.
@@ -74,6 +77,7 @@ public:
 
 protected:
     const void *lane_group_ = nullptr;
+    uint32_t hot_len_ = sizeof(SaCipher);  // each backend's constructor: sizeof *this
 };
 
 // The ops of many SAs in one call: ops[i] with ciphers[i], as each cipher's encrypt() or

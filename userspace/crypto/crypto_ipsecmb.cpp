@@ -190,6 +190,7 @@ public:
     MbGcm(IMB_MGR *mgr, const Transform &xf, bool esn)
             : salt_(xf.salt), icv_len_(xf.icv_len), esn_(esn)
     {
+        hot_len_ = sizeof *this;
         switch (xf.enc_key.size()) {
         case 16:
             IMB_AES128_GCM_PRE(mgr, xf.enc_key.data(), &key_);
@@ -212,7 +213,6 @@ public:
     void encrypt(CryptoOp *ops, size_t n) override { run(ops, n, true); }
     void decrypt(CryptoOp *ops, size_t n) override { run(ops, n, false); }
     Backend backend() const override { return Backend::IpsecMb; }
-    Hot hot() const override { return {this, sizeof *this}; }
 
 private:
     void run(CryptoOp *ops, size_t n, bool encrypt);
@@ -327,7 +327,6 @@ public:
     void encrypt(CryptoOp *ops, size_t n) override { run_jobs(nullptr, this, ops, n, true); }
     void decrypt(CryptoOp *ops, size_t n) override { run_jobs(nullptr, this, ops, n, false); }
     Backend backend() const override { return Backend::IpsecMb; }
-    Hot hot() const override { return {this, sizeof *this}; }
     // Every MbEncAuth: each job carries its own keys, so the lanes fill across SAs.
     size_t run_many(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt) override
     {
@@ -382,6 +381,7 @@ MbEncAuth::MbEncAuth(IMB_MGR *mgr, const Transform &xf, bool esn)
           hash_(hash_info(xf.auth)), iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
 {
     lane_group_ = &kLaneGroup;
+    hot_len_ = sizeof *this;
     if (cipher_mode_ == IMB_CIPHER_CBC) {
         switch (xf.enc_key.size()) {
         case 16:

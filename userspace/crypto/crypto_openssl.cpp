@@ -105,7 +105,9 @@ public:
     EvpAead(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, const Transform &xf, bool esn)
             : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)),
               salt_(xf.salt), icv_len_(xf.icv_len), gmac_(xf.aead == AeadAlg::AesGmac), esn_(esn)
-    {}
+    {
+        hot_len_ = sizeof *this;
+    }
     ~EvpAead() override { OPENSSL_cleanse(salt_.data(), salt_.size()); }
 
     void encrypt(CryptoOp *ops, size_t n) override
@@ -119,8 +121,6 @@ public:
             ops[i].ok = run(dec_.get(), ops[i], false);
     }
     Backend backend() const override { return Backend::OpenSsl; }
-    // The object only: the contexts' key schedules are OpenSSL's, out of reach.
-    Hot hot() const override { return {this, sizeof *this}; }
 
 private:
     bool run(EVP_CIPHER_CTX *ctx, const CryptoOp &op, bool encrypt);
@@ -301,7 +301,9 @@ public:
     EvpEncAuth(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, const Transform &xf, bool esn)
             : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)),
               iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
-    {}
+    {
+        hot_len_ = sizeof *this;
+    }
     bool key_hmac(const KeyBytes &key) { return hmac_.set_key(key); }
 
     void encrypt(CryptoOp *ops, size_t n) override
@@ -315,8 +317,6 @@ public:
             ops[i].ok = open(ops[i]);
     }
     Backend backend() const override { return Backend::OpenSsl; }
-    // The object only: the contexts' key schedules are OpenSSL's, out of reach.
-    Hot hot() const override { return {this, sizeof *this}; }
 
 private:
     bool seal(const CryptoOp &op);
