@@ -59,9 +59,9 @@ public:
 
     // The bytes encrypt() and decrypt() read for every op, for an SA to prefetch: with many
     // SAs they are seldom in cache. They are the object (with intel-ipsec-mb, expanded keys
-    // and hash states included; OpenSSL's key schedules are out of reach), its size kept in
-    // the object, not asked of it with a virtual call: that call would wait for a cold
-    // object's first line before it could ask for any of them.
+    // and hash states included; OpenSSL's key schedules are out of reach). Its size is a field
+    // of the object, not the answer of a virtual call, which would load the vtable's entry
+    // after the object's first line and call it before the size was known.
     struct Hot {
         const void *p;
         size_t len;
@@ -76,8 +76,11 @@ public:
     const void *lane_group() const { return lane_group_; }
 
 protected:
+    explicit SaCipher(uint32_t hot_len) : hot_len_(hot_len) {}  // the backend's sizeof
     const void *lane_group_ = nullptr;
-    uint32_t hot_len_ = sizeof(SaCipher);  // each backend's constructor: sizeof *this
+
+private:
+    const uint32_t hot_len_;
 };
 
 // The ops of many SAs in one call: ops[i] with ciphers[i], as each cipher's encrypt() or

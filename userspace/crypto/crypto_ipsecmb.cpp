@@ -3,10 +3,10 @@
 // AES-GCM uses the direct API: one call per packet is the library's fastest path for a single
 // buffer. AES-CBC/NULL + HMAC goes through the job API for the whole burst, so that the
 // multi-buffer code hashes and ciphers several packets side by side in SIMD lanes. Whether a
-// GCM call went through is read from the context it filled, not from the library's error
-// variable: that takes a call per packet, and at 100,000 SAs the call through a pointer to
-// the thread's copy (below) cost a fifth of the rate (`xesp bench pipeline --sas 100000`, one
-// worker: about 3.0 against 3.7 Mpps).
+// GCM call went through is read from the context it filled, where the library version allows
+// (kGcmLengthInContext), not from the library's error variable: that takes a call per packet,
+// and at 100,000 SAs the call through a pointer to the thread's copy (below) costs a fifth of
+// the rate (`xesp bench pipeline --sas 100000`, one worker: about 3.0 against 3.7 Mpps).
 //
 // An IMB_MGR holds the state of those lanes and must not be used by two threads at once. It is
 // about 200 KB, too much to keep one per SA and worker, so each thread has its own; a call
@@ -16,10 +16,9 @@
 //
 // Each thread also runs a copy of the library of its own, where it can. Before version 1.4
 // (Debian 12 has 1.3), every call of the library, the direct GCM API and the job API alike,
-// writes 0 to one global error variable (intel-ipsec-mb issue 112): two threads that encrypt
-// at once take that variable's cache line from each other at every packet, and together did
-// 0.9 to 1.8 times the work of one, the less the farther apart their cores (`xesp bench cpus`,
-// with every thread on one copy). A copy loaded with dlmopen() into a link-map namespace of
+// writes 0 to one global error variable (intel-ipsec-mb issue 112): two threads on one copy
+// that encrypt at once take that variable's cache line from each other at every packet, and
+// together do 0.9 to 1.8 times the work of one, the less the farther apart their cores. A copy loaded with dlmopen() into a link-map namespace of
 // its own has globals of its own, and a libc of its own, which the library calls for little
 // more than its managers' memory: the threads then share only the keys, which they read, and
 // two do twice the work of one. Managers come from, and go back to, their own copy; the
@@ -151,9 +150,9 @@ struct ThreadMb {
     }
 };
 
-// The calling thread's manager, from its copy of the library, or nullptr if it cannot be set
-// up (out of memory).
-IMB_MGR *thread_mgr()
+// The calling thread's manager and copy of the library; mgr is nullptr if it cannot be set up
+// (out of memory).
+ThreadMb &thread_mb()
 {
     thread_local ThreadMb t;
     if (!t.mgr) {
@@ -168,8 +167,19 @@ IMB_MGR *thread_mgr()
             }
         }
     }
-    return t.mgr;
+    return t;
 }
+
+IMB_MGR *thread_mgr()
+{
+    return thread_mb().mgr;
+}
+
+// Whether every GCM call that goes through leaves the payload's length in its context: up to
+// 1.5, every path runs the library's init, update and finalize steps on the context, and a
+// call it refuses (it checks pointers and lengths first) does not touch it. 2.0 has a path for
+// payloads of up to 256 bytes that leaves the context alone: there, the error variable says.
+const bool kGcmLengthInContext = imb_get_version() < IMB_VERSION(2, 0, 0);
 
 Error mgr_error()
 {
@@ -188,9 +198,8 @@ void put_be32(uint8_t *p, uint32_t v)
 class MbGcm final : public SaCipher {
 public:
     MbGcm(IMB_MGR *mgr, const Transform &xf, bool esn)
-            : salt_(xf.salt), icv_len_(xf.icv_len), esn_(esn)
+            : SaCipher(sizeof(MbGcm)), salt_(xf.salt), icv_len_(xf.icv_len), esn_(esn)
     {
-        hot_len_ = sizeof *this;
         switch (xf.enc_key.size()) {
         case 16:
             IMB_AES128_GCM_PRE(mgr, xf.enc_key.data(), &key_);
@@ -242,7 +251,8 @@ aes_gcm_enc_dec_t MbGcm::function(const IMB_MGR *mgr, bool encrypt) const
 
 void MbGcm::run(CryptoOp *ops, size_t n, bool encrypt)
 {
-    IMB_MGR *mgr = thread_mgr();
+    ThreadMb &t = thread_mb();
+    IMB_MGR *mgr = t.mgr;
     if (!mgr) {
         for (size_t i = 0; i < n; i++)
             ops[i].ok = false;
@@ -269,15 +279,14 @@ void MbGcm::run(CryptoOp *ops, size_t n, bool encrypt)
             aad_len = sizeof aad;
         }
 
-        // A call that went through has counted the payload into its context; one the
-        // library refused (it checks pointers and lengths first) has not touched it, and
-        // has left the payload as it was: in clear, for an encryption.
+        // A call the library refused has left the payload as it was: in clear, for an
+        // encryption.
         alignas(64) gcm_context_data ctx;
         ctx.in_length = UINT64_MAX;
         uint8_t tag[16];
         gcm(&key_, &ctx, payload, payload, op.payload_len, nonce, aad_ptr, aad_len,
             encrypt ? icv : tag, icv_len_);
-        if (ctx.in_length != op.payload_len)
+        if (kGcmLengthInContext ? ctx.in_length != op.payload_len : t.copy->get_errno(mgr) != 0)
             op.ok = false;
         else
             op.ok = encrypt || CRYPTO_memcmp(tag, icv, icv_len_) == 0;
@@ -377,11 +386,11 @@ private:
 };
 
 MbEncAuth::MbEncAuth(IMB_MGR *mgr, const Transform &xf, bool esn)
-        : cipher_mode_(xf.enc == EncAlg::AesCbc ? IMB_CIPHER_CBC : IMB_CIPHER_NULL),
+        : SaCipher(sizeof(MbEncAuth)),
+          cipher_mode_(xf.enc == EncAlg::AesCbc ? IMB_CIPHER_CBC : IMB_CIPHER_NULL),
           hash_(hash_info(xf.auth)), iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
 {
     lane_group_ = &kLaneGroup;
-    hot_len_ = sizeof *this;
     if (cipher_mode_ == IMB_CIPHER_CBC) {
         switch (xf.enc_key.size()) {
         case 16:

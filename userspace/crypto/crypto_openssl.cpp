@@ -103,11 +103,10 @@ bool fits_int(uint32_t n)
 class EvpAead final : public SaCipher {
 public:
     EvpAead(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, const Transform &xf, bool esn)
-            : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)),
-              salt_(xf.salt), icv_len_(xf.icv_len), gmac_(xf.aead == AeadAlg::AesGmac), esn_(esn)
-    {
-        hot_len_ = sizeof *this;
-    }
+            : SaCipher(sizeof(EvpAead)), cipher_(std::move(cipher)), enc_(std::move(enc)),
+              dec_(std::move(dec)), salt_(xf.salt), icv_len_(xf.icv_len),
+              gmac_(xf.aead == AeadAlg::AesGmac), esn_(esn)
+    {}
     ~EvpAead() override { OPENSSL_cleanse(salt_.data(), salt_.size()); }
 
     void encrypt(CryptoOp *ops, size_t n) override
@@ -299,11 +298,9 @@ private:
 template <class H> class EvpEncAuth final : public SaCipher {
 public:
     EvpEncAuth(CipherPtr cipher, CipherCtxPtr enc, CipherCtxPtr dec, const Transform &xf, bool esn)
-            : cipher_(std::move(cipher)), enc_(std::move(enc)), dec_(std::move(dec)),
-              iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
-    {
-        hot_len_ = sizeof *this;
-    }
+            : SaCipher(sizeof(EvpEncAuth)), cipher_(std::move(cipher)), enc_(std::move(enc)),
+              dec_(std::move(dec)), iv_len_(xf.iv_len()), icv_len_(xf.icv_len), esn_(esn)
+    {}
     bool key_hmac(const KeyBytes &key) { return hmac_.set_key(key); }
 
     void encrypt(CryptoOp *ops, size_t n) override
