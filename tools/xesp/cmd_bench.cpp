@@ -84,8 +84,7 @@ void measure_raw(SaCipher &cipher, const Transform &xf, uint32_t size, double se
 {
     Frames fr(size);
     CryptoOp ops[kBurst];
-    uint32_t block = xf.block_size();
-    uint32_t payload = (size + 2 + block - 1) / block * block;
+    const uint32_t payload = wire::esp_padded_len(size, uint8_t(xf.block_size()));
     for (size_t i = 0; i < kBurst; i++)
         ops[i] = CryptoOp{fr.pkts[i].ip(), payload, 0, false};
     uint64_t n = 0;

@@ -35,6 +35,7 @@
 #include "tools/xesp/commands.h"
 #include "userspace/base/clock.h"
 #include "userspace/base/cpu_list.h"
+#include "userspace/base/wire.h"
 #include "userspace/crypto/crypto.h"
 
 namespace xesp::cli {
@@ -63,13 +64,14 @@ void touch(uint8_t *buf, size_t size)
     asm volatile("" ::: "memory");
 }
 
-// Runs round() in batches of 256 for about `seconds`: ns per round.
-template <class Round> double per_round(double seconds, Round &&round)
+// Runs round() in batches of `batch` (256 for rounds too short to read the clock after each)
+// for about `seconds`: ns per round.
+template <class Round> double per_round(double seconds, Round &&round, int batch = 256)
 {
     const uint64_t limit = uint64_t(seconds * 1e9);
     uint64_t rounds = 0, t0 = now_ns(), t = t0;
     while (t - t0 < limit) {
-        for (int i = 0; i < 256; i++, rounds++)
+        for (int i = 0; i < batch; i++, rounds++)
             round(rounds);
         t = now_ns();
     }
@@ -182,7 +184,7 @@ std::vector<Stalls> stalls(const std::vector<int> &cpus, double seconds)
 double cipher_mpps(SaCipher &cipher, uint32_t size, const std::vector<int> &cpus, double seconds)
 {
     constexpr size_t kBurst = 32;
-    const uint32_t payload = (size + 2 + 3) / 4 * 4;  // the padding of RFC 4106's ESP
+    const uint32_t payload = wire::esp_padded_len(size, 4);  // RFC 4106's ESP: blocks of 4
     const size_t slot = (payload + 64 + 63) / 64 * 64;
     std::vector<double> ns(cpus.size());
     std::atomic<size_t> ready{0};
@@ -200,11 +202,8 @@ double cipher_mpps(SaCipher &cipher, uint32_t size, const std::vector<int> &cpus
         ready.fetch_add(1, std::memory_order_acq_rel);
         while (ready.load(std::memory_order_acquire) < cpus.size()) {
         }
-        const uint64_t limit = uint64_t(seconds * 1e9);
-        uint64_t rounds = 0, t0 = now_ns(), t = t0;
-        for (; t - t0 < limit; t = now_ns(), rounds++)
-            cipher.encrypt(ops, kBurst);
-        ns[i] = double(t - t0) / double(rounds);
+        ns[i] = per_round(
+            seconds, [&](uint64_t) { cipher.encrypt(ops, kBurst); }, 1);
     });
     if (failed.load())
         throw Failure("bench cpus: the cipher failed on a thread (out of memory?)");

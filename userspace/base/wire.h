@@ -43,6 +43,13 @@ constexpr size_t kUdpLen = 8;
 constexpr size_t kEspHdrLen = 8;      // SPI + sequence number
 constexpr size_t kEspTrailerLen = 2;  // pad length + next header
 
+// Plaintext + padding + trailer (RFC 4303 2.4, 2.5): its length, a multiple of the block
+// (4 or 16: a power of two).
+inline uint32_t esp_padded_len(uint32_t plain_len, uint8_t block)
+{
+    return (plain_len + kEspTrailerLen + block - 1) & ~uint32_t(block - 1);
+}
+
 // The version nibble. Enough to tell the family of a header already checked; to read an
 // unchecked one, parse_ip() (ip_header.h).
 inline uint8_t ip_version(const uint8_t *ip)

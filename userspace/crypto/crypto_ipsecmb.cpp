@@ -18,12 +18,12 @@
 // (Debian 12 has 1.3), every call of the library, the direct GCM API and the job API alike,
 // writes 0 to one global error variable (intel-ipsec-mb issue 112): two threads on one copy
 // that encrypt at once take that variable's cache line from each other at every packet, and
-// together do 0.9 to 1.8 times the work of one, the less the farther apart their cores. A copy loaded with dlmopen() into a link-map namespace of
-// its own has globals of its own, and a libc of its own, which the library calls for little
-// more than its managers' memory: the threads then share only the keys, which they read, and
-// two do twice the work of one. Managers come from, and go back to, their own copy; the
-// functions called by name are taken from it (MbCopy), the others go through the manager's
-// pointers, which are its copy's.
+// together do 0.9 to 1.8 times the work of one, the less the farther apart their cores. A
+// copy loaded with dlmopen() into a link-map namespace of its own has globals of its own, and
+// a libc of its own, which the library calls for little more than its managers' memory: the
+// threads then share only the keys, which they read, and two do twice the work of one.
+// Managers come from, and go back to, their own copy; the functions called by name are taken
+// from it (MbCopy), the others go through the manager's pointers, which are its copy's.
 //
 // glibc has room for about ten such namespaces. Past kMaxCopies, or once dlmopen() fails,
 // threads share the linked copy. Copies are never unloaded: a thread that ends leaves its copy

@@ -58,13 +58,6 @@ void udp6_checksum(uint8_t *ip, uint8_t *udp, uint32_t udp_len)
     put16(udp + 6, c ? c : 0xffff);
 }
 
-// Plaintext + padding + trailer (RFC 4303 2.4, 2.5): its length, a multiple of the block
-// (4 or 16: a power of two).
-uint32_t padded_len(uint32_t plain_len, uint8_t block)
-{
-    return (plain_len + kEspTrailerLen + block - 1) & ~uint32_t(block - 1);
-}
-
 // The padding, bytes 1, 2, 3, ..., and the trailer behind the plaintext.
 void write_trailer(uint8_t *end, uint32_t plain_len, uint32_t padded, uint8_t next_header)
 {
@@ -174,7 +167,7 @@ static bool encap_plan(Sa &sa, Pkt &p, const uint8_t *iv, CryptoOp *op)
         p.set_drop(sa.seq_exhausted() ? Drop::OutSeqExhausted : Drop::OutSeqUnreserved);
         return false;
     }
-    uint32_t padded = padded_len(plain_len, sa.block());
+    uint32_t padded = esp_padded_len(plain_len, sa.block());
     uint32_t total = front + keep + padded + sa.icv_len();
     *op = CryptoOp{
         ip + keep - sa.iv_len() - kEspHdrLen,         padded,       uint32_t(seq >> 32), false,
