@@ -971,8 +971,8 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
         fk.fragment = fragment;
         fk.sport = fragment ? 0 : 1234;
         fk.dport = fragment ? 0 : dport;
-        // The classifier's decision from the reference SPD (engine.cpp's classify, with the
-        // in/fwd check on the public side only).
+        // The classifier's decision from the reference SPD (engine_classify.cpp's classify,
+        // with the in/fwd check on the public side only).
         bool unsure = false, unsure_linear = false;
         const PolicyConfig *pol = reference.lookup(Dir::Out, fk, &unsure);
         // The tuple-space search agrees with the walk in priority order that defines it.
