@@ -250,6 +250,9 @@ size_t Gateway::poll_data()
     for (auto &p : ports_)
         rx_one(*p);
     rx_tun();
+    if (ntun_held_ == tun_held_before_)
+        flush_tun();  // the round brought nothing more for the TUN device
+    tun_held_before_ = ntun_held_;
     return counters_[size_t(GwCounter::Rx)] - before;
 }
 
@@ -480,6 +483,7 @@ void Gateway::drain()
 #endif
         }
     }
+    flush_tun();
 }
 
 // Whether prefragment() has to look at p: plaintext to encrypt, IPv4 without DF, and long
@@ -540,6 +544,7 @@ void Gateway::settle()
         p->x.complete();
     if (hops_->pending())
         hops_->poll(false);  // misses of the last bursts: not a millisecond through the kernel
+    flush_tun();
 }
 
 // Housekeeping's sockets into pf (kServiceFds at most), each with its bit in bits: kHopsFd

@@ -376,13 +376,21 @@ private:
     void rx_tun();
     size_t take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     bool cut_tun(uint32_t len);
-    void tx_tun(Port &rx, Pkt *const *pkts, size_t n);
+    void tx_tun(Pkt *const *pkts, size_t n);
+    void flush_tun();
     Port *find_tun_port();
     Port *tun_port_ = nullptr;  // find_tun_port() of the ports open now
     std::unique_ptr<Tun> tun_;
     VnetHdr tun_hdr_;               // of the super-packet in tun_buf_
     std::vector<uint8_t> tun_buf_;  // a super-packet read
     std::vector<uint8_t> gro_buf_;  // a joined one to write
+    // Decrypted packets for the TUN device, held while the rounds bring more (tx_tun()), so
+    // that a flow's segments are joined across bursts, as GRO holds them while its NAPI poll
+    // goes on; written by flush_tun() when a round adds none, when kMaxRun are held, and
+    // before the data thread sleeps or waits (settle(), drain()).
+    std::array<Pkt, Gro::kMaxRun> tun_held_;
+    size_t ntun_held_ = 0;
+    size_t tun_held_before_ = 0;  // at the start of the round (poll_data())
     uint64_t tun_queue_drops() const;
     uint64_t tun_queue_drops_ = 0;  // of the TUN devices closed before
     std::vector<Pkt> tun_pieces_;   // cut, not yet in a burst: [tun_next_, end)

@@ -204,7 +204,7 @@ void Gateway::transmit(Port &rx, Pkt *const *pkts, size_t n)
         for (size_t i = 0; i < l.nkernel; i++)
             to_kernel(rx, *l.kernel[i]);
         if (l.ntun)
-            tx_tun(rx, l.tun, l.ntun);
+            tx_tun(l.tun, l.ntun);
         for (size_t i = 0; i < l.nrecycle; i++)
             rx.x.recycle(*l.recycle[i]);
         // Time exceeded for packets that came through a tunnel goes back through it: the
