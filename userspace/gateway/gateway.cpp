@@ -247,12 +247,13 @@ void Gateway::refresh_local_addresses()
 size_t Gateway::poll_data()
 {
     size_t before = counters_[size_t(GwCounter::Rx)];
+    tun_added_ = 0;
     for (auto &p : ports_)
         rx_one(*p);
     rx_tun();
-    if (ntun_held_ == tun_held_before_)
-        flush_tun();  // the round brought nothing more for the TUN device
-    tun_held_before_ = ntun_held_;
+    // The round brought nothing more for the TUN device, or the first held has waited enough.
+    if (ntun_held_ && (!tun_added_ || now_ns() - tun_held_since_ >= kTunHoldNs))
+        flush_tun();
     return counters_[size_t(GwCounter::Rx)] - before;
 }
 
@@ -472,6 +473,7 @@ size_t Gateway::reap_jobs()
 
 void Gateway::drain()
 {
+    flush_tun();  // what finished before: not kept waiting for the workers
     for (unsigned idle = 0; in_flight();) {
         if (reap_jobs()) {
             idle = 0;

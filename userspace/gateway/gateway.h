@@ -191,7 +191,7 @@ public:
     // Moves a burst on every socket; returns how many packets came in. With workers, bursts
     // may still be in flight when it returns (in_flight()); they hold pointers into the
     // engine's tables, so the data thread is quiescent (readers()) only when none is:
-    // drain() finishes them all, waiting for the workers.
+    // drain() finishes them all, waiting for the workers, and writes what tx_tun() holds.
     size_t poll_data();
     size_t in_flight() const { return workers_ ? workers_->in_flight() : 0; }
     void drain();
@@ -201,7 +201,8 @@ public:
     // something (woke()).
     void housekeeping();
     // Before sleeping: finished bursts and sent frames back to the pool (a sendto() only
-    // while frames still wait in a TX ring), and next hops to resolve for what just came.
+    // while frames still wait in a TX ring), next hops to resolve for what just came, and
+    // what tx_tun() holds written.
     void settle();
     // Sleeping: what to wait on goes into pfds (the caller may add its own after), and what
     // the wait found to woke(): housekeeping() if one of its sockets has something, and a
@@ -384,13 +385,17 @@ private:
     VnetHdr tun_hdr_;               // of the super-packet in tun_buf_
     std::vector<uint8_t> tun_buf_;  // a super-packet read
     std::vector<uint8_t> gro_buf_;  // a joined one to write
-    // Decrypted packets for the TUN device, held while the rounds bring more (tx_tun()), so
-    // that a flow's segments are joined across bursts, as GRO holds them while its NAPI poll
-    // goes on; written by flush_tun() when a round adds none, when kMaxRun are held, and
-    // before the data thread sleeps or waits (settle(), drain()).
+    // Decrypted packets for the TUN device, held while the data thread's rounds keep
+    // bringing more (tx_tun()), so that a flow's segments are joined across bursts, as the
+    // kernel's GRO holds a flow while its NAPI poll goes on. flush_tun() writes them: after a
+    // round that brought none (poll_data()), once kMaxRun are held or the first has waited
+    // kTunHoldNs, and wherever the thread waits or sleeps (drain(), settle()) or the device
+    // closes (close_tun()).
+    static constexpr uint64_t kTunHoldNs = 100'000;
     std::array<Pkt, Gro::kMaxRun> tun_held_;
     size_t ntun_held_ = 0;
-    size_t tun_held_before_ = 0;  // at the start of the round (poll_data())
+    size_t tun_added_ = 0;         // to the hold in this round (poll_data())
+    uint64_t tun_held_since_ = 0;  // when the first held packet came
     uint64_t tun_queue_drops() const;
     uint64_t tun_queue_drops_ = 0;  // of the TUN devices closed before
     std::vector<Pkt> tun_pieces_;   // cut, not yet in a burst: [tun_next_, end)

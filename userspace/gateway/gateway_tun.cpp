@@ -7,8 +7,8 @@
 //        cut (gso_split) into frames of the Umem --> bursts of Classified::Plain --> the
 //        engine, on the data thread or the workers as any burst --> out of a public port
 //   public port --XDP, AF_XDP--> the engine, decrypted --> no port of ours for its next hop
-//        --> tx_tun(): joined (Gro) --write()--> xesp-tun --> the kernel forwards it to DEV,
-//        whole, and cuts it only where it must
+//        --> tx_tun(): held; flush_tun(): joined (Gro) --write()--> xesp-tun --> the kernel
+//        forwards it to DEV, whole, and cuts it only where it must
 //
 //   UDP: tc ingress --hop taken, bpf_redirect--> the local link (local_link.h) --XDP,
 //        AF_XDP--> the engine as in xdp mode: a burst per wakeup, not a read per datagram
@@ -36,10 +36,12 @@
 //    bounds what one super-packet can make.
 // 7. Joining. A flow's segments come from the far gateway's TX a few at a time, so a burst
 //    holds a few of them. What is decrypted for the TUN is held while the data thread's rounds
-//    bring more (tx_tun()), up to Gro::kMaxRun packets, and joined when a round brings none
-//    or before the thread sleeps (flush_tun()): the kernel's GRO holds a flow the same way
-//    while its NAPI poll goes on. With one TCP stream this took the segments in each write
-//    from about 8 to about 20, and the kernel's forwarding and the receiver's ACKs with them.
+//    keep bringing more (tx_tun()), and written joined (flush_tun()) after a round that
+//    brought none, once Gro::kMaxRun packets are held or the first has waited kTunHoldNs
+//    (100 us), and before the thread waits or sleeps: the kernel's GRO holds a flow while its
+//    NAPI poll goes on, and up to a jiffy while the device stays busy. With one TCP stream
+//    this took the segments in each write from about 8 to about 20, and the kernel's
+//    forwarding and the receiver's ACKs down with them.
 #include <errno.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
@@ -388,33 +390,36 @@ void Gateway::rx_tun()
 }
 
 // Decrypted packets for the kernel to forward, through the TUN device: held (tun_held_), to
-// be written by flush_tun() with those the next rounds bring. The frames are the pool's again
-// once written.
+// be written by flush_tun() with those the next rounds bring.
 void Gateway::tx_tun(Pkt *const *pkts, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
+        if (!ntun_held_)
+            tun_held_since_ = now_ns();
+        tun_held_[ntun_held_++] = *pkts[i];
         if (ntun_held_ == tun_held_.size())
             flush_tun();
-        tun_held_[ntun_held_++] = *pkts[i];
     }
+    tun_added_ += n;
 }
 
 // The held packets written: the segments of a TCP flow that follow each other joined into one
 // (Gro), and the datagrams of a UDP flow where the device takes USO, each written with its
-// vnet header; the frames back to the pool.
+// vnet header; then every frame goes back to the pool, written or not (drop-tun-write).
 void Gateway::flush_tun()
 {
     const size_t k = ntun_held_;
     if (!k)
         return;
     ntun_held_ = 0;
-    tun_held_before_ = 0;
     const uint8_t *ips[Gro::kMaxRun];
     uint32_t lens[Gro::kMaxRun];
     uint16_t run_of[Gro::kMaxRun];
+    uint64_t addrs[Gro::kMaxRun];
     for (size_t i = 0; i < k; i++) {
         ips[i] = tun_held_[i].ip();
         lens[i] = tun_held_[i].len;
+        addrs[i] = uint64_t(tun_held_[i].frame - umem_->frame(0));
     }
     Gro::plan(ips, lens, k, tun_ && tun_->uso(), run_of);
     for (size_t i = 0; i < k; i++) {
@@ -423,7 +428,7 @@ void Gateway::flush_tun()
         size_t segs = 0;
         for (size_t j = i; j < k; j++)
             segs += run_of[j] == i;
-        int rc = -ENODEV;
+        int rc = -ENODEV;  // no device: close_tun() writes the hold first, so never here
         if (segs == 1 && tun_) {
             rc = tun_->write(VnetHdr{}, ips[i], lens[i]);
         } else if (tun_) {
@@ -438,10 +443,7 @@ void Gateway::flush_tun()
         count(GwCounter::TunTx);
         count(GwCounter::TunJoined, segs - 1);
     }
-    for (size_t i = 0; i < k; i++) {
-        uint64_t addr = uint64_t(tun_held_[i].frame - umem_->frame(0));
-        pool_->free(&addr, 1);
-    }
+    pool_->free(addrs, uint32_t(k));
 }
 
 }  // namespace xesp
