@@ -126,6 +126,12 @@ if [ "$PROT_MODE" = tun ]; then
     check "stats: the tc program sent UDP to gwA's local link" test "$(stat gwA 'xdp.tun-udp-link')" -gt 0
     check "stats: gwA read it from the TUN and cut it" test "$(stat gwA 'gateway.tun-pieces')" -gt 0
     check "stats: gwB wrote what it decrypted to its TUN" test "$(stat gwB 'gateway.tun-tx')" -gt 0
+    # The TCP transfers above: each gateway joined the segments it decrypted (GRO), IPv4 on
+    # gwB, IPv6 on gwA.
+    check "stats: gwB joined decrypted TCP segments in its TUN writes" \
+        test "$(stat gwB 'gateway.tun-joined')" -gt 0
+    check "stats: gwA joined decrypted TCP segments in its TUN writes" \
+        test "$(stat gwA 'gateway.tun-joined')" -gt 0
     check "stats: nothing read from a TUN was bad" test "$(stat gwA 'gateway.drop-tun-bad')" = 0
 else
     check "stats: XDP redirected to encrypt on gwA" test "$(stat gwA 'xdp.redirect-encap')" -gt 0
