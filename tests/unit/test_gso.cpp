@@ -280,6 +280,32 @@ struct Burst {
         uint32_t n =
             Gro::write(at.data(), len.data(), pkts.size(), run_of.data(), first, out.data(), h);
         out.resize(n);
+        // The same run as gather() gives it for writev(): a joined run's headers in the
+        // caller's buffer, then every payload where it is, in its own packet; a packet alone
+        // is itself. Nothing is copied but the headers.
+        uint8_t hdr[Gro::kMaxHdrs];
+        iovec iov[Gro::kMaxRun + 1];
+        size_t niov = 0;
+        VnetHdr gh;
+        uint32_t g = Gro::gather(at.data(), len.data(), pkts.size(), run_of.data(), first, hdr, iov,
+                                 &niov, &gh);
+        CHECK(g == n);
+        CHECK(std::memcmp(&gh, h, sizeof gh) == 0);
+        REQUIRE(niov >= 1);
+        CHECK(niov <= Gro::kMaxRun + 1);
+        const bool alone = niov == 1;
+        CHECK(iov[0].iov_base == (alone ? static_cast<const void *>(at[first]) : hdr));
+        size_t segs = 0;
+        for (size_t i = first; i < pkts.size(); i++)
+            if (run_of[i] == first) {
+                segs++;
+                if (!alone) {
+                    const uint8_t *p = at[i] + iov[0].iov_len;  // past the headers
+                    CHECK(iov[segs].iov_base == p);
+                    CHECK(iov[segs].iov_len == len[i] - iov[0].iov_len);
+                }
+            }
+        CHECK(niov == (alone ? 1 : segs + 1));
         return out;
     }
 };

@@ -384,7 +384,6 @@ private:
     std::unique_ptr<Tun> tun_;
     VnetHdr tun_hdr_;               // of the super-packet in tun_buf_
     std::vector<uint8_t> tun_buf_;  // a super-packet read
-    std::vector<uint8_t> gro_buf_;  // a joined one to write
     // Decrypted packets for the TUN device, held while the data thread's rounds keep
     // bringing more (tx_tun()), so that a flow's segments are joined across bursts, as the
     // kernel's GRO holds a flow while its NAPI poll goes on. flush_tun() writes them: after a

@@ -159,7 +159,6 @@ Result<void> Gateway::open_tun()
         return r;
     tun_ = std::move(*t);
     tun_buf_.resize(Gro::kMaxLen + 1);
-    gro_buf_.resize(Gro::kMaxLen);
     tun_pieces_.reserve(kTunPieces + kBurst);
     return {};
 }
@@ -432,9 +431,13 @@ void Gateway::flush_tun()
         if (segs == 1 && tun_) {
             rc = tun_->write(VnetHdr{}, ips[i], lens[i]);
         } else if (tun_) {
+            // The run's headers made anew, its payloads written from their frames.
+            uint8_t hdr[Gro::kMaxHdrs];
+            iovec pieces[Gro::kMaxRun + 1];
+            size_t npieces;
             VnetHdr h;
-            uint32_t len = Gro::write(ips, lens, k, run_of, i, gro_buf_.data(), &h);
-            rc = tun_->write(h, gro_buf_.data(), len);
+            Gro::gather(ips, lens, k, run_of, i, hdr, pieces, &npieces, &h);
+            rc = tun_->write(h, pieces, npieces);
         }
         if (rc < 0) {
             count(GwCounter::TunWriteError, segs);

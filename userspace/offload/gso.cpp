@@ -333,33 +333,37 @@ void Gro::plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, bool 
     }
 }
 
-uint32_t Gro::write(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
-                    const uint16_t *run_of, size_t first, uint8_t *out, VnetHdr *h)
+uint32_t Gro::gather(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
+                     const uint16_t *run_of, size_t first, uint8_t *hdr, iovec *iov, size_t *niov,
+                     VnetHdr *h)
 {
     *h = VnetHdr{};
     Seg s;
     size_t count = 0;
     for (size_t i = first; i < n; i++)
         count += run_of[i] == first;
-    if (count < 2 || !gro_seg(pkts[first], lens[first], true, &s)) {
-        std::memcpy(out, pkts[first], lens[first]);
+    if (count < 2 || !gro_seg(pkts[first], lens[first], true, &s) || s.hdrs > kMaxHdrs) {
+        iov[0] = {const_cast<uint8_t *>(pkts[first]), lens[first]};
+        *niov = 1;
         return lens[first];
     }
     const bool tcp = s.proto == kProtoTcp;
-    std::memcpy(out, pkts[first], s.hdrs);
+    std::memcpy(hdr, pkts[first], s.hdrs);
+    iov[0] = {hdr, s.hdrs};
+    size_t k = 1;
     uint32_t total = s.hdrs;
     uint8_t psh = 0;
     for (size_t i = first; i < n; i++) {
         if (run_of[i] != first)
             continue;
-        const uint32_t hdrs = s.hdrs;
-        std::memcpy(out + total, pkts[i] + hdrs, lens[i] - hdrs);
-        total += lens[i] - hdrs;
+        iov[k++] = {const_cast<uint8_t *>(pkts[i] + s.hdrs), lens[i] - s.hdrs};
+        total += lens[i] - s.hdrs;
         if (tcp)
             psh = pkts[i][s.l4 + 13] & kTcpPsh;
     }
-    set_ip_len(out, total);
-    uint8_t *l4h = out + s.l4;
+    *niov = k;
+    set_ip_len(hdr, total);
+    uint8_t *l4h = hdr + s.l4;
     // Partial: the pseudo-header's sum in place, the rest the kernel's to add. UDP: the length
     // is the whole run's, which the kernel's USO takes each datagram's from (__udp_gso_segment).
     const uint32_t l4len = total - s.l4;
@@ -369,14 +373,29 @@ uint32_t Gro::write(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
     h->csum_start = uint16_t(s.l4);
     if (tcp) {
         l4h[13] = uint8_t(l4h[13] | psh);
-        put16(l4h + 16, csum_fold(pseudo_sum(out, kProtoTcp, l4len)));
-        h->gso_type = ip_version(out) == 4 ? VnetHdr::kGsoTcpv4 : VnetHdr::kGsoTcpv6;
+        put16(l4h + 16, csum_fold(pseudo_sum(hdr, kProtoTcp, l4len)));
+        h->gso_type = ip_version(hdr) == 4 ? VnetHdr::kGsoTcpv4 : VnetHdr::kGsoTcpv6;
         h->csum_offset = 16;
     } else {
         put16(l4h + 4, uint16_t(l4len));
-        put16(l4h + 6, csum_fold(pseudo_sum(out, kProtoUdp, l4len)));
+        put16(l4h + 6, csum_fold(pseudo_sum(hdr, kProtoUdp, l4len)));
         h->gso_type = VnetHdr::kGsoUdpL4;
         h->csum_offset = 6;
+    }
+    return total;
+}
+
+uint32_t Gro::write(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
+                    const uint16_t *run_of, size_t first, uint8_t *out, VnetHdr *h)
+{
+    uint8_t hdr[kMaxHdrs];
+    iovec iov[kMaxRun + 1];
+    size_t niov;
+    const uint32_t total = gather(pkts, lens, n, run_of, first, hdr, iov, &niov, h);
+    uint32_t at = 0;
+    for (size_t i = 0; i < niov; i++) {
+        std::memcpy(out + at, iov[i].iov_base, iov[i].iov_len);
+        at += uint32_t(iov[i].iov_len);
     }
     return total;
 }

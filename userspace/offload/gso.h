@@ -30,12 +30,16 @@
 // Any other packet between the same addresses ends the run (a TCP segment or UDP datagram:
 // only a run on its ports): nothing of a connection passes another of its packets.
 // A run is written as one packet, with the first's IP header, and a vnet header that has the
-// kernel cut it again where it must (gso_size: the first's payload). Cut again, its IPv4 ids
+// kernel cut it again where it must (gso_size: the first's payload). gather() gives it as
+// pieces where they are (the run's headers in a small buffer, then each payload in its
+// frame), for one writev() with no copy; write() puts the pieces together in a buffer. Cut again, its IPv4 ids
 // go up by one from the first's: a vnet header has no word for fixed ids
 // (SKB_GSO_TCP_FIXEDID), and with DF set an id means nothing (RFC 6864).
 //
 // Nothing here allocates: the caller has the frames and the buffer.
 #pragma once
+
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -89,8 +93,15 @@ public:
     static void plan(const uint8_t *const *pkts, const uint32_t *lens, size_t n, bool udp,
                      uint16_t *run_of);
     // The run that starts at `first` (packets first and every later i with run_of[i] ==
-    // first) written into out (room for kMaxLen bytes) as one packet; *h says how to cut it
-    // (nothing to cut: a packet alone, copied as it is). Returns its length.
+    // first) as one packet, in pieces to be written one after the other: iov[0] the run's
+    // IP and L4 headers, made in hdr (room for kMaxHdrs bytes), then each packet's payload
+    // where it is; *niov of them, at most kMaxRun + 1. A packet alone (nothing to cut) is
+    // one piece, itself. *h says how to cut it. Returns its length.
+    static constexpr size_t kMaxHdrs = 128;  // IPv4 with options (60) and TCP (60)
+    static uint32_t gather(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
+                           const uint16_t *run_of, size_t first, uint8_t *hdr, iovec *iov,
+                           size_t *niov, VnetHdr *h);
+    // The same run written into out (room for kMaxLen bytes) as one packet.
     static uint32_t write(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
                           const uint16_t *run_of, size_t first, uint8_t *out, VnetHdr *h);
 };

@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -62,9 +63,19 @@ ssize_t Tun::read(VnetHdr *h, uint8_t *buf, size_t room)
 
 int Tun::write(const VnetHdr &h, const uint8_t *pkt, size_t len)
 {
-    iovec iov[2] = {{const_cast<VnetHdr *>(&h), sizeof h}, {const_cast<uint8_t *>(pkt), len}};
-    ssize_t n = ::writev(fd_, iov, 2);
-    return n < 0 ? -errno : 0;
+    iovec piece{const_cast<uint8_t *>(pkt), len};
+    return write(h, &piece, 1);
+}
+
+int Tun::write(const VnetHdr &h, const iovec *pieces, size_t n)
+{
+    iovec iov[Gro::kMaxRun + 2];
+    if (n > Gro::kMaxRun + 1)
+        return -EINVAL;
+    iov[0] = {const_cast<VnetHdr *>(&h), sizeof h};
+    std::copy(pieces, pieces + n, iov + 1);
+    ssize_t r = ::writev(fd_, iov, int(n + 1));
+    return r < 0 ? -errno : 0;
 }
 
 }  // namespace xesp

@@ -48,6 +48,8 @@ public:
     ssize_t read(VnetHdr *h, uint8_t *buf, size_t room);
     // One packet with its header: 0, or -errno (-EAGAIN: the device's queue is full).
     int write(const VnetHdr &h, const uint8_t *pkt, size_t len);
+    // The same with the packet in n pieces (Gro::gather()), at most Gro::kMaxRun + 1.
+    int write(const VnetHdr &h, const iovec *pieces, size_t n);
 
 private:
     Tun() = default;
