@@ -30,11 +30,11 @@
 // Any other packet between the same addresses ends the run (a TCP segment or UDP datagram:
 // only a run on its ports): nothing of a connection passes another of its packets.
 // A run is written as one packet, with the first's IP header, and a vnet header that has the
-// kernel cut it again where it must (gso_size: the first's payload). gather() gives it as
-// pieces where they are (the run's headers in a small buffer, then each payload in its
-// frame), for one writev() with no copy; write() puts the pieces together in a buffer. Cut again, its IPv4 ids
+// kernel cut it again where it must (gso_size: the first's payload). Cut again, its IPv4 ids
 // go up by one from the first's: a vnet header has no word for fixed ids
-// (SKB_GSO_TCP_FIXEDID), and with DF set an id means nothing (RFC 6864).
+// (SKB_GSO_TCP_FIXEDID), and with DF set an id means nothing (RFC 6864). gather() gives the
+// run as pieces where they are (its headers in a small buffer, then each payload in its
+// frame), for one writev() with no copy; write() puts the pieces together in a buffer.
 //
 // Nothing here allocates: the caller has the frames and the buffer.
 #pragma once
@@ -97,7 +97,9 @@ public:
     // IP and L4 headers, made in hdr (room for kMaxHdrs bytes), then each packet's payload
     // where it is; *niov of them, at most kMaxRun + 1. A packet alone (nothing to cut) is
     // one piece, itself. *h says how to cut it. Returns its length.
-    static constexpr size_t kMaxHdrs = 128;  // IPv4 with options (60) and TCP (60)
+    // IPv6 (40) and TCP with options (60): no run has IPv4 options or IPv6 extension
+    // headers.
+    static constexpr size_t kMaxHdrs = 128;
     static uint32_t gather(const uint8_t *const *pkts, const uint32_t *lens, size_t n,
                            const uint16_t *run_of, size_t first, uint8_t *hdr, iovec *iov,
                            size_t *niov, VnetHdr *h);
