@@ -4,6 +4,7 @@
 # and bursts of one; every packet that comes out is checked against the plaintext that went
 # in, encap's decrypted again by the other backend (--verify); bad options fail with one line
 # and no figures. `bench cpus` gives its figures for two CPUs, and refuses anything else.
+# `bench keys` runs each SA count it is given, every SA's cipher decrypting what it encrypted.
 #
 # Usage: bash test_pipeline.sh XESP
 set -u
@@ -95,6 +96,37 @@ refused() {
 }
 for bad in "--cpus 0" "--cpus 1,1" "--cpus 0,x" "--size 4" "--seconds 0"; do
     refused "bench cpus $bad" bench cpus $bad
+done
+
+# `bench keys`: every count it was given, in order, the first the ratios' base; both backends.
+keys_run() {
+    local name=$1 want=$2
+    shift 2
+    if ! "$XESP" bench keys --seconds 0.05 --rounds 2 --json "$@" >"$work/keys.json" 2>"$work/err"; then
+        fail "$name" "$(head -1 "$work/err")"
+        return
+    fi
+    got=$("$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["counts"]
+ok = ([x["keys"] for x in c] == [int(k) for k in sys.argv[2].split(",")] and r["rounds"] == 2 and
+      all(x["encrypt_ns"] > 0 and abs(x["encrypt_mpps"] * x["encrypt_ns"] - 1e3) < 1e-6 and
+          abs(x["ratio"] - c[0]["encrypt_ns"] / x["encrypt_ns"]) < 1e-9 for x in c) and
+      r["key_state_bytes"] > 0)
+print("ok" if ok else json.dumps(r))
+' "$work/keys.json" "$want")
+    [ "$got" = ok ] && pass "$name" || fail "$name" "$got"
+}
+keys_run "bench keys: 1 and 300 SAs, AES-128-GCM" 1,300 --keys 1,300
+"$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(0 if r["crypto"] == "ipsecmb" and r["key_state_bytes"] >= 1000 and r["transform"] == "aes128gcm" and r["size"] == 1400 else 1)' "$work/keys.json" &&
+    pass "bench keys: AES-GCM's state with intel-ipsec-mb holds the hash key's powers" ||
+    fail "bench keys: AES-GCM's state with intel-ipsec-mb holds the hash key's powers" "$(cat "$work/keys.json")"
+keys_run "bench keys: 50, 1 and 7 SAs, OpenSSL, AES-CBC and HMAC-SHA256, 64 B" 50,1,7 --keys 50,1,7 \
+    --crypto openssl --transform aes128cbc-sha256 --size 64
+for bad in "--keys 0" "--keys 100001" "--keys 1,x" "--keys ," "--keys 2x" "--transform nope" \
+    "--crypto nope" "--seconds 0" "--rounds 0" "--size 20"; do
+    refused "bench keys $bad" bench keys $bad
 done
 
 # Bad options: one line, exit non-zero, nothing on stdout.

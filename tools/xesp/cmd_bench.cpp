@@ -262,8 +262,10 @@ void register_bench_command(CLI::App &app)
     c->add_flag("--json", o->json, "Results as JSON");
     register_bench_pipeline_command(*c);
     register_bench_cpus_command(*c);
+    register_bench_keys_command(*c);
     c->callback([o, c] {
-        if (!c->got_subcommand("pipeline") && !c->got_subcommand("cpus"))
+        if (!c->got_subcommand("pipeline") && !c->got_subcommand("cpus") &&
+            !c->got_subcommand("keys"))
             run_bench(*o);
     });
 }

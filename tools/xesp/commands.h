@@ -12,6 +12,7 @@ void register_pcap_command(CLI::App &app);              // xesp pcap
 void register_bench_command(CLI::App &app);             // xesp bench
 void register_bench_pipeline_command(CLI::App &bench);  // xesp bench pipeline
 void register_bench_cpus_command(CLI::App &bench);      // xesp bench cpus
+void register_bench_keys_command(CLI::App &bench);      // xesp bench keys
 void register_daemon_command(CLI::App &app);            // xesp daemon
 void register_gateway_commands(CLI::App &app);          // xesp iface ..., xesp stats
 
