@@ -424,21 +424,16 @@ void Gateway::flush_tun()
     for (size_t i = 0; i < k; i++) {
         if (run_of[i] != i)
             continue;
-        size_t segs = 0;
-        for (size_t j = i; j < k; j++)
-            segs += run_of[j] == i;
-        int rc = -ENODEV;  // no device: close_tun() writes the hold first, so never here
-        if (segs == 1 && tun_) {
-            rc = tun_->write(VnetHdr{}, ips[i], lens[i]);
-        } else if (tun_) {
-            // The run's headers made anew, its payloads written from their frames.
-            uint8_t hdr[Gro::kMaxHdrs];
-            iovec pieces[Gro::kMaxRun + 1];
-            size_t npieces;
-            VnetHdr h;
-            Gro::gather(ips, lens, k, run_of, i, hdr, pieces, &npieces, &h);
-            rc = tun_->write(h, pieces, npieces);
-        }
+        // The run's headers made anew, its payloads written from their frames (a packet
+        // alone: itself, one piece).
+        uint8_t hdr[Gro::kMaxHdrs];
+        iovec pieces[Gro::kMaxRun + 1];
+        size_t npieces;
+        VnetHdr h;
+        Gro::gather(ips, lens, k, run_of, i, hdr, pieces, &npieces, &h);
+        const size_t segs = npieces == 1 ? 1 : npieces - 1;
+        // No device: close_tun() writes the hold first, so never here.
+        const int rc = tun_ ? tun_->write(h, pieces, npieces) : -ENODEV;
         if (rc < 0) {
             count(GwCounter::TunWriteError, segs);
             continue;
