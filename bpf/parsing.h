@@ -23,8 +23,10 @@
 #define MAX_VLAN_TAGS 2
 #define MAX_IPV6_EXT 6      /* hop-by-hop, routing, destination options before ESP */
 #define IP_FRAG_MASK 0x3fff /* MF | fragment offset */
+#define IPV6_FRAG_OFFSET_MASK 0xfff8
 #define IPPROTO_SCTP_ 132
 #define IPPROTO_UDPLITE_ 136
+#define IPPROTO_DCCP_ 33
 #define NEXTHDR_HOP_ 0
 #define NEXTHDR_ROUTING_ 43
 #define NEXTHDR_FRAGMENT_ 44
@@ -61,9 +63,10 @@ struct flow {
     __be32 src[4];
     __be32 dst[4];
     __u8 family;
-    __u8 proto;      /* transport protocol after extension headers */
-    __u8 fragment;   /* no ports: a fragment or a cut-short transport header */
-    __u8 bad_length; /* the IP header's length does not fit the frame */
+    __u8 proto;         /* transport protocol after extension headers */
+    __u8 fragment;      /* no ports: a fragment or a cut-short transport header */
+    __u8 proto_unknown; /* IPv6: a fragment whose protocol cannot be read (parse_ipv6) */
+    __u8 bad_length;    /* the IP header's length does not fit the frame */
     __be16 sport, dport;
     __u16 l3_off, l4_off;
     __u32 ip_len; /* the IP datagram's length per its header */
@@ -141,9 +144,40 @@ static __always_inline int parse_ipv4(struct cursor *c, void *data, struct flow 
     return 0;
 }
 
+static __always_inline int is_ext_hdr(__u8 nh)
+{
+    return nh == NEXTHDR_HOP_ || nh == NEXTHDR_ROUTING_ || nh == NEXTHDR_DEST_;
+}
+
+/* Hop-by-hop, routing and destination options headers from c on: 0 with c at the first other
+ * header and *nh its number, -1 if one runs past the frame, -2 if there are more than we
+ * follow. */
+static __always_inline int walk_ext_hdrs(struct cursor *c, __u8 *nh)
+{
+    for (int i = 0; i < MAX_IPV6_EXT; i++) {
+        if (!is_ext_hdr(*nh))
+            return 0;
+        struct ipv6_ext_ *ext = c->pos;
+        if ((void *)(ext + 1) > c->end)
+            return -1;
+        __u32 len = ((__u32)ext->hdrlen + 1) * 8;
+        if (c->pos + len > c->end)
+            return -1;
+        *nh = ext->nexthdr;
+        c->pos += len;
+    }
+    return is_ext_hdr(*nh) ? -2 : 0;
+}
+
 /* IPv6 and the extension headers in front of the transport header: hop-by-hop, routing,
- * destination options, and a fragment header (after which we stop, as the kernel's xfrm
- * does). Returns 0, -1 if malformed, -2 if the chain is longer than we follow. */
+ * destination options, a fragment header, and behind it more of the first three, as the
+ * kernel's xfrm (decode_session6) and the host that reassembles read them. Returns 0, -1 if
+ * malformed, -2 if the chain is longer than we follow.
+ *
+ * Behind a Fragment header the protocol may not be there to read: a later fragment carries
+ * none of the headers (its Fragment header names the first of them), and a first fragment may
+ * cut them short, the rest to come in the next one (RFC 7112 forbids it; an attacker does
+ * not ask). Such a packet is proto_unknown: any policy that names a protocol may be about it. */
 static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow *f)
 {
     struct ipv6hdr *ip6 = c->pos;
@@ -163,20 +197,9 @@ static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow 
     __u8 nh = ip6->nexthdr;
     c->pos = ip6 + 1;
 
-    for (int i = 0; i < MAX_IPV6_EXT; i++) {
-        if (nh != NEXTHDR_HOP_ && nh != NEXTHDR_ROUTING_ && nh != NEXTHDR_DEST_)
-            break;
-        struct ipv6_ext_ *ext = c->pos;
-        if ((void *)(ext + 1) > c->end)
-            return -1;
-        __u32 len = ((__u32)ext->hdrlen + 1) * 8;
-        if (c->pos + len > c->end)
-            return -1;
-        nh = ext->nexthdr;
-        c->pos += len;
-    }
-    if (nh == NEXTHDR_HOP_ || nh == NEXTHDR_ROUTING_ || nh == NEXTHDR_DEST_)
-        return -2;
+    int rc = walk_ext_hdrs(c, &nh);
+    if (rc < 0)
+        return rc;
     if (nh == NEXTHDR_FRAGMENT_) {
         struct frag_hdr_ *fh = c->pos;
         if ((void *)(fh + 1) > c->end)
@@ -184,6 +207,22 @@ static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow 
         f->fragment = 1;
         nh = fh->nexthdr;
         c->pos = fh + 1;
+        if (fh->frag_off & bpf_htons(IPV6_FRAG_OFFSET_MASK)) {
+            f->proto_unknown = is_ext_hdr(nh) || nh == NEXTHDR_FRAGMENT_;
+        } else {
+            struct cursor at = *c;
+            __u8 first = nh;
+            rc = walk_ext_hdrs(c, &nh);
+            if (rc == -2)
+                return rc;
+            if (rc < 0) { /* cut short: the protocol is in a later fragment */
+                *c = at;
+                nh = first;
+                f->proto_unknown = 1;
+            } else if (nh == NEXTHDR_FRAGMENT_) {
+                f->proto_unknown = 1;
+            }
+        }
     }
     f->proto = nh;
     f->l4_off = c->pos - data;
@@ -273,7 +312,7 @@ static __always_inline void parse_ports(struct cursor *c, struct flow *f)
     if (f->fragment)
         return;
     if (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP && f->proto != IPPROTO_SCTP_ &&
-        f->proto != IPPROTO_UDPLITE_)
+        f->proto != IPPROTO_UDPLITE_ && f->proto != IPPROTO_DCCP_)
         return;
     __be16 *ports = c->pos;
     if ((void *)(ports + 2) > c->end || f->l4_off + 4 > f->l3_off + f->ip_len) {

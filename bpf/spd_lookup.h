@@ -15,7 +15,8 @@
 /* What the policy walk found. */
 struct spd_match {
     __u64 rank;        /* of the best exact match; ~0 if none */
-    __u64 shadow_rank; /* of the best portless shadow (fragments only) */
+    __u64 shadow_rank; /* of the best portless shadow (fragments only), or of a tuple with a
+                          protocol for a packet whose protocol is not known */
     __u32 policy_id;
     __u8 found;
     __u8 action;
@@ -29,6 +30,7 @@ struct spd_walk {
     struct xesp_policy_key k; /* family, dir and the packet's fields, unmasked */
     __u32 table;
     __u8 portless;
+    __u8 proto_unknown;
     struct spd_match r;
 };
 
@@ -43,6 +45,13 @@ static long spd_step(__u32 i, void *arg)
         return 1; /* sorted: nothing further can win */
     if (t->family != w->k.family || t->dir != w->k.dir)
         return 0;
+    if (w->proto_unknown && (t->fields & XESP_TUPLE_F_PROTO)) {
+        /* The packet's protocol cannot be read (parse_ipv6): a policy of this tuple may be
+         * about it, and which cannot be looked up. The tuple's best rank stands for it. */
+        if (t->best_rank < w->r.shadow_rank)
+            w->r.shadow_rank = t->best_rank;
+        return 0;
+    }
 
     int ported = t->fields & (XESP_TUPLE_F_SPORT | XESP_TUPLE_F_DPORT);
     struct xesp_policy_key k = {
@@ -93,6 +102,7 @@ static __always_inline void spd_lookup(const struct flow *f, __u32 dir, struct s
               .dport = f->dport},
         .table = *live & 1,
         .portless = f->fragment,
+        .proto_unknown = f->proto_unknown,
         .r = *r,
     };
 #pragma unroll

@@ -300,19 +300,20 @@ static __always_inline int redirect_report(struct xdp_md *ctx, const struct flow
     return redirect(ctx, &m, XESP_CTR_REDIRECT_REPORT);
 }
 
-/* Plaintext that no out policy claimed. On a public interface, what an in/fwd policy wants
- * protected should have come as ESP (RFC 4301 section 5.2); what may pass and is a report
- * (a too-big for someone else) goes to the gateway first. */
+/* Plaintext that no out policy claimed, or that an out policy lets pass in the clear. On a
+ * public interface, what the in policies (for the gateway itself) or the fwd policies (for
+ * the hosts behind it) want protected should have come as ESP (RFC 4301 section 5.2), as the
+ * kernel checks them: in for what is delivered here, fwd for what is forwarded, and before
+ * any out policy. What may pass and is a report (a too-big for someone else) goes to the
+ * gateway first. */
 static __always_inline int check_unprotected(struct xdp_md *ctx, const struct flow *f, int unsure,
-                                             int report, __u32 pass_ctr)
+                                             int local, int report, __u32 pass_ctr)
 {
     if (iface_role(f->ingress_ifindex) != XESP_ROLE_PUBLIC)
         return unsure ? drop(XESP_CTR_DROP_PORTS_UNKNOWN) : pass(pass_ctr);
     struct spd_match r;
     spd_init(&r);
-    spd_lookup(f, XESP_DIR_IN, &r);
-    if (!r.found)
-        spd_lookup(f, XESP_DIR_FWD, &r);
+    spd_lookup(f, local ? XESP_DIR_IN : XESP_DIR_FWD, &r);
     if (r.shadow_rank < r.rank)
         unsure = 1;
     if (r.found && r.action == XESP_ACTION_BLOCK)
@@ -357,10 +358,10 @@ static __always_inline int classify_plain(struct xdp_md *ctx, struct flow *f, in
             return drop(XESP_CTR_DROP_PORTS_UNKNOWN);
         if (r.found && r.action == XESP_ACTION_BLOCK)
             return drop(XESP_CTR_DROP_OUT_BLOCK);
-        if (r.found)
-            return pass(XESP_CTR_PASS_BYPASS);
+        if (r.found) /* a bypass: on a public interface, only once the fwd policies agree */
+            return check_unprotected(ctx, f, 0, 0, 0, XESP_CTR_PASS_BYPASS);
     }
-    return check_unprotected(ctx, f, unsure, f->too_big && !local,
+    return check_unprotected(ctx, f, unsure, local, f->too_big && !local,
                              local ? XESP_CTR_PASS_LOCAL : XESP_CTR_PASS_NO_POLICY);
 }
 

@@ -61,6 +61,8 @@ struct xesp_sa_val {
  * lowest rank among such policies sharing that key. A shadow hit that outranks the best exact
  * match means "a policy that must see this packet may apply, and we cannot tell": the packet
  * is dropped unless the best match sends it to userspace anyway (RFC 4301 section 7).
+ * An IPv6 fragment whose protocol cannot be read (parse_ipv6) cannot be looked up in tuples
+ * that match on the protocol either: such a tuple's best_rank stands for a shadow hit.
  */
 
 #define XESP_MAX_TUPLES 32

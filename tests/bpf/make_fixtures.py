@@ -18,10 +18,10 @@ next to the SAs and policies it loads; the names here are the keys. Addresses us
 import struct
 import sys
 
-from scapy.all import (ARP, ESP, ICMP, ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6PacketTooBig, IP,
-                       IPOption_Router_Alert, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment,
-                       IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, TCP, UDP, Dot1AD, Dot1Q, Ether,
-                       Padding, Raw, conf, raw)
+from scapy.all import (ARP, ESP, ICMP, ICMPv6EchoRequest, ICMPv6ND_NA, ICMPv6ND_NS,
+                       ICMPv6PacketTooBig, IP, IPOption_Router_Alert, IPv6, IPv6ExtHdrDestOpt,
+                       IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, TCP, UDP,
+                       Dot1AD, Dot1Q, Ether, Padding, Raw, conf, raw)
 
 conf.verb = 0
 
@@ -206,6 +206,22 @@ def fixtures():
     add("plain6_fragment_protect", eth() / IPv6(src="fd00:1::5", dst="fd00:2::7") /
         IPv6ExtHdrFragment(m=1, id=9) / udp())
     add("plain6_unmatched", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7") / tcp())
+    # behind a Fragment header: more extension headers, then the protocol (or no way to know it)
+    add("plain6_frag_destopt_icmp", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7") /
+        IPv6ExtHdrFragment(m=1, id=9) / IPv6ExtHdrDestOpt() / ICMPv6EchoRequest())
+    add("plain6_frag_destopt_protect", eth() / IPv6(src="fd00:1::5", dst="fd00:2::7") /
+        IPv6ExtHdrFragment(m=1, id=9) / IPv6ExtHdrDestOpt() / tcp())
+    add("plain6_frag_later_destopt", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7") /
+        IPv6ExtHdrFragment(offset=3, m=1, id=9, nh=60) / Raw(b"x" * 24))
+    add("plain6_frag_chain_cut", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7") /
+        IPv6ExtHdrFragment(m=1, id=9, nh=60) / Raw(bytes([58, 5]) + b"\0" * 6))
+    add("plain6_frag_later_udp", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7") /
+        IPv6ExtHdrFragment(offset=3, m=1, id=9, nh=17) / Raw(b"x" * 24))
+    # DCCP has ports, and policies may name them (RFC 4340 5.1: they come first, as UDP's)
+    add("plain4_dccp_protect", eth() / IP(src="10.1.0.5", dst="10.4.0.7", proto=33) /
+        Raw(struct.pack("!HH", 40000, 5000) + b"\0" * 12))
+    add("plain4_dccp_other_port", eth() / IP(src="10.1.0.5", dst="10.4.0.7", proto=33) /
+        Raw(struct.pack("!HH", 40000, 5001) + b"\0" * 12))
 
     # plaintext arriving on the public side
     add("plain4_from_remote", eth() / IP(src="10.2.0.7", dst="10.1.0.5") / tcp())

@@ -144,7 +144,7 @@ void load_config(XdpProgram &prog)
         3, policy("10.1.0.0/16", "10.2.0.0/16", Out, 50, false, Action::Allow, 6, 22)));
     REQUIRE(prog.add_policy(4, policy("10.2.0.0/16", "10.1.0.0/16", Fwd, 100, true)));
     REQUIRE(
-        prog.add_policy(5, policy("10.2.9.0/24", "10.1.0.0/16", In, 100, false, Action::Block)));
+        prog.add_policy(5, policy("10.2.9.0/24", "10.1.0.0/16", Fwd, 90, false, Action::Block)));
     REQUIRE(prog.add_policy(6, policy("fd00:1::/48", "fd00:2::/48", Out, 100, true)));
     REQUIRE(prog.add_policy(7, policy("fd00:2::/48", "fd00:1::/48", Fwd, 100, true)));
     REQUIRE(prog.add_policy(
@@ -155,6 +155,8 @@ void load_config(XdpProgram &prog)
     REQUIRE(prog.add_policy(
         13, policy("fd00:1::/48", "::/0", Out, 150, false, Action::Block, 58 /* ICMPv6 */)));
     REQUIRE(prog.add_policy(14, policy("::/0", "2001:db8::1/128", In, 300, true)));
+    REQUIRE(prog.add_policy(
+        15, policy("10.1.0.0/16", "10.4.0.0/16", Out, 100, true, Action::Allow, 33, 5000)));
 }
 
 // The classifier with nothing in its maps, the host's routes left out.
@@ -290,6 +292,15 @@ const Expect kTable[] = {
     {"plain6_protect_ext_headers", Prot, V::Encap, C::REDIRECT_ENCAP, 6, 14, 70, F6},
     {"plain6_fragment_protect", Prot, V::Encap, C::REDIRECT_ENCAP, 6, 14, 62, F6 | FF},
     {"plain6_unmatched", Prot, V::Pass, C::PASS_NO_POLICY},
+    // Behind a Fragment header the chain goes on (the kernel's xfrm reads it so); a fragment
+    // whose protocol cannot be read may be any policy's that names one.
+    {"plain6_frag_destopt_icmp", Prot, V::Drop, C::DROP_OUT_BLOCK},
+    {"plain6_frag_destopt_protect", Prot, V::Encap, C::REDIRECT_ENCAP, 6, 14, 70, F6 | FF},
+    {"plain6_frag_later_destopt", Prot, V::Drop, C::DROP_PORTS_UNKNOWN},
+    {"plain6_frag_chain_cut", Prot, V::Drop, C::DROP_PORTS_UNKNOWN},
+    {"plain6_frag_later_udp", Prot, V::Pass, C::PASS_NO_POLICY},
+    {"plain4_dccp_protect", Prot, V::Encap, C::REDIRECT_ENCAP, 15, 14, 34},
+    {"plain4_dccp_other_port", Prot, V::Pass, C::PASS_NO_POLICY},
     {"plain4_from_remote", Pub, V::Drop, C::DROP_IN_UNPROTECTED},
     {"plain4_from_remote", Prot, V::Pass, C::PASS_NO_POLICY},
     {"plain4_from_remote_blocked_net", Pub, V::Drop, C::DROP_IN_BLOCK},
@@ -448,6 +459,42 @@ TEST_CASE("map updates take effect: SA and policy removal, local addresses")
     CHECK(r.meta.id == 11);
 }
 
+TEST_CASE("on a public interface the fwd policies decide what is forwarded, the in policies what "
+          "is delivered here, before any out bypass")
+{
+    auto prog = loaded();
+    REQUIRE(prog->set_iface_role(kLoIfindex, Pub));
+    auto check = [&](const char *name, int retval, C ctr) {
+        INFO(name);
+        const XdpFixturePacket *p = packet(name);
+        REQUIRE(p);
+        XdpCounters before = counters(*prog);
+        RunResult r = run(*prog, p->data, p->len);
+        XdpCounters after = counters(*prog);
+        INFO("counters moved: " << describe(before, after));
+        CHECK(r.retval == retval);
+        CHECK(after[ctr] - before[ctr] == 1);
+    };
+    // An out policy lets the reverse direction's TCP pass in the clear, and an in policy lets
+    // every TCP in: neither speaks for what is forwarded to 10.1.0.0/16, which fwd policy 4
+    // wants protected.
+    REQUIRE(prog->add_policy(
+        20, policy("10.2.0.0/16", "10.1.0.0/16", Dir::Out, 50, false, Action::Allow, 6)));
+    REQUIRE(prog->add_policy(
+        21, policy("0.0.0.0/0", "0.0.0.0/0", Dir::In, 10, false, Action::Allow, 6)));
+    check("plain4_from_remote", XDP_DROP, C::DROP_IN_UNPROTECTED);
+    // The in policy does speak for what is delivered to the gateway: in policy 12 (protect)
+    // is outranked by it.
+    check("plain4_tcp_to_gateway", XDP_PASS, C::PASS_BYPASS);
+    // An out bypass still passes what no fwd policy covers.
+    REQUIRE(prog->add_policy(
+        22, policy("198.51.100.0/24", "10.9.0.0/16", Dir::Out, 50, false, Action::Allow, 6)));
+    check("plain4_public_unmatched", XDP_PASS, C::PASS_BYPASS);
+    // The same bypass on a protected interface passes at once.
+    REQUIRE(prog->set_iface_role(kLoIfindex, Prot));
+    check("plain4_from_remote", XDP_PASS, C::PASS_BYPASS);
+}
+
 namespace {
 
 // A tc program's verdict (TC_ACT_*) on a fixture frame, and the frame as it left it.
@@ -519,7 +566,9 @@ TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the lo
     }
     // Blocked, or a fragment a port policy might claim: dropped, local link or not.
     auto check_drops = [&]() {
-        for (const char *name : {"plain4_block", "plain4_fragment_unsure"}) {
+        for (const char *name :
+             {"plain4_block", "plain4_fragment_unsure", "plain6_frag_destopt_icmp",
+              "plain6_frag_later_destopt", "plain6_frag_chain_cut"}) {
             INFO(name);
             XdpCounters before = counters(*prog);
             CHECK(egress(name) == kShot);
@@ -529,7 +578,7 @@ TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the lo
     };
     check_drops();
     // Protected: dropped while there is no local link, then redirected to it.
-    for (const char *name : {"plain4_protect_tcp", "plain6_protect_tcp"}) {
+    for (const char *name : {"plain4_protect_tcp", "plain6_protect_tcp", "plain4_dccp_protect"}) {
         INFO(name);
         XdpCounters before = counters(*prog);
         CHECK(egress(name) == kShot);
@@ -584,11 +633,16 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
         {"plain4_fragment_unsure", kShot, "drop-ports-unknown+1 "},
         {"ip4_ihl_too_small", kShot, "drop-unreadable+1 "},
         {"ip6_ext_truncated", kShot, "drop-unreadable+1 "},
+        {"plain6_frag_destopt_icmp", kShot, "drop-out-policy-block+1 "},
+        {"plain6_frag_later_destopt", kShot, "drop-ports-unknown+1 "},
+        {"plain6_frag_chain_cut", kShot, "drop-ports-unknown+1 "},
+        {"plain4_dccp_other_port", kOk, "pass-no-policy+1 "},
     };
     check_rows(rest);
     // Protected: dropped while there is no TUN (no gateway), then sent to it.
     check_rows({{"plain4_protect_tcp", kShot, "drop-tun-gone+1 "},
                 {"plain6_protect_tcp", kShot, "drop-tun-gone+1 "},
+                {"plain4_dccp_protect", kShot, "drop-tun-gone+1 "},
                 {"nd6_ns_to_protected", kShot, "drop-tun-gone+1 "}});
     REQUIRE(prog->set_tun_link(kLoIfindex));
     check_rows({{"plain4_protect_tcp", kRedirect, "tun-encap+1 "},
@@ -972,7 +1026,7 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
         fk.sport = fragment ? 0 : 1234;
         fk.dport = fragment ? 0 : dport;
         // The classifier's decision from the reference SPD (engine_classify.cpp's classify,
-        // with the in/fwd check on the public side only).
+        // with the fwd check on the public side only).
         bool unsure = false, unsure_linear = false;
         const PolicyConfig *pol = reference.lookup(Dir::Out, fk, &unsure);
         // The tuple-space search agrees with the walk in priority order that defines it.
@@ -987,13 +1041,14 @@ TEST_CASE("scale: 100,000 SAs and 100,000 policies, checked against the userspac
             want_id = by_sel.at(sel_key(*pol));
         } else if (unsure || (pol && pol->action == Action::Block)) {
             want = V::Drop;
-        } else if (pol || !public_side) {
+        } else if (!public_side) {
             want = V::Pass;
         } else {
-            const PolicyConfig *in = reference.lookup(Dir::In, fk, &unsure);
-            if (!in)
-                in = reference.lookup(Dir::Fwd, fk, &unsure);
-            want = (in && (in->action == Action::Block || in->tmpl)) || unsure ? V::Drop : V::Pass;
+            // Forwarded from the public side (none of these is to the gateway): the fwd
+            // policies decide, whether an out policy let it pass or none matched.
+            const PolicyConfig *fwd = reference.lookup(Dir::Fwd, fk, &unsure);
+            want =
+                (fwd && (fwd->action == Action::Block || fwd->tmpl)) || unsure ? V::Drop : V::Pass;
         }
 
         XdpCounters before = counters(prog);

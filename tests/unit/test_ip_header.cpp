@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "userspace/base/ip_header.h"
+#include "userspace/esp/esp.h"
 
 using namespace xesp;
 using namespace xesp::wire;
@@ -202,6 +203,71 @@ TEST_CASE("parse_ip: a table of IPv4 and IPv6 headers")
             CHECK(h.src().str() == (h.version == 4 ? "192.0.2.1" : "2001:db8::1"));
             CHECK(h.dst().str() == (h.version == 4 ? "198.51.100.2" : "2001:db8::2"));
         }
+    }
+}
+
+TEST_CASE("parse_ip: behind a first fragment's Fragment header the chain goes on; where it cannot "
+          "be read, the protocol is not known")
+{
+    struct Row {
+        const char *name;
+        std::vector<uint8_t> pkt;
+        uint8_t proto;
+        uint32_t chain_len, l4_off;
+        bool unknown;
+    };
+    // clang-format off
+    const std::vector<Row> rows = {
+        {"first fragment, destination options, TCP", v6({{kFrag, 8, 1}, {kOpts}}, kProtoTcp, 20),
+            kProtoTcp, 40, 56, F},
+        {"options, first fragment, options and routing, ICMPv6",
+            v6({{kHop}, {kFrag, 8, 1}, {kOpts}, {kRoute, 16}}, kProtoIcmpv6, 8),
+            kProtoIcmpv6, 48, 80, F},
+        {"later fragment naming destination options",
+            v6({{kFrag, 8, 185 << 3 | 1}, {kOpts}}, kProtoTcp, 20), kOpts, 40, 48, T},
+        {"later fragment naming UDP",                 v6({{kFrag, 8, 185 << 3 | 1}}, kProtoUdp, 8),
+            kProtoUdp, 40, 48, F},
+        {"first fragment, options past the datagram",
+            v6({{kFrag, 8, 1}, {kOpts, 32}}, kProtoTcp, 0, -24), kOpts, 40, 48, T},
+        {"first fragment, options header cut short",  v6({{kFrag, 8, 1}}, kOpts, 4),
+            kOpts, 40, 48, T},
+        {"first fragment, a second Fragment header",
+            v6({{kFrag, 8, 1}, {kFrag, 8, 0}}, kProtoUdp, 8), kFrag, 40, 48, T},
+        {"atomic fragment, UDP",                      v6({{kFrag}}, kProtoUdp, 8),
+            kProtoUdp, 40, 48, F},
+    };
+    // clang-format on
+    for (const Row &r : rows) {
+        INFO(r.name);
+        IpHeader h;
+        REQUIRE(std::string(name(parse_ip(r.pkt.data(), uint32_t(r.pkt.size()), &h))) == "Ok");
+        CHECK(h.fragment);
+        CHECK(int(h.proto) == r.proto);
+        CHECK(h.chain_len == r.chain_len);
+        CHECK(h.l4_off == r.l4_off);
+        CHECK(h.proto_unknown == r.unknown);
+        FlowKey f;
+        flow_from_header(h, &f);
+        CHECK(f.proto_unknown == r.unknown);
+        CHECK(f.fragment);
+        CHECK(f.sport == 0);
+    }
+}
+
+TEST_CASE("parse_flow: the ports of TCP, UDP, SCTP, UDP-Lite and DCCP, and of no other protocol")
+{
+    for (uint8_t proto :
+         {kProtoTcp, kProtoUdp, kProtoSctp, kProtoUdpLite, kProtoDccp, kProtoEsp, uint8_t(47)}) {
+        INFO(int(proto));
+        auto pkt = v4({.proto = proto, .payload = 16});
+        put16(&pkt[20], 40000);
+        put16(&pkt[22], 5000);
+        FlowKey f;
+        REQUIRE(parse_flow(pkt.data(), uint32_t(pkt.size()), &f));
+        const bool ports = proto != kProtoEsp && proto != 47;
+        CHECK(f.sport == (ports ? 40000 : 0));
+        CHECK(f.dport == (ports ? 5000 : 0));
+        CHECK_FALSE(f.proto_unknown);
     }
 }
 

@@ -199,3 +199,35 @@ TEST_CASE("SPD: a policy's flow link comes with it, by id and by lookup, as its 
     CHECK(linked(spd) == std::pair{300u, static_cast<const OutFlow *>(nullptr)});
     CHECK(spd.link_of(3) == nullptr);
 }
+
+TEST_CASE("SPD: a fragment whose protocol is not known is unsure where a policy that names one "
+          "ranks first",
+          "[spd]")
+{
+    Spd spd;
+    PolicyConfig icmp = policy(Dir::Out, "fd00:1::/48", "::/0", 150);
+    icmp.sel.proto = 58;
+    icmp.tmpl.reset();
+    icmp.action = Action::Block;
+    spd.add(icmp);
+    const PolicyConfig *site =
+        spd.by_id(spd.add(policy(Dir::Out, "fd00:1::/48", "fd00:2::/48", 100)));
+    spd.add(port_policy(policy(Dir::Out, "::/0", "::/0", 200), 17, 53, false));
+    auto check = [&](FlowKey f, const PolicyConfig *want, bool want_unsure) {
+        bool unsure = false, unsure_linear = false;
+        CHECK(spd.lookup(Dir::Out, f, &unsure) == want);
+        CHECK(spd.lookup_linear(Dir::Out, f, &unsure_linear) == want);
+        CHECK(unsure == want_unsure);
+        CHECK(unsure_linear == want_unsure);
+    };
+    FlowKey f = flow("fd00:1::5", "fd00:2::7", 60, 0, true);
+    f.proto_unknown = true;
+    check(f, site, false);  // a policy of any protocol ranks before every one that names one
+    f.dst = addr("fd00:9::7");
+    check(f, nullptr, true);  // the ICMPv6 block may be about it
+    f.proto_unknown = false;
+    check(f, nullptr, false);  // protocol 60 is known: nothing is about it
+    FlowKey v4 = flow("10.1.0.5", "10.9.0.7", 60, 0, true);
+    v4.proto_unknown = true;
+    check(v4, nullptr, false);  // the policies that name a protocol are all IPv6
+}

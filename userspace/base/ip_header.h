@@ -60,10 +60,14 @@ struct IpHeader {
     const uint8_t *ip = nullptr;
     uint8_t version = 0;  // 4 or 6; 0 when NotIp (no other field is valid then)
     // The transport protocol: IPv4's protocol field; IPv6's next header after the extension
-    // headers and the Fragment header (the Fragment header's own number, 44, when that is
-    // cut short; the fixed header's next header when the chain was not read).
+    // headers and the Fragment header, and in a first fragment the extension headers behind
+    // it (the Fragment header's own number, 44, when that is cut short; the fixed header's
+    // next header when the chain was not read).
     uint8_t proto = 0;
-    bool fragment = false;        // IPv4: MF set or an offset; IPv6: a Fragment header
+    bool fragment = false;  // IPv4: MF set or an offset; IPv6: a Fragment header
+    // IPv6: a fragment whose protocol cannot be read (parse_ipv6); proto is then the last
+    // header number read.
+    bool proto_unknown = false;
     bool more_fragments = false;  // MF / M
     bool dont_fragment = false;   // IPv4: DF; IPv6: always (routers never fragment it)
     uint16_t frag_offset = 0;     // bytes (the header's 8-byte units times 8)
@@ -75,7 +79,8 @@ struct IpHeader {
     // names what follows it (IPv4: 9, the protocol field).
     uint32_t chain_len = 0;
     uint32_t nh_off = 0;
-    uint32_t l4_off = 0;  // the transport header: chain_len, + 8 behind a Fragment header
+    uint32_t l4_off = 0;  // the transport header: chain_len, + 8 behind a Fragment header (+
+                          // the headers behind it in a first fragment)
 
     IpAddr src() const { return ip_src(ip); }
     IpAddr dst() const { return ip_dst(ip); }
@@ -106,7 +111,10 @@ inline IpParse parse_ipv4(const uint8_t *ip, uint32_t len, IpHeader *h)
 }
 
 // RFC 8200 4: hop-by-hop, routing and destination options headers are walked (each is
-// 8 bytes and a multiple of 8); a Fragment header ends the walk, as in the kernel's xfrm.
+// 8 bytes and a multiple of 8), then a Fragment header, and in a first fragment more of the
+// first three behind it, as the kernel's xfrm (decode_session6) and the host that reassembles
+// read them (bpf/parsing.h, parse_ipv6). A later fragment holds none of them, and a first one
+// may cut them short: then the protocol is not known (proto_unknown).
 inline IpParse parse_ipv6(const uint8_t *ip, uint32_t len, IpHeader *h)
 {
     using namespace wire;
@@ -141,10 +149,29 @@ inline IpParse parse_ipv6(const uint8_t *ip, uint32_t len, IpHeader *h)
     if (off + kIpv6FragHdrLen > h->total)
         return IpParse::BadFragment;
     uint16_t frag = get16(ip + off + 2);  // offset in 8-byte units, 2 reserved bits, M
-    h->proto = ip[off];
+    h->proto = nh = ip[off];
     h->frag_offset = uint16_t(frag & ~7u);
     h->more_fragments = frag & 1;
-    h->l4_off = off + kIpv6FragHdrLen;
+    h->l4_off = off = off + kIpv6FragHdrLen;
+    auto is_ext = [](uint8_t n) {
+        return n == kProtoIpv6HopByHop || n == kProtoIpv6Route || n == kProtoIpv6Opts;
+    };
+    if (h->frag_offset) {  // the headers are in the first fragment, not here
+        h->proto_unknown = is_ext(nh) || nh == kProtoIpv6Frag;
+        return IpParse::Ok;
+    }
+    while (is_ext(nh)) {
+        uint32_t ext = off + 8 <= h->total ? (uint32_t(ip[off + 1]) + 1) * 8 : 0;
+        if (!ext || off + ext > h->total) {  // cut short: the rest is in a later fragment
+            h->proto_unknown = true;
+            return IpParse::Ok;
+        }
+        nh = ip[off];
+        off += ext;
+    }
+    h->proto = nh;
+    h->l4_off = off;
+    h->proto_unknown = nh == kProtoIpv6Frag;
     return IpParse::Ok;
 }
 

@@ -23,6 +23,7 @@ constexpr uint8_t kProtoIpv6Opts = 60;
 constexpr uint8_t kProtoIpv6HopByHop = 0;
 constexpr uint8_t kProtoSctp = 132;
 constexpr uint8_t kProtoUdpLite = 136;
+constexpr uint8_t kProtoDccp = 33;
 
 // IPv4 flags and fragment offset (the 16 bits at byte 6 of the header).
 constexpr uint16_t kIpv4Df = 0x4000;

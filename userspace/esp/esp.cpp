@@ -25,9 +25,11 @@ void flow_from_header(const IpHeader &h, FlowKey *key)
     // Fragments are classified without ports: a non-first one has none, and every fragment
     // of a datagram must get the same treatment.
     key->fragment = h.fragment;
+    key->proto_unknown = h.proto_unknown;
     key->sport = key->dport = 0;
+    // The protocols whose ports the kernel's selectors read (decode_session4/6).
     bool ports = h.proto == kProtoTcp || h.proto == kProtoUdp || h.proto == kProtoSctp ||
-                 h.proto == kProtoUdpLite;
+                 h.proto == kProtoUdpLite || h.proto == kProtoDccp;
     if (ports && !h.fragment && h.l4_off + 4 <= h.total) {
         key->sport = get16(h.ip + h.l4_off);
         key->dport = get16(h.ip + h.l4_off + 2);

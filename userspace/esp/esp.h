@@ -62,7 +62,8 @@ struct FlowKey {
     IpAddr src, dst;
     uint8_t proto = 0;
     uint16_t sport = 0, dport = 0;
-    bool fragment = false;  // ports unknown: see Spd::lookup
+    bool fragment = false;       // ports unknown: see Spd::lookup
+    bool proto_unknown = false;  // a fragment whose protocol is not known either (IpHeader)
 };
 // From a header parse_ip() found Ok, or from the packet at ip (false if it is not Ok).
 void flow_from_header(const IpHeader &h, FlowKey *key);

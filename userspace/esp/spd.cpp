@@ -211,8 +211,13 @@ Spd::Ranked Spd::lookup(Dir dir, const FlowKey &f, bool *unsure, const Probe *pr
                 found = c->best;
             continue;
         }
-        // A fragment: no ports, so shapes with ports can only make it unsure.
-        if (!s.sport && !s.dport) {
+        // A fragment: no ports, so shapes with ports can only make it unsure; nor, when its
+        // protocol is not known, shapes with a protocol, whatever their policies' addresses
+        // (as the XDP classifier judges it, by a tuple's best rank).
+        if (f.proto_unknown && s.proto) {
+            if (b.best < shadow.rank)
+                shadow.rank = b.best;
+        } else if (!s.sport && !s.dport) {
             const Cell *c = b.exact.find(key_of(b.mask, f.src, f.dst, f.proto, 0, 0));
             if (c && c->best.rank < found.rank)
                 found = c->best;
@@ -257,6 +262,12 @@ const PolicyConfig *Spd::lookup_linear(Dir dir, const FlowKey &f, bool *unsure) 
         if (!f.fragment) {
             if (s.matches(f.src, f.dst, f.proto, f.sport, f.dport))
                 return &p;
+            continue;
+        }
+        if (f.proto_unknown && s.proto) {
+            // Any policy that names a protocol may be about it (lookup() above).
+            if (unsure && s.src.addr.family == f.src.family && s.dst.addr.family == f.dst.family)
+                *unsure = true;
             continue;
         }
         if (!s.src.contains(f.src) || !s.dst.contains(f.dst) || (s.proto && s.proto != f.proto))
