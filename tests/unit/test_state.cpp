@@ -886,6 +886,35 @@ TEST_CASE("state keeper: compactions run beside the changes, and the file and jo
     check(*(*again)->loaded());
 }
 
+TEST_CASE("state keeper: no change is recorded before a whole file is on disk", "[state][journal]")
+{
+    TempDir d;
+    ::chmod(d.path.c_str(), 0700);
+    std::string path = d.path + "/gw.state", jpath = journal_path(path);
+    Config cfg;
+    auto ch = batch_change(sa_add(7, 1), "t", cfg);
+    REQUIRE(ch);
+    {
+        // No file (the daemon's first whole write failed, as on a full disk): a journal line
+        // would be thrown away at the next start, with the reservation it gave.
+        auto k = StateKeeper::open(path, ReservePolicy{});
+        REQUIRE(k);
+        (*k)->set_config(cfg);
+        auto r = (*k)->record_change(*ch, {});
+        REQUIRE_FALSE(r);
+        CHECK(r.error().message.find(path) != std::string::npos);
+        CHECK(slurp(jpath).empty());
+    }
+    // With a file, the same change is recorded.
+    GatewayState st;
+    REQUIRE(save_state(path, st));
+    auto k = StateKeeper::open(path, ReservePolicy{});
+    REQUIRE(k);
+    (*k)->set_config(cfg);
+    REQUIRE((*k)->record_change(*ch, {}));
+    CHECK_FALSE(slurp(jpath).empty());
+}
+
 TEST_CASE("state keeper: a journal without its file is emptied at start", "[state][journal]")
 {
     TempDir d;

@@ -44,6 +44,7 @@ StateKeeper::open(const std::string &path, const ReservePolicy &policy, uint64_t
     k->journal_min_ = journal_min;
     k->journal_ = std::move(*journal);
     if (*saved) {
+        k->have_file_ = true;
         k->generation_ = (*saved)->journal;
         k->ledger_ = (*saved)->ledger;
         k->loaded_ = std::move(*saved);
@@ -156,6 +157,15 @@ const KeyFingerprint &StateKeeper::reserve(Sample &s, SaConfig &sc, uint64_t now
 // ever raises floors.
 Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
 {
+    // A journal means something only on top of its file, and its ledger records only under
+    // the file's secret: until a whole file is on disk (the first write failed), open() would
+    // throw the lines away, and an SA re-added under the same keys would start again from
+    // its configured counter. So nothing is appended, no change is recorded, and SAs get no
+    // reservation until a whole write succeeds (finish() asks for one again).
+    if (!job.whole && !have_file_)
+        return make_error("state file " + path_ +
+                          ": never written whole yet (the last try failed); no change is "
+                          "recorded until it is");
     // The SAs as the job leaves them, apart from the view until the entry is on disk. A whole
     // write without changes is never taken back: its samples go into the view in place.
     bool in_place = job.whole && job.changes.empty();
@@ -299,6 +309,7 @@ Result<void> StateKeeper::write_whole()
             save_state(path_, StateView{config_, ifaces_, ledger_, replay, netns, generation_});
         !r)
         return r;
+    have_file_ = true;
     return journal_.reset();  // all of it is in the file now
 }
 

@@ -168,6 +168,7 @@ private:
     std::vector<IfaceSpec> ifaces_;
     Journal journal_;
     uint64_t generation_ = 0;  // of the file and the journal lines that follow it
+    bool have_file_ = false;   // a whole file is on disk: the journal may be appended to
     SeqLedger ledger_;
     std::unordered_map<SaKey, Track, ConfigKeyHash> tracks_;
     uint64_t round_ = 0;
