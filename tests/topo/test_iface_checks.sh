@@ -86,5 +86,26 @@ check "... no warning under it" eval "! cli gwA iface list | grep -A1 '^chktap1'
 check "a public interface is not checked" cli gwA iface add "$GWA_PUB_IF" role public
 check "... no warning under it" eval "! cli gwA iface list | grep -A1 '^$GWA_PUB_IF' | grep -q warning"
 
+# refused_one_line NAME ARGS...: `xesp ARGS` against gwA fails with one line that says NAME
+# (control characters shown escaped) and nothing on stdout.
+refused_one_line() {
+    local want=$1 out err
+    shift
+    if out=$(cli gwA "$@" 2>"$WORK/err"); then
+        echo "accepted"
+        return 1
+    fi
+    err=$(cat "$WORK/err")
+    echo "$err"
+    [ -z "$out" ] && [ "$(wc -l <"$WORK/err")" = 1 ] && grep -qF "$want" "$WORK/err"
+}
+check "a device name with a newline is refused in one line" \
+    refused_one_line "'bad\x0aname': not an interface name" iface add $'bad\nname' role protected
+check "... and so is one too long for the kernel" \
+    refused_one_line "not an interface name" iface del abcdefghijklmnop
+check "a mode with a newline is refused in one line" \
+    refused_one_line "mode 'x\x0ay': expected xdp or tun" iface add chk0 role protected mode $'x\ny'
+check "... and nothing changed" eval "cli gwA iface list | grep -q '^chk0 role protected'"
+
 stop_gw gwA
 finish

@@ -1,12 +1,14 @@
 // The daemon (daemon.h): the data thread's loop, the control thread and its handler, the
 // state file around them.
 #include <malloc.h>
+#include <net/if.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include "userspace/base/clock.h"
 #include "userspace/base/cpu_list.h"
 #include "userspace/base/wiped.h"
+#include "userspace/config/xfrm_words.h"
 #include "userspace/control/control.h"
 #include "userspace/gateway/daemon.h"
 #include "userspace/gateway/gateway.h"
@@ -40,6 +43,18 @@ void on_signal(int)
     g_stop.store(true, std::memory_order_relaxed);
 }
 
+// A device name as the kernel takes them (dev_valid_name()), printable ASCII only: what an
+// error may quote as it is.
+bool is_ifname(const std::string &n)
+{
+    if (n.empty() || n.size() >= IFNAMSIZ || n == "." || n == "..")
+        return false;
+    for (unsigned char c : n)
+        if (c == '/' || c == ':' || std::isspace(c) || c < 0x20 || c >= 0x7f)
+            return false;
+    return true;
+}
+
 // The control requests, on the control thread. A change is built there and handed to the
 // data thread (Gateway::prepare, install, finish); every change is written to the state file
 // before it is answered, and a new SA sends nothing until then. What only the data thread may
@@ -54,6 +69,10 @@ public:
     {
         if (w.size() == 1 && w[0] == "list")
             return on_data<std::string>([&] { return iface_list(); });
+        if (w.size() >= 2 && (w[0] == "add" || w[0] == "del") && !is_ifname(w[1]))
+            return make_error("iface " + w[0] + " " + xfrm::shown(w[1]) +
+                              ": not an interface name (1 to 15 printable characters, not . or "
+                              ".., no '/', ':' or space)");
         if ((w.size() == 4 || w.size() == 6) && w[0] == "add" && w[2] == "role" &&
             (w[3] == "public" || w[3] == "protected") &&
             (w.size() == 4 || (w[4] == "mode" && (w[5] == "xdp" || w[5] == "tun")))) {
@@ -71,7 +90,8 @@ public:
             });
         }
         if (w.size() == 6 && w[0] == "add" && w[4] == "mode" && w[5] != "xdp" && w[5] != "tun")
-            return make_error("iface add " + w[1] + ": mode '" + w[5] + "': expected xdp or tun");
+            return make_error("iface add " + w[1] + ": mode " + xfrm::shown(w[5]) +
+                              ": expected xdp or tun");
         if (w.size() == 2 && w[0] == "del")
             return changed_ifaces([&] { return gw_.del_iface(w[1]); });
         return make_error(
