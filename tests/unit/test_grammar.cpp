@@ -401,6 +401,23 @@ TEST_CASE("other verbs")
     CHECK(del->sa.spi == 0x22);
 }
 
+TEST_CASE("a key typed where the algorithm's name goes is not quoted back")
+{
+    for (const char *alg : {"'abcdefghijklmnopqrst'", "abcdefghijklmnopqrst"}) {
+        INFO(alg);
+        auto r = parse_line(kHead + "aead " + alg + " 128");
+        REQUIRE_FALSE(r.ok());
+        const std::string &m = r.error().message;
+        CHECK(m.find("abcdefghijklmnopqrst") == std::string::npos);
+        CHECK(m.find("unknown algorithm (a 20-character word, not shown: it may be a key)") !=
+              std::string::npos);
+    }
+    // A name with parentheses, or a short one, is an algorithm's mistyped: shown.
+    auto r = parse_line(kHead + "aead rfc4106(gcm(aes) " + kGcm128 + " 128");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("'rfc4106(gcm(aes)'") != std::string::npos);
+}
+
 TEST_CASE("invalid lines say what is wrong")
 {
     const std::string sel_head = kHead + kGcmAlg + " sel ";

@@ -85,14 +85,19 @@ std::string unknown_alg(Kind wanted, std::string_view name)
                " gives no integrity, and ESP without integrity is not "
                "offered; use one of " +
                names_of(Kind::Auth);
+    // A name that is no algorithm's may be a key, typed where the name goes (`aead KEY 128`):
+    // an algorithm's name is short or has parentheses; a long word without them is not shown.
+    const std::string seen =
+        name.size() > 12 && name.find('(') == std::string_view::npos
+            ? "(a " + std::to_string(name.size()) + "-character word, not shown: it may be a key)"
+            : shown(name);
     const AlgInfo *g = guess_alg(name, wanted);
     if (g && g->kind == wanted)
-        return "unknown algorithm " + shown(name) + "; did you mean '" + std::string(g->name) +
-               "'?";
+        return "unknown algorithm " + seen + "; did you mean '" + std::string(g->name) + "'?";
     if (g)
-        return "unknown " + std::string(kind_word(wanted)) + " algorithm " + shown(name) +
+        return "unknown " + std::string(kind_word(wanted)) + " algorithm " + seen +
                "; did you mean '" + usage_of(*g) + "'?";
-    return "unknown algorithm " + shown(name) + "; " + std::string(kind_word(wanted)) +
+    return "unknown algorithm " + seen + "; " + std::string(kind_word(wanted)) +
            " algorithms are " + names_of(wanted);
 }
 
