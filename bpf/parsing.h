@@ -215,7 +215,9 @@ static __always_inline int parse_ipv6(struct cursor *c, void *data, struct flow 
             rc = walk_ext_hdrs(c, &nh);
             if (rc == -2)
                 return rc;
-            if (rc < 0) { /* cut short: the protocol is in a later fragment */
+            /* Cut short, by the frame or by the datagram (bytes past its length are padding):
+             * the protocol is in a later fragment. */
+            if (rc < 0 || c->pos - data > f->l3_off + f->ip_len) {
                 *c = at;
                 nh = first;
                 f->proto_unknown = 1;
@@ -303,6 +305,16 @@ static __always_inline int is_link_dst_v6(const struct flow *f)
 {
     __u32 top = bpf_ntohl(f->dst[0]);
     return (top >> 16) == 0xff02 || (top & 0xffc00000) == 0xfe800000;
+}
+
+/* A multicast or limited broadcast destination: delivered to the gateway as well as, maybe,
+ * forwarded. */
+static __always_inline int is_group_dst(const struct flow *f)
+{
+    __u32 top = bpf_ntohl(f->dst[0]);
+    if (f->family == XESP_FAMILY_V6)
+        return (top >> 24) == 0xff;
+    return (top >> 28) == 0xe || top == 0xffffffff;
 }
 
 /* Source and destination ports of the protocols that have them; a transport header too short

@@ -314,6 +314,8 @@ static __always_inline int check_unprotected(struct xdp_md *ctx, const struct fl
     struct spd_match r;
     spd_init(&r);
     spd_lookup(f, local ? XESP_DIR_IN : XESP_DIR_FWD, &r);
+    if (!local && is_group_dst(f)) /* delivered here too: the in policies have a say */
+        spd_lookup(f, XESP_DIR_IN, &r);
     if (r.shadow_rank < r.rank)
         unsure = 1;
     if (r.found && r.action == XESP_ACTION_BLOCK)

@@ -215,6 +215,12 @@ def fixtures():
         IPv6ExtHdrFragment(offset=3, m=1, id=9, nh=60) / Raw(b"x" * 24))
     add("plain6_frag_chain_cut", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7") /
         IPv6ExtHdrFragment(m=1, id=9, nh=60) / Raw(bytes([58, 5]) + b"\0" * 6))
+    # the options header whole in the frame, but past the datagram's length (padding after it)
+    add("plain6_frag_chain_padded", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7", nh=44, plen=16) /
+        Raw(struct.pack("!BBHI", 60, 0, 1, 9) + bytes([58, 3]) + b"\0" * 30))
+    add("plain6_frag_chain_padded_from_remote", eth() /
+        IPv6(src="fd00:2::7", dst="fd00:1::5", nh=44, plen=16) /
+        Raw(struct.pack("!BBHI", 60, 0, 1, 9) + bytes([6, 3]) + b"\0" * 30))
     add("plain6_frag_later_udp", eth() / IPv6(src="fd00:1::5", dst="fd00:9::7") /
         IPv6ExtHdrFragment(offset=3, m=1, id=9, nh=17) / Raw(b"x" * 24))
     # DCCP has ports, and policies may name them (RFC 4340 5.1: they come first, as UDP's)
@@ -230,6 +236,8 @@ def fixtures():
     add("plain4_from_remote_fragment", eth() / IP(src="10.2.0.7", dst="10.1.0.5", frag=64, id=9, proto=17) /
         Raw(b"x" * 24))
     add("plain4_tcp_to_gateway", eth() / IP(src=PEER4, dst=GW4) / tcp(22))
+    add("plain4_bcast_from_remote", eth() / IP(src="10.2.0.7", dst="255.255.255.255") / udp())
+    add("plain6_mcast_from_remote", eth() / IPv6(src="fd00:2::7", dst="ff05::1:3") / udp())
     add("plain4_public_unmatched", eth() / IP(src=PEER4, dst="10.9.0.1") / tcp())
 
     # ICMP too-big from a router, quoting a host's ESP (transport mode) or something else

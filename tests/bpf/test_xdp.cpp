@@ -298,6 +298,8 @@ const Expect kTable[] = {
     {"plain6_frag_destopt_protect", Prot, V::Encap, C::REDIRECT_ENCAP, 6, 14, 70, F6 | FF},
     {"plain6_frag_later_destopt", Prot, V::Drop, C::DROP_PORTS_UNKNOWN},
     {"plain6_frag_chain_cut", Prot, V::Drop, C::DROP_PORTS_UNKNOWN},
+    {"plain6_frag_chain_padded", Prot, V::Drop, C::DROP_PORTS_UNKNOWN},
+    {"plain6_frag_chain_padded_from_remote", Pub, V::Drop, C::DROP_PORTS_UNKNOWN},
     {"plain6_frag_later_udp", Prot, V::Pass, C::PASS_NO_POLICY},
     {"plain4_dccp_protect", Prot, V::Encap, C::REDIRECT_ENCAP, 15, 14, 34},
     {"plain4_dccp_other_port", Prot, V::Pass, C::PASS_NO_POLICY},
@@ -308,6 +310,8 @@ const Expect kTable[] = {
     {"plain4_from_remote_fragment", Pub, V::Drop, C::DROP_IN_UNPROTECTED},
     {"plain4_tcp_to_gateway", Pub, V::Drop, C::DROP_IN_UNPROTECTED},
     {"plain4_public_unmatched", Pub, V::Pass, C::PASS_NO_POLICY},
+    {"plain4_bcast_from_remote", Pub, V::Pass, C::PASS_NO_POLICY},
+    {"plain6_mcast_from_remote", Pub, V::Pass, C::PASS_NO_POLICY},
     {"esp4_known", Pub, V::Decap, C::REDIRECT_DECAP, 101, 14, 34},
     // Too-big reports for a host behind us go to the gateway (transport mode's path MTU) when
     // they may pass at all; those for the gateway itself reach its raw sockets.
@@ -490,6 +494,15 @@ TEST_CASE("on a public interface the fwd policies decide what is forwarded, the 
     REQUIRE(prog->add_policy(
         22, policy("198.51.100.0/24", "10.9.0.0/16", Dir::Out, 50, false, Action::Allow, 6)));
     check("plain4_public_unmatched", XDP_PASS, C::PASS_BYPASS);
+    // Broadcast and multicast are delivered to the gateway (and may be forwarded): the in
+    // policies speak for them too.
+    check("plain4_bcast_from_remote", XDP_PASS, C::PASS_NO_POLICY);
+    check("plain6_mcast_from_remote", XDP_PASS, C::PASS_NO_POLICY);
+    REQUIRE(
+        prog->add_policy(23, policy("10.2.0.0/16", "0.0.0.0/0", Dir::In, 5, false, Action::Block)));
+    REQUIRE(prog->add_policy(24, policy("fd00:2::/48", "::/0", Dir::In, 5, true)));
+    check("plain4_bcast_from_remote", XDP_DROP, C::DROP_IN_BLOCK);
+    check("plain6_mcast_from_remote", XDP_DROP, C::DROP_IN_UNPROTECTED);
     // The same bypass on a protected interface passes at once.
     REQUIRE(prog->set_iface_role(kLoIfindex, Prot));
     check("plain4_from_remote", XDP_PASS, C::PASS_BYPASS);

@@ -65,8 +65,8 @@ struct IpHeader {
     // next header when the chain was not read).
     uint8_t proto = 0;
     bool fragment = false;  // IPv4: MF set or an offset; IPv6: a Fragment header
-    // IPv6: a fragment whose protocol cannot be read (parse_ipv6); proto is then the last
-    // header number read.
+    // IPv6: a fragment whose protocol cannot be read (parse_ipv6); proto is then what the
+    // Fragment header names (or 44, a second Fragment header behind the first).
     bool proto_unknown = false;
     bool more_fragments = false;  // MF / M
     bool dont_fragment = false;   // IPv4: DF; IPv6: always (routers never fragment it)

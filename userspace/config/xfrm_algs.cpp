@@ -80,17 +80,17 @@ std::string unknown_alg(Kind wanted, std::string_view name)
     if (const AlgInfo *a = find_alg(name))  // a known name in the wrong place
         return shown(name) + " is not an " + std::string(kind_word(wanted)) +
                " algorithm; did you mean '" + usage_of(*a) + "'?";
-    if (wanted == Kind::Auth && name.find("null") != std::string_view::npos)
-        return "auth " + shown(name) +
-               " gives no integrity, and ESP without integrity is not "
-               "offered; use one of " +
-               names_of(Kind::Auth);
     // A name that is no algorithm's may be a key, typed where the name goes (`aead KEY 128`):
     // an algorithm's name is short or has parentheses; a long word without them is not shown.
     const std::string seen =
         name.size() > 12 && name.find('(') == std::string_view::npos
             ? "(a " + std::to_string(name.size()) + "-character word, not shown: it may be a key)"
             : shown(name);
+    if (wanted == Kind::Auth && name.find("null") != std::string_view::npos)
+        return "auth " + seen +
+               " gives no integrity, and ESP without integrity is not "
+               "offered; use one of " +
+               names_of(Kind::Auth);
     const AlgInfo *g = guess_alg(name, wanted);
     if (g && g->kind == wanted)
         return "unknown algorithm " + seen + "; did you mean '" + std::string(g->name) + "'?";

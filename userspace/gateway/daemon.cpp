@@ -43,14 +43,14 @@ void on_signal(int)
     g_stop.store(true, std::memory_order_relaxed);
 }
 
-// A device name as the kernel takes them (dev_valid_name()), printable ASCII only: what an
-// error may quote as it is.
+// A device name as the kernel takes them (dev_valid_name()), without control characters:
+// what an error or a listing may show as it is.
 bool is_ifname(const std::string &n)
 {
     if (n.empty() || n.size() >= IFNAMSIZ || n == "." || n == "..")
         return false;
     for (unsigned char c : n)
-        if (c == '/' || c == ':' || std::isspace(c) || c < 0x20 || c >= 0x7f)
+        if (c == '/' || c == ':' || std::isspace(c) || c < 0x20 || c == 0x7f)
             return false;
     return true;
 }
@@ -71,8 +71,8 @@ public:
             return on_data<std::string>([&] { return iface_list(); });
         if (w.size() >= 2 && (w[0] == "add" || w[0] == "del") && !is_ifname(w[1]))
             return make_error("iface " + w[0] + " " + xfrm::shown(w[1]) +
-                              ": not an interface name (1 to 15 printable characters, not . or "
-                              ".., no '/', ':' or space)");
+                              ": not an interface name (1 to 15 bytes, not . or .., no '/', "
+                              "':', white space or control characters)");
         if ((w.size() == 4 || w.size() == 6) && w[0] == "add" && w[2] == "role" &&
             (w[3] == "public" || w[3] == "protected") &&
             (w.size() == 4 || (w[4] == "mode" && (w[5] == "xdp" || w[5] == "tun")))) {
