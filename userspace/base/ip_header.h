@@ -110,6 +110,31 @@ inline IpParse parse_ipv4(const uint8_t *ip, uint32_t len, IpHeader *h)
     return IpParse::Ok;
 }
 
+inline bool is_ext_hdr(uint8_t nh)
+{
+    using namespace wire;
+    return nh == kProtoIpv6HopByHop || nh == kProtoIpv6Route || nh == kProtoIpv6Opts;
+}
+
+// Hop-by-hop, routing and destination options headers from *off on, *nh the number of the
+// header there: false if one runs past total. Otherwise *off is the first other header, *nh
+// its number, and *nh_off the byte that named it (left as it was if there was none).
+inline bool walk_ext_hdrs(const uint8_t *ip, uint32_t total, uint32_t *off, uint8_t *nh,
+                          uint32_t *nh_off)
+{
+    while (is_ext_hdr(*nh)) {
+        if (*off + 8 > total)
+            return false;
+        uint32_t ext = (uint32_t(ip[*off + 1]) + 1) * 8;
+        if (*off + ext > total)
+            return false;
+        *nh_off = *off;
+        *nh = ip[*off];
+        *off += ext;
+    }
+    return true;
+}
+
 // RFC 8200 4: hop-by-hop, routing and destination options headers are walked (each is
 // 8 bytes and a multiple of 8), then a Fragment header, and in a first fragment more of the
 // first three behind it, as the kernel's xfrm (decode_session6) and the host that reassembles
@@ -130,16 +155,8 @@ inline IpParse parse_ipv6(const uint8_t *ip, uint32_t len, IpHeader *h)
         return IpParse::BadLength;
     uint32_t off = kIpv6Len, nh_off = 6;
     uint8_t nh = ip[6];
-    while (nh == kProtoIpv6HopByHop || nh == kProtoIpv6Route || nh == kProtoIpv6Opts) {
-        if (off + 8 > h->total)
-            return IpParse::BadChain;
-        uint32_t ext = (uint32_t(ip[off + 1]) + 1) * 8;
-        if (off + ext > h->total)
-            return IpParse::BadChain;
-        nh_off = off;
-        nh = ip[off];
-        off += ext;
-    }
+    if (!walk_ext_hdrs(ip, h->total, &off, &nh, &nh_off))
+        return IpParse::BadChain;
     h->chain_len = h->l4_off = off;
     h->nh_off = nh_off;
     h->proto = nh;
@@ -153,21 +170,13 @@ inline IpParse parse_ipv6(const uint8_t *ip, uint32_t len, IpHeader *h)
     h->frag_offset = uint16_t(frag & ~7u);
     h->more_fragments = frag & 1;
     h->l4_off = off = off + kIpv6FragHdrLen;
-    auto is_ext = [](uint8_t n) {
-        return n == kProtoIpv6HopByHop || n == kProtoIpv6Route || n == kProtoIpv6Opts;
-    };
     if (h->frag_offset) {  // the headers are in the first fragment, not here
-        h->proto_unknown = is_ext(nh) || nh == kProtoIpv6Frag;
+        h->proto_unknown = is_ext_hdr(nh) || nh == kProtoIpv6Frag;
         return IpParse::Ok;
     }
-    while (is_ext(nh)) {
-        uint32_t ext = off + 8 <= h->total ? (uint32_t(ip[off + 1]) + 1) * 8 : 0;
-        if (!ext || off + ext > h->total) {  // cut short: the rest is in a later fragment
-            h->proto_unknown = true;
-            return IpParse::Ok;
-        }
-        nh = ip[off];
-        off += ext;
+    if (!walk_ext_hdrs(ip, h->total, &off, &nh, &nh_off)) {
+        h->proto_unknown = true;  // cut short: the rest is in a later fragment
+        return IpParse::Ok;
     }
     h->proto = nh;
     h->l4_off = off;
