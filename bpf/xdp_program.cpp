@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "userspace/base/clock.h"
+#include "xesp_sockpol.skel.h"
 #include "xesp_xdp.skel.h"
 
 namespace xesp {
@@ -117,6 +118,7 @@ Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
 
 XdpProgram::~XdpProgram()
 {
+    xesp_sockpol__destroy(sockpol_);
     xesp_xdp__destroy(skel_);
 }
 
@@ -415,6 +417,45 @@ Result<void> XdpProgram::add_own_socket(int fd)
     uint32_t one = 1;
     return update(bpf_map__fd(skel_->maps.own_sockets), &cookie, &one, BPF_ANY,
                   "xdp: register one of the gateway's sockets");
+}
+
+int XdpProgram::sock_bypass_fd() const
+{
+    return bpf_map__fd(skel_->maps.sock_bypass);
+}
+
+Result<void> XdpProgram::sweep_socket_policies()
+{
+    if (!sockpol_) {
+        xesp_sockpol *s = xesp_sockpol__open();
+        if (!s)
+            return bpf_error("socket policies: open the BPF object", errno);
+        auto fail = [s](const char *what, int err) {
+            xesp_sockpol__destroy(s);
+            return bpf_error(std::string("socket policies: ") + what, err);
+        };
+        if (int err = bpf_map__reuse_fd(s->maps.sock_bypass, sock_bypass_fd()))
+            return fail("share the classifier's socket map", err);
+        if (int err = xesp_sockpol__load(s))
+            return fail("load the iterator (the verifier log is on stderr)", err);
+        s->links.sweep_udp_sockets = bpf_program__attach_iter(s->progs.sweep_udp_sockets, nullptr);
+        if (!s->links.sweep_udp_sockets)
+            return fail("attach the UDP socket iterator", errno);
+        sockpol_ = s;
+    }
+    // One read walks every UDP socket of this network namespace: the program writes nothing.
+    int fd = bpf_iter_create(bpf_link__fd(sockpol_->links.sweep_udp_sockets));
+    if (fd < 0)
+        return bpf_error("socket policies: start a walk of the UDP sockets", errno);
+    char buf[64];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+    }
+    int err = n < 0 ? errno : 0;
+    close(fd);
+    if (err)
+        return bpf_error("socket policies: walk the UDP sockets", err);
+    return {};
 }
 
 Result<void> XdpProgram::remove_iface(uint32_t ifindex)

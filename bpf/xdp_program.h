@@ -20,7 +20,8 @@
 #include "userspace/base/result.h"
 #include "userspace/esp/sa_config.h"
 
-struct xesp_xdp;  // the bpftool skeleton
+struct xesp_xdp;      // the bpftool skeletons
+struct xesp_sockpol;  // (xesp_sockpol.bpf.c)
 
 namespace xesp {
 
@@ -162,6 +163,14 @@ public:
     // A socket of the gateway's that sends ESP through the kernel (transport-mode ESP carries
     // the hosts' addresses): the egress program lets what it sends leave as it is.
     Result<void> add_own_socket(int fd);
+    // Sockets with a bypass policy of their own (an IKE daemon's, set with IP_XFRM_POLICY)
+    // are let through by the egress program whatever the out policies say, as the kernel lets
+    // them: this marks the UDP sockets of this network namespace whose out policy is one, and
+    // unmarks those whose is no longer (xesp_sockpol.bpf.c). The gateway runs it several
+    // times a second. Until it has run, and where it fails (a kernel without BTF or socket
+    // iterators), what they send meets the out policies like the rest.
+    Result<void> sweep_socket_policies();
+    int sock_bypass_fd() const;  // the marks: an SK_STORAGE map, a socket's fd its key
 
 private:
     XdpProgram() = default;
@@ -170,6 +179,7 @@ private:
     Result<void> apply(const TupleChange &ch, bool add);
 
     xesp_xdp *skel_ = nullptr;
+    xesp_sockpol *sockpol_ = nullptr;                // sweep_socket_policies()
     bool batch_sas_ = true, batch_policies_ = true;  // update_map_entries()' batch
     TupleSpace tuples_;
     uint32_t live_table_ = 0;

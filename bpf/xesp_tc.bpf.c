@@ -22,6 +22,7 @@
 
 #include "bpf/parsing.h"
 #include "bpf/shared_maps.h"
+#include "bpf/sock_bypass.h"
 #include "bpf/spd_lookup.h"
 #include "bpf/xesp_xdp_abi.h"
 
@@ -52,6 +53,25 @@ struct {
 static __always_inline int is_local_src(const struct flow *f)
 {
     return is_local_addr(f->family, f->src);
+}
+
+/* Sent by a socket that the out policies do not apply to: one of the daemon's own, or one
+ * whose own out policy is a bypass (sock_bypass.h). */
+static __always_inline int sent_past_policies(struct __sk_buff *skb)
+{
+    __u64 cookie = bpf_get_socket_cookie(skb);
+    if (!cookie)
+        return 0; /* forwarded */
+    if (bpf_map_lookup_elem(&own_sockets, &cookie))
+        return 1;
+    struct bpf_sock *sk = skb->sk;
+    if (!sk)
+        return 0;
+    sk = bpf_sk_fullsock(sk);
+    if (!sk)
+        return 0;
+    __u32 *bypass = bpf_sk_storage_get(&sock_bypass, sk, 0, 0);
+    return bypass && *bypass;
 }
 
 /* The headers of skb, pulled into its linear part (256 bytes at most), parsed into f; c is
@@ -118,15 +138,12 @@ int xesp_tc_egress(struct __sk_buff *skb)
         return TC_ACT_SHOT;
     }
     parse_ports(&c, &f);
-    /* IKE, NAT-T keepalives and ESP (in UDP or not) leave as they are only when the gateway
-     * sends them: made on this host (a socket, so not forwarded, whatever its source address
-     * says) and from one of its addresses, or from the daemon's own sockets (transport-mode
-     * ESP carries the hosts' addresses). Anything else of that shape, forwarded from a
-     * protected host, is plaintext like the rest and goes through the policies. */
-    if (f.proto == IPPROTO_ESP ||
-        (f.proto == IPPROTO_UDP && !f.fragment &&
-         (f.sport == bpf_htons(NATT_PORT) || f.dport == bpf_htons(NATT_PORT) ||
-          f.sport == bpf_htons(IKE_PORT) || f.dport == bpf_htons(IKE_PORT)))) {
+    /* ESP leaves as it is when the gateway makes it: on this host (a socket, so not
+     * forwarded, whatever its source address says) and from one of its addresses, or from the
+     * daemon's own sockets (transport-mode ESP carries the hosts' addresses). Raw ESP takes
+     * CAP_NET_RAW, and the kernel never puts its own ESP through the policies again. Anything
+     * else of that shape, forwarded from a protected host, is plaintext like the rest. */
+    if (f.proto == IPPROTO_ESP) {
         __u64 cookie = bpf_get_socket_cookie(skb);
         if (cookie && (is_local_src(&f) || bpf_map_lookup_elem(&own_sockets, &cookie))) {
             count(XESP_CTR_PASS_EGRESS_OWN);
@@ -137,7 +154,16 @@ int xesp_tc_egress(struct __sk_buff *skb)
     struct spd_match r;
     spd_init(&r);
     spd_lookup(&f, XESP_DIR_OUT, &r);
-    if (r.shadow_rank < r.rank || (r.found && r.action == XESP_ACTION_BLOCK)) {
+    const int blocked = r.shadow_rank < r.rank || (r.found && r.action == XESP_ACTION_BLOCK);
+    /* IKE, NAT-T keepalives and the rest of what a socket with its own bypass policy sends
+     * leave in the clear, as the kernel lets them: that socket's policy, not the SPD, decides
+     * for it. Only those sockets (an IKE daemon's) and the daemon's own get this; a process
+     * that merely sends to UDP/500 or 4500 meets the out policies. */
+    if ((blocked || (r.found && (r.flags & XESP_POL_F_TMPL))) && sent_past_policies(skb)) {
+        count(XESP_CTR_PASS_EGRESS_OWN);
+        return TC_ACT_OK;
+    }
+    if (blocked) {
         count(XESP_CTR_DROP_EGRESS_PLAINTEXT);
         return TC_ACT_SHOT;
     }

@@ -302,6 +302,48 @@ s.sendall(b'o' * (2 << 20)); s.close()" || return 1
 }
 check "TCP from the gateway itself to hostB through the tunnel (2 MiB, path MTU learnt)" own_tcp
 
+# IKE leaves in the clear past an out policy only from a socket with a bypass policy of its
+# own (IP_XFRM_POLICY, as IKE daemons set it), as the kernel lets it. Any other process's UDP
+# to port 500 meets the out policies: here a block of gwA's UDP to gwB.
+ike_sent() { # MARKER: three datagrams to gwB's UDP/500 from a plain socket, three from one
+    # with a bypass policy (given before the daemon's next sweep of the sockets has run)
+    echo "
+import socket, struct, time
+def sock(bypass):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(('$GWA_PUB_IP4', 0))
+    if bypass:  # struct xfrm_userpolicy_info: sel.family, dir, action (0: allow)
+        for d in (1, 0):
+            p = bytearray(168)
+            struct.pack_into('=H', p, 40, socket.AF_INET)
+            p[160] = d
+            s.setsockopt(socket.SOL_IP, 17, bytes(p))  # IP_XFRM_POLICY
+    return s
+plain, bypass = sock(False), sock(True)
+time.sleep(0.6)
+for i in range(3):
+    plain.sendto(b'ike-plain-$1', ('$GWB_PUB_IP4', 500))
+    bypass.sendto(b'ike-bypass-$1', ('$GWB_PUB_IP4', 500))
+    time.sleep(0.02)"
+}
+ike_bypass() {
+    local own0 drop0 own1 drop1 got
+    cli gwA policy add src $GWA_PUB_IP4/32 dst $GWB_PUB_IP4/32 proto udp dir out action block ||
+        return 1
+    own0=$(stat gwA 'xdp.pass-egress-own')
+    drop0=$(stat gwA 'xdp.drop-egress-plaintext')
+    # (gwB answers the datagrams that reach it with ICMP quoting them: not counted as sent)
+    FILTERS=("contains ike-plain-$marker" "udp dport 500 contains ike-bypass-$marker")
+    got=$(wire_counts "$TOPO" exec gwA "$PY" -c "$(ike_sent "$marker")")
+    own1=$(stat gwA 'xdp.pass-egress-own')
+    drop1=$(stat gwA 'xdp.drop-egress-plaintext')
+    cli gwA policy del src $GWA_PUB_IP4/32 dst $GWB_PUB_IP4/32 proto udp dir out || return 1
+    echo "on the wire (plain, bypass): $got; pass-egress-own $own0 -> $own1," \
+        "drop-egress-plaintext $drop0 -> $drop1"
+    [ "$got" = "0 3 " ] && [ $((own1 - own0)) = 3 ] && [ $((drop1 - drop0)) = 3 ]
+}
+check "IKE past a block policy only from a socket with its own bypass policy" ike_bypass
+
 # Forged ESP for an SA gwB owns: dropped, counted as ICV failures.
 forge() {
     local mac before after

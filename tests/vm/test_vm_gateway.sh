@@ -23,7 +23,8 @@ for c in ip ethtool tcpdump; do
     need+=("$p")
 done
 
-exec "$HERE/vm_run.sh" -t "${XESP_VM_TIMEOUT:-600}" \
+# xfrm_user: sockets' own xfrm policies (IP_XFRM_POLICY), which test_xdp sets.
+exec "$HERE/vm_run.sh" -t "${XESP_VM_TIMEOUT:-600}" -m xfrm_user \
     -e XESP="$XESP" -e TEST_XDP="$TEST_XDP" \
     -e TOPO="$TOP/tools/xesp-topo" -e CHECKS="$TOP/tests/checks.sh" \
     "$KERNEL" "$HERE/guest_gateway.sh" \
