@@ -14,6 +14,7 @@
  * XDP program uses and the loader fills.
  */
 #include <linux/bpf.h>
+#include <linux/errno.h>
 #include <linux/in.h>
 #include <linux/pkt_cls.h>
 
@@ -93,6 +94,15 @@ static __always_inline int fits_mtu(struct __sk_buff *skb, __u32 ifindex)
 {
     __u32 mtu = 0;
     return bpf_check_mtu(skb, ifindex, &mtu, 0, BPF_MTU_CHK_SEGS) == BPF_MTU_CHK_RET_SUCCESS;
+}
+
+/* Whether a device has the index: the TUN goes with a daemon killed with -9, which leaves its
+ * index in tun_link, and a redirect there would be dropped without a word. bpf_check_mtu()
+ * looks the index up (its size verdict is of no interest here). */
+static __always_inline int dev_exists(struct __sk_buff *skb, __u32 ifindex)
+{
+    __u32 mtu = 0;
+    return bpf_check_mtu(skb, ifindex, &mtu, 0, 0) != -ENODEV;
 }
 
 /* The hop that the kernel's forwarding would take: the TTL or hop limit down by one, and the
@@ -186,10 +196,10 @@ int xesp_tc_egress(struct __sk_buff *skb)
 /* A protected interface in tun mode: what arrives there that an out policy protects is sent to
  * the gateway's TUN device whole, as the host's TSO made it (an XDP program would have the
  * kernel cut it first), for the gateway to cut, encrypt and send; UDP goes to the local link
- * instead (below). Without a TUN (no gateway running) it is dropped, never routed on in the
- * clear; without a socket behind the local link, its XDP program drops it. Blocked plaintext
- * is dropped; the rest (bypass, no policy, the gateway's own traffic, ND for the link, what is
- * not IP) goes on to the kernel. */
+ * instead (below). Without a TUN (no gateway running, or a killed one's index left behind) it
+ * is dropped and counted, never routed on in the clear; without a socket behind the local
+ * link, its XDP program drops it. Blocked plaintext is dropped; the rest (bypass, no policy,
+ * the gateway's own traffic, ND for the link, what is not IP) goes on to the kernel. */
 SEC("tc")
 int xesp_tc_protected(struct __sk_buff *skb)
 {
@@ -246,7 +256,7 @@ int xesp_tc_protected(struct __sk_buff *skb)
             }
         }
         __u32 *tun = bpf_map_lookup_elem(&tun_link, &zero);
-        if (tun && *tun) {
+        if (tun && *tun && dev_exists(skb, *tun)) {
             count(XESP_CTR_TUN_ENCAP);
             return bpf_redirect(*tun, 0);
         }

@@ -39,7 +39,8 @@ using namespace xesp;
 
 namespace {
 
-constexpr uint32_t kLoIfindex = 1;  // test_run's default device
+constexpr uint32_t kLoIfindex = 1;             // test_run's default device
+constexpr uint32_t kGoneIfindex = 0x7ffffff0;  // no device has it
 
 // ---- Running one frame ----------------------------------------------------------------
 
@@ -762,6 +763,11 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
     check_rows(rest);
     REQUIRE(prog->set_tun_link(0));
     CHECK(ingress("plain4_protect_tcp") == kShot);
+    // A TUN that went without a word (its daemon killed with -9) leaves its index behind: what
+    // would go there is dropped and counted, not redirected to a device that is not there.
+    REQUIRE(prog->set_tun_link(kGoneIfindex));
+    check_rows({{"plain4_protect_tcp", kShot, "drop-tun-gone+1 "},
+                {"plain6_protect_tcp", kShot, "drop-tun-gone+1 "}});
 }
 
 TEST_CASE("tc ingress in tun mode: UDP to the local link with its hop taken, if the link takes "

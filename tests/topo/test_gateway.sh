@@ -666,6 +666,18 @@ check "after kill -9: the $PROT_MODE-mode program stays on gwA's protected inter
     check "after kill -9: the TUN device went with the daemon" bash -c "! '$TOPO' exec gwA ip link show xesp-tun 2>/dev/null"
 check "after kill -9: the tc egress guard stays attached on gwA" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 check "after kill -9: protected traffic is dropped, not forwarded" bash -c "! '$TOPO' exec hostA '$PY' '$HERE/ping.py' -c 2 -W 1 $HOSTB_IP4"
+# Tun mode: the TUN went with the daemon, its index stays in the tc program's map; what would
+# go there is dropped and counted (read from the program's own map: no daemon to ask).
+dead_tun_counted() {
+    local before after
+    before=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" drop-tun-gone) || return 1
+    ! "$TOPO" exec hostA "$PY" "$HERE/ping.py" -c 3 -i 0.2 -W 1 "$HOSTB_IP4" || return 1
+    after=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" drop-tun-gone) || return 1
+    echo "drop-tun-gone on $GWA_PROT_IF: $before -> $after"
+    [ $((after - before)) -ge 3 ]
+}
+[ "$PROT_MODE" = tun ] &&
+    check "after kill -9: what would go to the vanished TUN is counted (drop-tun-gone)" dead_tun_counted
 # Tun mode's UDP: the local link stays, and its XDP program, with no socket behind it, drops.
 dead_udp_dropped() {
     local before after got
