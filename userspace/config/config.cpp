@@ -349,10 +349,17 @@ Result<void> apply_command(Config &cfg, const Command &cmd)
     return {};
 }
 
-Result<ConfigChange> batch_change(std::string_view text, std::string_view name, const Config &base)
+Result<ConfigChange> batch_change(std::string_view text, std::string_view name, const Config &base,
+                                  const CommandCheck &check)
 {
     Overlay o(base);
-    if (auto r = each_command(text, name, [&](const Command &cmd) { return apply_to(o, cmd); }); !r)
+    auto take = [&](const Command &cmd) -> Result<void> {
+        if (check)
+            if (auto r = check(cmd); !r)
+                return r;
+        return apply_to(o, cmd);
+    };
+    if (auto r = each_command(text, name, take); !r)
         return r.error();
     return std::move(o).change();
 }
@@ -371,16 +378,17 @@ std::string to_batch(const Config &cfg, bool show_keys)
     return out;
 }
 
-Result<Config> load_batch(std::string_view text, std::string_view name, Config base)
+Result<Config> load_batch(std::string_view text, std::string_view name, Config base,
+                          const CommandCheck &check)
 {
-    auto ch = batch_change(text, name, base);
+    auto ch = batch_change(text, name, base, check);
     if (!ch)
         return ch.error();
     apply_change(base, std::move(*ch));
     return base;
 }
 
-Result<Config> load_batch_file(const std::string &path, Config base)
+Result<Config> load_batch_file(const std::string &path, Config base, const CommandCheck &check)
 {
     std::ifstream in(path, std::ios::binary);
     if (!in)
@@ -388,7 +396,7 @@ Result<Config> load_batch_file(const std::string &path, Config base)
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (in.bad())
         return make_error("cannot read " + path + ": " + std::strerror(errno), errno);
-    auto cfg = load_batch(text, path, std::move(base));
+    auto cfg = load_batch(text, path, std::move(base), check);
     OPENSSL_cleanse(text.data(), text.size());
     return cfg;
 }

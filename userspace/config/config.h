@@ -3,6 +3,7 @@
 // parsed `ip xfrm` commands.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -26,9 +27,15 @@ std::string to_batch(const Config &cfg, bool show_keys);
 // Applies a batch (the text of a config file) on top of base, all or nothing. Lines are those
 // of parse_command after split_words; a line ending in a backslash continues on the next one.
 // Errors are "NAME:LINE: message", NAME being the name given.
-// The net change a batch makes to base, all or nothing, at the cost of the batch.
-Result<ConfigChange> batch_change(std::string_view text, std::string_view name, const Config &base);
-Result<Config> load_batch(std::string_view text, std::string_view name, Config base = {});
-Result<Config> load_batch_file(const std::string &path, Config base = {});
+// The net change a batch makes to base, all or nothing, at the cost of the batch. `check`, if
+// given, is asked about each command beyond the grammar (a daemon: whether its crypto backend
+// implements an SA's algorithms); its error is the line's, "NAME:LINE: " before it.
+using CommandCheck = std::function<Result<void>(const Command &)>;
+Result<ConfigChange> batch_change(std::string_view text, std::string_view name, const Config &base,
+                                  const CommandCheck &check = {});
+Result<Config> load_batch(std::string_view text, std::string_view name, Config base = {},
+                          const CommandCheck &check = {});
+Result<Config> load_batch_file(const std::string &path, Config base = {},
+                               const CommandCheck &check = {});
 
 }  // namespace xesp

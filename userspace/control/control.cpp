@@ -293,7 +293,7 @@ Result<std::string> ConfigHandler::command(const Command &cmd, bool show_keys)
 
 Result<void> ConfigHandler::batch(std::string_view text, std::string_view name, bool check_only)
 {
-    auto change = batch_change(text, name, config_);
+    auto change = batch_change(text, name, config_, [this](const Command &c) { return check(c); });
     if (!change)
         return change.error();
     if (check_only)

@@ -82,6 +82,9 @@ public:
 protected:
     // Makes `change` (checked against config()); the base applies it to config().
     virtual Result<void> commit(const ConfigChange &change);
+    // Each command of a batch, before commit(), beyond what the grammar checks: what it refuses
+    // is refused with the batch's NAME:LINE, by `batch --check` too. The base takes all.
+    virtual Result<void> check(const Command &) const { return {}; }
 
 private:
     Config config_;

@@ -10,13 +10,20 @@ namespace xesp {
 
 using namespace wire;
 
-Result<std::unique_ptr<Sa>> Sa::create(const SaConfig &cfg, Backend backend)
+Result<void> Sa::check(const SaConfig &cfg, Backend backend)
 {
     Backend resolved = resolve_backend(backend, cfg.xf);
     if (!backend_supports(resolved, cfg.xf))
         return make_error(std::string("crypto backend '") + std::string(backend_name(resolved)) +
                           "' does not implement " + cfg.xf.name() + "; use --crypto auto");
-    auto cipher = make_cipher(resolved, cfg.xf, cfg.esn);
+    return {};
+}
+
+Result<std::unique_ptr<Sa>> Sa::create(const SaConfig &cfg, Backend backend)
+{
+    if (auto r = check(cfg, backend); !r)
+        return r.error();
+    auto cipher = make_cipher(resolve_backend(backend, cfg.xf), cfg.xf, cfg.esn);
     if (!cipher)
         return cipher.error();
 

@@ -49,6 +49,8 @@ public:
     // Prepares the runtime part: the cipher (backend resolved here), the replay window from
     // replay-seq[-hi], the output counter from replay-oseq[-hi], the outer header.
     static Result<std::unique_ptr<Sa>> create(const SaConfig &cfg, Backend backend);
+    // What create() would refuse before it makes anything: a backend without the algorithms.
+    static Result<void> check(const SaConfig &cfg, Backend backend);
 
     const SaConfig &config() const { return cfg_; }
     // Unique for the process's life: tells this SA from one created later at the same address.

@@ -55,6 +55,17 @@ bool is_ifname(const std::string &n)
     return true;
 }
 
+// Whether the crypto backend can run what the command adds: an error naming the SA if not.
+Result<void> backend_takes(const Command &cmd, Backend backend)
+{
+    if (cmd.object != Command::Object::Sa ||
+        (cmd.verb != Command::Verb::Add && cmd.verb != Command::Verb::Update))
+        return {};
+    if (auto r = Sa::check(cmd.sa, backend); !r)
+        return make_error(describe_sa(cmd.sa.dst, cmd.sa.spi) + ": " + r.error().message);
+    return {};
+}
+
 // The control requests, on the control thread. A change is built there and handed to the
 // data thread (Gateway::prepare, install, finish); every change is written to the state file
 // before it is answered, and a new SA sends nothing until then. What only the data thread may
@@ -141,6 +152,12 @@ public:
     }
 
 protected:
+    // A batch's SA that this gateway's crypto backend cannot run is refused at its line.
+    Result<void> check(const Command &cmd) const override
+    {
+        return backend_takes(cmd, gw_.options().backend);
+    }
+
     Result<void> commit(const ConfigChange &change) override
     {
         // The change is in the journal, and its new SAs bound to their reservations, before
@@ -230,7 +247,8 @@ private:
 };
 
 // What to start with: the state file (a restart) and/or the config file.
-Result<GatewayState> initial_state(const DaemonOptions &o, const StateKeeper *keeper)
+Result<GatewayState> initial_state(const DaemonOptions &o, Backend backend,
+                                   const StateKeeper *keeper)
 {
     GatewayState st;
     if (keeper && keeper->loaded()) {
@@ -248,7 +266,9 @@ Result<GatewayState> initial_state(const DaemonOptions &o, const StateKeeper *ke
             st.ifaces.size());
     }
     if (!o.config_file.empty()) {
-        auto cfg = load_batch_file(o.config_file);
+        // An SA the backend cannot run is refused at its line, as a batch's is.
+        auto cfg = load_batch_file(o.config_file, {},
+                                   [&](const Command &cmd) { return backend_takes(cmd, backend); });
         if (!cfg)
             return cfg.error();
         st.config = with_saved_sequence(std::move(*cfg), st.config);
@@ -387,7 +407,7 @@ Result<void> run_daemon(const DaemonOptions &o)
     auto keeper = open_state(o, state_path);
     if (!keeper)
         return keeper.error();
-    auto st = initial_state(o, keeper->get());
+    auto st = initial_state(o, *backend, keeper->get());
     if (!st)
         return st.error();
 

@@ -187,6 +187,7 @@ public:
     Result<void> add_iface(const IfaceSpec &spec);
     Result<void> del_iface(const std::string &name);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
+    const GatewayOptions &options() const { return options_; }
 
     // Moves a burst on every socket; returns how many packets came in. With workers, bursts
     // may still be in flight when it returns (in_flight()); they hold pointers into the
