@@ -16,6 +16,8 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
@@ -884,6 +886,65 @@ TEST_CASE("state keeper: compactions run beside the changes, and the file and jo
     REQUIRE(again);
     REQUIRE((*again)->loaded());
     check(*(*again)->loaded());
+}
+
+TEST_CASE("state keeper: a compaction that cannot start loses no change, and the next one runs",
+          "[state][journal]")
+{
+    TempDir d;
+    ::chmod(d.path.c_str(), 0700);
+    std::string path = d.path + "/gw.state", jpath = journal_path(path);
+    GatewayState st;
+    auto base = load_batch(sa_add(1, 1), "t");
+    REQUIRE(base);
+    st.config = *base;
+    REQUIRE(save_state(path, st));
+    Config cfg = st.config;
+    std::atomic<bool> may_start{false};
+    std::atomic<int> refused{0}, started{0};
+    uint32_t spi = 100;
+    auto change = [&](StateKeeper &k) {
+        std::string text = sa_add(spi, 1) + (spi > 100 ? sa_del(spi - 1) : std::string());
+        auto ch = batch_change(text, "t", cfg);
+        REQUIRE(ch);
+        REQUIRE(k.record_change(*ch, {}));  // acknowledged: it must survive
+        apply_change(cfg, *ch);
+        spi++;
+    };
+    {
+        auto k = StateKeeper::open(path, ReservePolicy{}, 2048);
+        REQUIRE(k);
+        // As std::thread when the process is out of threads (pthread_create's EAGAIN).
+        (*k)->set_spawn([&](std::function<void()> body) {
+            if (!may_start) {
+                refused++;
+                throw std::system_error(EAGAIN, std::generic_category(), "pthread_create");
+            }
+            started++;
+            return std::thread(std::move(body));
+        });
+        (*k)->set_config(cfg);
+        for (int i = 0; i < 100; i++)
+            change(**k);
+        CHECK(refused > 0);
+        CHECK(started == 0);
+        CHECK(slurp(jpath).size() > 2048);  // not cut: it goes on growing
+        // Threads again: a compaction starts at the first change after the retry delay.
+        may_start = true;
+        for (int i = 0; i < 300 && started == 0; i++) {
+            change(**k);
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        CHECK(started > 0);
+    }  // and the keeper ends cleanly, the compaction in flight waited for
+    CHECK(slurp(jpath).size() < 2048 * 4);
+    auto b = load_state(path);
+    REQUIRE(b);
+    REQUIRE(*b);
+    CHECK((*b)->config.sas.size() == 2);
+    CHECK((*b)->config.find_sa(IpAddr::parse("192.0.2.2").value(), 1) != nullptr);
+    CHECK((*b)->config.find_sa(IpAddr::parse("192.0.2.2").value(), spi - 1) != nullptr);
+    CHECK((*b)->config.find_sa(IpAddr::parse("192.0.2.2").value(), spi - 2) == nullptr);
 }
 
 TEST_CASE("state keeper: no change is recorded before a whole file is on disk", "[state][journal]")

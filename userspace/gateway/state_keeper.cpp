@@ -321,20 +321,32 @@ Result<void> StateKeeper::write_whole()
 // journal line, fsynced, before it is used, whatever the file holds.
 void StateKeeper::start_compaction()
 {
+    try {
+        std::function<void()> body = [this, st = snapshot()] {  // at the writer's nice value
+            Result<void> r;
+            try {
+                r = save_state(path_, st);
+            } catch (const std::exception &e) {
+                r = make_error("state file " + path_ + ": " + e.what());
+            }
+            wipe_stack();  // a finished thread's stack is kept for the next one
+            std::lock_guard<std::mutex> g(mu_);
+            compacted_ = std::move(r);
+            cv_.notify_all();
+        };
+        compactor_ = spawn_ ? spawn_(std::move(body)) : std::thread(std::move(body));
+    } catch (const std::exception &e) {
+        // The change that asked for it is on disk and stands; the snapshot's round only moved
+        // the generation on, which a load reads past (every line after the file's).
+        log(LogLevel::Warning,
+            "state file %s: a compaction could not start: %s (the journal "
+            "goes on growing)",
+            path_.c_str(), e.what());
+        compact_retry_at_ = now_ns() + kRetryNs;
+        return;
+    }
     compact_from_ = journal_.size();
     compacting_ = true;
-    compactor_ = std::thread([this, st = snapshot()] {  // at the writer's nice value
-        Result<void> r;
-        try {
-            r = save_state(path_, st);
-        } catch (const std::exception &e) {
-            r = make_error("state file " + path_ + ": " + e.what());
-        }
-        wipe_stack();  // a finished thread's stack is kept for the next one
-        std::lock_guard<std::mutex> g(mu_);
-        compacted_ = std::move(r);
-        cv_.notify_all();
-    });
 }
 
 // On the writer thread: takes the compaction's result (waiting for it with `wait`) and cuts

@@ -37,6 +37,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -92,6 +93,12 @@ public:
     Result<void> save_now(Gateway &gw);
     // From the data loop, about once a millisecond (now: CLOCK_MONOTONIC ns).
     void tick(Gateway &gw, uint64_t now);
+
+    // How a compaction's thread is started; std::thread's constructor unless set (before the
+    // first change). A start that throws, as std::thread does when the process is out of
+    // threads or memory, leaves the journal growing until the next try, a second on.
+    using Spawn = std::function<std::thread(std::function<void()>)>;
+    void set_spawn(Spawn spawn) { spawn_ = std::move(spawn); }
 
 private:
     // One SA as the data thread saw it, in the order of the configuration's SAs.
@@ -177,6 +184,7 @@ private:
     uint64_t compact_from_ = 0;  // where the journal's lines after its snapshot begin
     uint64_t compact_retry_at_ = 0;
     std::thread compactor_;
+    Spawn spawn_;
 
     // Shared with the writer thread, under mu_.
     std::mutex mu_;
