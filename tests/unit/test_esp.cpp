@@ -632,6 +632,46 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         CHECK(f.pkt.drop == Drop::InNoPolicy);
         CHECK(rx->stats().drops[Drop::InNoPolicy] == 1);
     }
+    SECTION("the fwd policies judge what is forwarded, the in policies what is delivered here")
+    {
+        // An in policy takes what comes out of the SA; a fwd policy of the same selector
+        // blocks it. As the kernel: the gateway's own traffic meets the in policy, what it
+        // forwards the fwd one. Where the gateway's addresses are not known (`xesp pcap`
+        // without --local), the in policy, then the fwd one.
+        auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));
+        Config rc = receiver(sa, false);
+        PolicyConfig in = accept_from(sa, "0.0.0.0/0"), fwd = in;
+        in.dir = Dir::In;
+        fwd.tmpl.reset();
+        fwd.action = Action::Block;
+        rc.policies.push_back(in);
+        rc.policies.push_back(fwd);
+        EngineOptions forwards, delivers, unknown;
+        forwards.local = std::vector<IpAddr>{sa.dst};
+        delivers.local = std::vector<IpAddr>{sa.dst, addr("10.2.0.1")};
+        struct Case {
+            const char *name;
+            const EngineOptions &opt;
+            Verdict decrypted;  // the ESP of a packet to 10.2.0.1
+            Drop drop;          // and the same packet arriving in the clear
+        } cases[] = {
+            {"forwarded", forwards, Verdict::Drop, Drop::InPolBlock},
+            {"delivered", delivers, Verdict::Decrypted, Drop::InUnprotected},
+            {"not known", unknown, Verdict::Decrypted, Drop::InUnprotected},
+        };
+        for (const Case &c : cases) {
+            INFO(c.name);
+            auto rx = Engine::create(rc, Backend::Auto, c.opt);
+            REQUIRE(rx);
+            Frame f(plain), clear(plain);
+            REQUIRE(run(*tx, f) == Verdict::Encrypted);
+            CHECK(run(**rx, f) == c.decrypted);
+            if (c.decrypted == Verdict::Drop)
+                CHECK(f.pkt.drop == Drop::InPolBlock);
+            CHECK(run(**rx, clear) == Verdict::Drop);
+            CHECK(clear.pkt.drop == c.drop);
+        }
+    }
     SECTION("an SA without dir decrypts only ESP to the gateway's own addresses")
     {
         auto tx = make_engine(sender(sa, "10.1.0.0/16", "10.2.0.0/16"));

@@ -331,6 +331,7 @@ private:
                       const IpAddr &dst, Sa **sa);
     Dirn check_unprotected(const Tables &t, Pkt &p, const FlowKey &flow);
     void inbound_policy_check(const Tables &t, Sa &sa, Pkt &p);
+    const PolicyConfig *inbound_policy(const Tables &t, const FlowKey &flow, bool *unsure) const;
     bool too_big(Sa &sa, Pkt &p);
     void account(Pkt &p, Sa *sa);
     Result<std::shared_ptr<Sa>> make_sa(const SaConfig &c, Backend backend) const;

@@ -236,14 +236,39 @@ Engine::Dirn Engine::classify(const Tables &t, Pkt &p, Sa **sa)
     return d;
 }
 
+namespace {
+
+bool is_group(const IpAddr &a)
+{
+    if (a.family == 6)
+        return a.b[0] == 0xff;
+    return (a.b[0] >> 4) == 0xe ||
+           (a.b[0] == 0xff && a.b[1] == 0xff && a.b[2] == 0xff && a.b[3] == 0xff);
+}
+
+}  // namespace
+
+// The inbound policy for a packet that arrived (decrypted, or in the clear), as the kernel
+// picks it: the fwd policies for what is forwarded, the in policies for what is delivered to
+// the gateway. Broadcast and multicast, and everything where the gateway's addresses are not
+// known (`xesp pcap` without --local), ask the in policies, then the fwd ones.
+const PolicyConfig *Engine::inbound_policy(const Tables &t, const FlowKey &flow, bool *unsure) const
+{
+    if (options_.local && !is_group(flow.dst)) {
+        const bool local = std::find(options_.local->begin(), options_.local->end(), flow.dst) !=
+                           options_.local->end();
+        return t.spd.lookup(local ? Dir::In : Dir::Fwd, flow, unsure);
+    }
+    const PolicyConfig *pol = t.spd.lookup(Dir::In, flow, unsure);
+    return pol ? pol : t.spd.lookup(Dir::Fwd, flow, unsure);
+}
+
 // Plaintext no outbound policy claims: if an inbound policy says it must arrive protected, it
 // did not, and is dropped (RFC 4301 5.2; the kernel counts it as XfrmInTmplMismatch).
 Engine::Dirn Engine::check_unprotected(const Tables &t, Pkt &p, const FlowKey &flow)
 {
     bool unsure = false;
-    const PolicyConfig *pol = t.spd.lookup(Dir::In, flow, &unsure);
-    if (!pol)
-        pol = t.spd.lookup(Dir::Fwd, flow, &unsure);
+    const PolicyConfig *pol = inbound_policy(t, flow, &unsure);
     if (pol && pol->action == Action::Block)
         p.set_drop(Drop::InPolBlock);
     else if (pol && pol->tmpl)
@@ -263,9 +288,7 @@ void Engine::inbound_policy_check(const Tables &t, Sa &sa, Pkt &p)
         p.set_drop(Drop::InBadInner);
         return;
     }
-    const PolicyConfig *pol = t.spd.lookup(Dir::In, flow);
-    if (!pol)
-        pol = t.spd.lookup(Dir::Fwd, flow);
+    const PolicyConfig *pol = inbound_policy(t, flow, nullptr);
     if (!pol) {
         p.set_drop(Drop::InNoPolicy);
         return;
