@@ -100,6 +100,12 @@ static_assert(XESP_MAX_TUPLES <= 256);
 // Every interface slot holds XESP_MAX_QUEUES sockets.
 static_assert(XESP_MAX_XSKS % XESP_MAX_QUEUES == 0);
 
+// ---- Sockets with a bypass policy of their own (sock_bypass's value) ----
+static_assert(sizeof(xesp_sock_mark) == 16);
+XESP_ABI_FIELD(xesp_sock_mark, family, 0, 4);
+XESP_ABI_FIELD(xesp_sock_mark, pad, 4, 4);
+XESP_ABI_FIELD(xesp_sock_mark, seen_ns, 8, 8);
+
 // ---- Values C++ passes by cast, and flags that must fit their field ----
 // Policy directions: TupleSpace writes uint8_t(PolicyConfig::dir) into the key and tuple.
 static_assert(XESP_DIR_IN == int(Dir::In) && XESP_DIR_OUT == int(Dir::Out) &&

@@ -8,9 +8,14 @@
 
 #include <bpf/bpf_helpers.h>
 
+#include "bpf/xesp_xdp_abi.h"
+
+#define XESP_AF_INET 2   /* AF_INET, as struct xesp_sock_mark carries it */
+#define XESP_AF_INET6 10 /* AF_INET6 */
+
 struct {
     __uint(type, BPF_MAP_TYPE_SK_STORAGE);
     __uint(map_flags, BPF_F_NO_PREALLOC);
     __type(key, int);
-    __type(value, __u32); /* 1: the socket's out policy allows everything */
+    __type(value, struct xesp_sock_mark);
 } sock_bypass SEC(".maps");

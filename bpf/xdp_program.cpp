@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "userspace/base/clock.h"
+#include "userspace/base/log.h"
 #include "xesp_sockpol.skel.h"
 #include "xesp_xdp.skel.h"
 
@@ -118,6 +119,14 @@ Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
 
 XdpProgram::~XdpProgram()
 {
+    if (sweeper_.joinable()) {
+        {
+            std::lock_guard<std::mutex> g(sweeper_mu_);
+            sweeper_stop_ = true;
+        }
+        sweeper_cv_.notify_all();
+        sweeper_.join();
+    }
     xesp_sockpol__destroy(sockpol_);
     xesp_xdp__destroy(skel_);
 }
@@ -449,13 +458,36 @@ Result<void> XdpProgram::sweep_socket_policies()
         return bpf_error("socket policies: start a walk of the UDP sockets", errno);
     char buf[64];
     ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+    while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
     }
     int err = n < 0 ? errno : 0;
     close(fd);
     if (err)
         return bpf_error("socket policies: walk the UDP sockets", err);
     return {};
+}
+
+void XdpProgram::sweep_socket_policies_every(std::chrono::milliseconds period)
+{
+    if (sweeper_.joinable())
+        return;
+    sweeper_ = std::thread([this, period] {
+        bool failing = false;
+        std::unique_lock<std::mutex> lk(sweeper_mu_);
+        while (!sweeper_cv_.wait_for(lk, period, [this] { return sweeper_stop_; })) {
+            lk.unlock();
+            auto r = sweep_socket_policies();
+            if (!r && !failing)
+                log(LogLevel::Warning,
+                    "%s: IKE from sockets with a bypass policy of their own meets the out "
+                    "policies",
+                    r.error().message.c_str());
+            else if (r && failing)
+                log(LogLevel::Notice, "socket policies: sweeps work again");
+            failing = !r;
+            lk.lock();
+        }
+    });
 }
 
 Result<void> XdpProgram::remove_iface(uint32_t ifindex)

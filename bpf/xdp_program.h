@@ -6,11 +6,15 @@
 #pragma once
 
 #include <array>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -166,10 +170,15 @@ public:
     // Sockets with a bypass policy of their own (an IKE daemon's, set with IP_XFRM_POLICY)
     // are let through by the egress program whatever the out policies say, as the kernel lets
     // them: this marks the UDP sockets of this network namespace whose out policy is one, and
-    // unmarks those whose is no longer (xesp_sockpol.bpf.c). The gateway runs it several
-    // times a second. Until it has run, and where it fails (a kernel without BTF or socket
-    // iterators), what they send meets the out policies like the rest.
+    // unmarks those whose is no longer (xesp_sockpol.bpf.c), once, on the caller's thread. A
+    // mark lapses XESP_SOCK_MARK_TTL_NS after the sweep that set it. Until a sweep has run, and
+    // where it fails (a kernel without BTF or socket iterators), what they send meets the out
+    // policies like the rest.
     Result<void> sweep_socket_policies();
+    // The same every `period` (well within the marks' lifetime) on a thread of its own, until
+    // this object goes. A sweep that fails is logged once, until one works again. The thread
+    // shares nothing with the others but the kernel's map.
+    void sweep_socket_policies_every(std::chrono::milliseconds period);
     int sock_bypass_fd() const;  // the marks: an SK_STORAGE map, a socket's fd its key
 
 private:
@@ -179,7 +188,11 @@ private:
     Result<void> apply(const TupleChange &ch, bool add);
 
     xesp_xdp *skel_ = nullptr;
-    xesp_sockpol *sockpol_ = nullptr;                // sweep_socket_policies()
+    xesp_sockpol *sockpol_ = nullptr;  // sweep_socket_policies()
+    std::thread sweeper_;              // sweep_socket_policies_every()
+    std::mutex sweeper_mu_;
+    std::condition_variable sweeper_cv_;
+    bool sweeper_stop_ = false;
     bool batch_sas_ = true, batch_policies_ = true;  // update_map_entries()' batch
     TupleSpace tuples_;
     uint32_t live_table_ = 0;

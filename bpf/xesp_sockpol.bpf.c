@@ -9,13 +9,17 @@
  *
  * sweep_udp_sockets, an iterator over the UDP sockets of the gateway's network namespace,
  * sets and clears the marks from each socket's policy as the kernel holds it; the gateway runs
- * it at start and then several times a second (XdpProgram::sweep_socket_policies()). What the
- * kernel refused (a setsockopt without CAP_NET_ADMIN) is never seen. A socket that has just
- * been given its bypass meets the out policies until the next sweep (fail closed: IKE
- * retransmits); one whose bypass was just taken away keeps it as long. Raw sockets have no
- * iterator: what they send always meets the out policies. (An fexit on
- * xfrm_sk_policy_insert() would mark at once; kernels and sandboxes that forbid tracing
- * programs would lose the exception altogether, so the sweep is the one way.)
+ * it at start and then five times a second on a thread of its own
+ * (XdpProgram::sweep_socket_policies_every()). A mark carries the policy's family (the kernel
+ * applies a socket's policy only to packets of that family) and the time of the sweep that set
+ * it, and lapses after XESP_SOCK_MARK_TTL_NS: when the sweeps stop (no daemon), what those
+ * sockets send meets the out policies again. What the kernel refused (a setsockopt without
+ * CAP_NET_ADMIN) is never seen. A socket that has just been given its bypass meets the out
+ * policies until the next sweep (fail closed: IKE retransmits); one whose bypass was just taken
+ * away keeps it as long. The iterator sees only sockets in the kernel's UDP table (bound, or
+ * connected), as IKE sockets are. Raw sockets have no iterator: what they send always meets the
+ * out policies. (An fexit on xfrm_sk_policy_insert() would mark at once; but kernels and
+ * sandboxes that forbid tracing programs would then lose the exception altogether.)
  *
  * The kernel's own structures are read with CO-RE (the ___xesp types below carry only the
  * fields used; libbpf finds them in the running kernel's BTF). This object is loaded on its
@@ -36,6 +40,7 @@ struct xfrm_mark___xesp {
 } __attribute__((preserve_access_index));
 
 struct xfrm_policy___xesp {
+    __u16 family;
     __u32 if_id;
     struct xfrm_mark___xesp mark;
     struct xfrm_selector selector;
@@ -54,30 +59,38 @@ struct bpf_iter__udp___xesp {
     struct sock___xesp *udp_sk; /* a udp_sock, whose first member is its sock */
 };
 
-/* The policy lets everything through: an allow policy with no template, whose selector,
- * mark and interface id match any packet of the socket. One that matches less (a narrower
- * selector, a mark) would in the kernel leave the rest to the SPD; such a socket is not
- * marked, and all it sends meets the out policies, a stricter rule than the kernel's. */
-static __always_inline int is_bypass(const struct xfrm_policy___xesp *pol)
+/* The policy lets everything of its family through: an allow policy with no template,
+ * whose selector, mark and interface id match any packet of the socket. One that matches less
+ * (a narrower selector, a mark) would in the kernel leave the rest to the SPD; such a socket
+ * is not marked, and all it sends meets the out policies, a stricter rule than the kernel's.
+ * Returns the family (AF_INET, AF_INET6: the kernel applies the policy only to packets of its
+ * own family), or 0. */
+static __always_inline __u32 bypass_family(const struct xfrm_policy___xesp *pol)
 {
     if (!pol)
         return 0;
     const struct xfrm_selector *s = &pol->selector;
-    return BPF_CORE_READ(pol, action) == XFRM_POLICY_ALLOW && BPF_CORE_READ(pol, xfrm_nr) == 0 &&
-           BPF_CORE_READ(pol, if_id) == 0 && BPF_CORE_READ(pol, mark.m) == 0 &&
-           BPF_CORE_READ(pol, security) == NULL && BPF_CORE_READ(s, prefixlen_d) == 0 &&
-           BPF_CORE_READ(s, prefixlen_s) == 0 && BPF_CORE_READ(s, proto) == 0 &&
-           BPF_CORE_READ(s, dport_mask) == 0 && BPF_CORE_READ(s, sport_mask) == 0 &&
-           BPF_CORE_READ(s, ifindex) == 0;
+    if (BPF_CORE_READ(pol, action) != XFRM_POLICY_ALLOW || BPF_CORE_READ(pol, xfrm_nr) != 0 ||
+        BPF_CORE_READ(pol, if_id) != 0 || BPF_CORE_READ(pol, mark.m) != 0 ||
+        BPF_CORE_READ(pol, security) != NULL || BPF_CORE_READ(s, prefixlen_d) != 0 ||
+        BPF_CORE_READ(s, prefixlen_s) != 0 || BPF_CORE_READ(s, proto) != 0 ||
+        BPF_CORE_READ(s, dport_mask) != 0 || BPF_CORE_READ(s, sport_mask) != 0 ||
+        BPF_CORE_READ(s, ifindex) != 0)
+        return 0;
+    return BPF_CORE_READ(pol, family);
 }
 
-/* The mark follows the socket's out policy: set for a bypass, cleared for anything else. */
+/* The mark follows the socket's out policy: set (and its time renewed) for a bypass, cleared
+ * for anything else. */
 static __always_inline void mark(void *sk, const struct xfrm_policy___xesp *pol)
 {
-    __u32 bypass = is_bypass(pol);
-    __u32 *v = bpf_sk_storage_get(&sock_bypass, sk, 0, bypass ? BPF_SK_STORAGE_GET_F_CREATE : 0);
-    if (v)
-        *v = bypass;
+    __u32 family = bypass_family(pol);
+    struct xesp_sock_mark *m =
+        bpf_sk_storage_get(&sock_bypass, sk, 0, family ? BPF_SK_STORAGE_GET_F_CREATE : 0);
+    if (!m)
+        return;
+    m->family = family;
+    m->seen_ns = bpf_ktime_get_ns();
 }
 
 SEC("iter/udp")

@@ -56,14 +56,20 @@ static __always_inline int is_local_src(const struct flow *f)
     return is_local_addr(f->family, f->src);
 }
 
-/* Sent by a socket that the out policies do not apply to: one of the daemon's own, or one
- * whose own out policy is a bypass (sock_bypass.h). */
-static __always_inline int sent_past_policies(struct __sk_buff *skb)
+/* Sent by a socket that the out policies do not apply to: one whose own out policy is a bypass
+ * of the packet's family, as a sweep saw it less than XESP_SOCK_MARK_TTL_NS ago
+ * (sock_bypass.h); or, for what has the shape of IKE or NAT-T, one of the daemon's own
+ * sockets (they send ESP in UDP; all else they send, decrypted packets among it, meets the
+ * policies). */
+static __always_inline int sent_past_policies(struct __sk_buff *skb, const struct flow *f)
 {
     __u64 cookie = bpf_get_socket_cookie(skb);
     if (!cookie)
         return 0; /* forwarded */
-    if (bpf_map_lookup_elem(&own_sockets, &cookie))
+    if (f->proto == IPPROTO_UDP && !f->fragment &&
+        (f->sport == bpf_htons(NATT_PORT) || f->dport == bpf_htons(NATT_PORT) ||
+         f->sport == bpf_htons(IKE_PORT) || f->dport == bpf_htons(IKE_PORT)) &&
+        bpf_map_lookup_elem(&own_sockets, &cookie))
         return 1;
     struct bpf_sock *sk = skb->sk;
     if (!sk)
@@ -71,8 +77,10 @@ static __always_inline int sent_past_policies(struct __sk_buff *skb)
     sk = bpf_sk_fullsock(sk);
     if (!sk)
         return 0;
-    __u32 *bypass = bpf_sk_storage_get(&sock_bypass, sk, 0, 0);
-    return bypass && *bypass;
+    struct xesp_sock_mark *m = bpf_sk_storage_get(&sock_bypass, sk, 0, 0);
+    if (!m || m->family != (f->family == XESP_FAMILY_V6 ? XESP_AF_INET6 : XESP_AF_INET))
+        return 0;
+    return bpf_ktime_get_ns() - m->seen_ns < XESP_SOCK_MARK_TTL_NS;
 }
 
 /* The headers of skb, pulled into its linear part (256 bytes at most), parsed into f; c is
@@ -150,8 +158,9 @@ int xesp_tc_egress(struct __sk_buff *skb)
     parse_ports(&c, &f);
     /* ESP leaves as it is when the gateway makes it: on this host (a socket, so not
      * forwarded, whatever its source address says) and from one of its addresses, or from the
-     * daemon's own sockets (transport-mode ESP carries the hosts' addresses). Raw ESP takes
-     * CAP_NET_RAW, and the kernel never puts its own ESP through the policies again. Anything
+     * daemon's own sockets (transport-mode ESP carries the hosts' addresses). This is wider
+     * than the kernel, which lets its own xfrm output by but puts a raw socket's ESP through
+     * the policies; sending raw ESP takes CAP_NET_RAW, which can send past tc anyway. Anything
      * else of that shape, forwarded from a protected host, is plaintext like the rest. */
     if (f.proto == IPPROTO_ESP) {
         __u64 cookie = bpf_get_socket_cookie(skb);
@@ -169,7 +178,7 @@ int xesp_tc_egress(struct __sk_buff *skb)
      * leave in the clear, as the kernel lets them: that socket's policy, not the SPD, decides
      * for it. Only those sockets (an IKE daemon's) and the daemon's own get this; a process
      * that merely sends to UDP/500 or 4500 meets the out policies. */
-    if ((blocked || (r.found && (r.flags & XESP_POL_F_TMPL))) && sent_past_policies(skb)) {
+    if ((blocked || (r.found && (r.flags & XESP_POL_F_TMPL))) && sent_past_policies(skb, &f)) {
         count(XESP_CTR_PASS_EGRESS_OWN);
         return TC_ACT_OK;
     }

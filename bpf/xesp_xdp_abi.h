@@ -180,6 +180,20 @@ struct xesp_meta {
     __u16 fib_mtu;         /* FIB_OK or FIB_NO_NEIGH: egress MTU, host order */
 };
 
+/* ---- Sockets with a bypass policy of their own (sock_bypass.h) -------------------------
+ * The value of a socket's entry in sock_bypass: the address family (AF_INET, AF_INET6) of the
+ * socket's own out policy when that policy lets everything through, else 0; and when a sweep
+ * of the sockets (xesp_sockpol.bpf.c) last saw it so. The egress program trusts a mark for
+ * XESP_SOCK_MARK_TTL_NS: the gateway sweeps several times as often, and once it stops (no
+ * daemon) the marks lapse and what those sockets send meets the out policies. */
+#define XESP_SOCK_MARK_TTL_NS 1000000000ULL
+
+struct xesp_sock_mark {
+    __u32 family;
+    __u32 pad;
+    __u64 seen_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+};
+
 /* ---- Counters: one per-CPU array slot each ---------------------------------------------
  * Every packet counts `rx` and exactly one verdict counter (redirect-*, pass-*, drop-*);
  * xsk-missing and meta-failed count alongside a redirect verdict. drop-egress-plaintext,
@@ -216,7 +230,7 @@ struct xesp_meta {
     X(DROP_VLAN_DEPTH, "drop-vlan-depth")             /* more than two VLAN tags */                \
     X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth")     /* too many extension headers to see */      \
     X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */            \
-    X(PASS_EGRESS_OWN, "pass-egress-own")             /* tc egress: our own IKE, NAT-T, ESP */     \
+    X(PASS_EGRESS_OWN, "pass-egress-own")             /* tc egress: IKE, ESP of the gateway's */   \
     X(EGRESS_LOCAL, "egress-local")   /* tc egress: the kernel's own, to encrypt */                \
     X(TUN_ENCAP, "tun-encap")         /* tc ingress, tun mode: to protect, to the gateway's TUN */ \
     X(DROP_TUN_GONE, "drop-tun-gone") /* tc ingress, tun mode: to protect, and no TUN (stopped) */ \

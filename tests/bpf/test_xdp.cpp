@@ -630,13 +630,19 @@ int set_sock_policy(int fd, int family, uint8_t dir, uint8_t action, uint8_t pre
                              : setsockopt(fd, SOL_IPV6, IPV6_XFRM_POLICY, &p, sizeof(p));
 }
 
-// The egress program's mark of the socket: 1 or 0, or -1 when it has none.
+// The egress program's mark of the socket: the family of its bypass (AF_INET, AF_INET6) or 0,
+// or -1 when it has none. A mark set must be fresh: from the sweep just run.
 int bypass_mark(const XdpProgram &prog, int fd)
 {
-    uint32_t v = 0;
-    if (bpf_map_lookup_elem(prog.sock_bypass_fd(), &fd, &v) != 0)
+    xesp_sock_mark m{};
+    if (bpf_map_lookup_elem(prog.sock_bypass_fd(), &fd, &m) != 0)
         return -1;
-    return int(v);
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t now_ns = uint64_t(now.tv_sec) * 1'000'000'000 + uint64_t(now.tv_nsec);
+    if (m.family && (m.seen_ns > now_ns || now_ns - m.seen_ns > XESP_SOCK_MARK_TTL_NS / 2))
+        return -2;  // stale, or a time from another clock
+    return int(m.family);
 }
 
 TEST_CASE("socket policies: the sockets whose own out policy is a bypass are marked, no other")
@@ -663,8 +669,8 @@ TEST_CASE("socket policies: the sockets whose own out policy is a bypass are mar
     CHECK(bypass_mark(*prog, v4) == -1);
     REQUIRE(prog->sweep_socket_policies());
     CHECK(bypass_mark(*prog, plain) == -1);
-    CHECK(bypass_mark(*prog, v4) == 1);
-    CHECK(bypass_mark(*prog, v6) == 1);
+    CHECK(bypass_mark(*prog, v4) == AF_INET);
+    CHECK(bypass_mark(*prog, v6) == AF_INET6);
 
     // What is no bypass of all a socket sends: an in policy only, a block, an allow for some
     // destinations only.

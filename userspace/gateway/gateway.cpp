@@ -24,8 +24,8 @@ namespace {
 
 constexpr uint64_t kRefreshNs = 2'000'000'000;  // local addresses
 // Sockets given a bypass policy of their own (an IKE daemon's) meet the out policies until
-// the next sweep marks them: its IKE retransmits.
-constexpr uint64_t kSweepNs = 200'000'000;
+// the next sweep marks them: its IKE retransmits. Well within XESP_SOCK_MARK_TTL_NS.
+constexpr std::chrono::milliseconds kSweepPeriod{200};
 // The most a packet can grow by encryption: outer IPv6, UDP, ESP, IV, padding, ICV. A
 // plaintext packet shorter than the MTU it must fit by more than this fits whatever its SA.
 constexpr uint32_t kMaxEncapOverhead = 128;
@@ -88,12 +88,11 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
     for (int fd : g->hops_->send_fds())
         if (auto r = g->prog_->add_own_socket(fd); !r)
             return r.error();
-    if (auto r = g->prog_->sweep_socket_policies(); r)
-        g->sweep_ok_ = true;
-    else
+    if (auto r = g->prog_->sweep_socket_policies(); !r)
         log(LogLevel::Warning,
             "%s: IKE from sockets with a bypass policy of their own meets the out policies",
             r.error().message.c_str());
+    g->prog_->sweep_socket_policies_every(kSweepPeriod);  // tried again there if it failed
     EngineOptions eo = g->engine_options();
     eo.hold_new = options.hold_new_sas;
     eo.on_expire = [](const Sa &sa, bool hard) {
@@ -615,13 +614,6 @@ void Gateway::housekeeping()
     if (now - last_refresh_ns_ > kRefreshNs) {
         last_refresh_ns_ = now;
         refresh_local_addresses();
-    }
-    if (sweep_ok_ && now - last_sweep_ns_ > kSweepNs) {
-        last_sweep_ns_ = now;
-        auto r = prog_->sweep_socket_policies();
-        if (!r && !sweep_failing_)  // said once, until a sweep works again
-            log(LogLevel::Warning, "%s", r.error().message.c_str());
-        sweep_failing_ = !r;
     }
 }
 

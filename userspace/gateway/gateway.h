@@ -410,9 +410,6 @@ private:
     size_t tun_next_ = 0;
     IcmpLimiter icmp_limit_;
     uint64_t last_refresh_ns_ = 0;
-    // Sockets with a bypass policy of their own, marked for the egress program (housekeeping).
-    bool sweep_ok_ = false, sweep_failing_ = false;
-    uint64_t last_sweep_ns_ = 0;
 };
 
 }  // namespace xesp
