@@ -840,19 +840,30 @@ TEST_CASE("state journal: a compaction that stops at any point loses no acknowle
     }
 }
 
+// A private directory whose state file holds SA 1, as the keeper's journal tests start.
+struct SavedOne {
+    TempDir d;
+    std::string path = d.path + "/gw.state", jpath = journal_path(path);
+    Config cfg;
+    SavedOne()
+    {
+        ::chmod(d.path.c_str(), 0700);
+        GatewayState st;
+        auto base = load_batch(sa_add(1, 1), "t");
+        REQUIRE(base);
+        st.config = *base;
+        REQUIRE(save_state(path, st));
+        cfg = st.config;
+    }
+};
+
 TEST_CASE("state keeper: compactions run beside the changes, and the file and journal hold "
           "every change",
           "[state][journal]")
 {
-    TempDir d;
-    ::chmod(d.path.c_str(), 0700);
-    std::string path = d.path + "/gw.state", jpath = journal_path(path);
-    GatewayState st;
-    auto base = load_batch(sa_add(1, 1), "t");
-    REQUIRE(base);
-    st.config = *base;
-    REQUIRE(save_state(path, st));
-    Config cfg = st.config;
+    SavedOne saved;
+    const std::string &path = saved.path, &jpath = saved.jpath;
+    Config &cfg = saved.cfg;
     const int kChanges = 300;
     {
         // Compacts whenever the journal holds more than 2 KiB: many times over, each while
@@ -891,15 +902,9 @@ TEST_CASE("state keeper: compactions run beside the changes, and the file and jo
 TEST_CASE("state keeper: a compaction that cannot start loses no change, and the next one runs",
           "[state][journal]")
 {
-    TempDir d;
-    ::chmod(d.path.c_str(), 0700);
-    std::string path = d.path + "/gw.state", jpath = journal_path(path);
-    GatewayState st;
-    auto base = load_batch(sa_add(1, 1), "t");
-    REQUIRE(base);
-    st.config = *base;
-    REQUIRE(save_state(path, st));
-    Config cfg = st.config;
+    SavedOne saved;
+    const std::string &path = saved.path, &jpath = saved.jpath;
+    Config &cfg = saved.cfg;
     std::atomic<bool> may_start{false};
     std::atomic<int> refused{0}, started{0};
     uint32_t spi = 100;
