@@ -671,6 +671,14 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
             CHECK(run(**rx, clear) == Verdict::Drop);
             CHECK(clear.pkt.drop == c.drop);
         }
+        // The gateway's addresses as it learns them later (set_local), in no order.
+        auto rx = Engine::create(rc, Backend::Auto, forwards);
+        REQUIRE(rx);
+        (*rx)->set_local({addr("fd00::1"), addr("10.2.0.1"), addr("10.9.9.9"), sa.dst,
+                          addr("10.0.0.1"), addr("10.3.0.1"), addr("10.1.0.1")});
+        Frame f(plain);
+        REQUIRE(run(*tx, f) == Verdict::Encrypted);
+        CHECK(run(**rx, f) == Verdict::Decrypted);
     }
     SECTION("an SA without dir decrypts only ESP to the gateway's own addresses")
     {

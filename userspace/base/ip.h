@@ -33,7 +33,25 @@ struct IpAddr {
 
     static std::optional<IpAddr> parse(std::string_view text);
     std::string str() const;
+    bool operator<(const IpAddr &o) const
+    {
+        return family != o.family ? family < o.family : b < o.b;
+    }
 };
+
+// A destination that is delivered to a group: IPv4 multicast (224/4) and limited broadcast,
+// IPv6 multicast (ff00::/8), as the classifier's is_group_dst() (bpf/parsing.h) reads it. `a`
+// points at the address's first byte.
+inline bool is_group_dst(uint8_t family, const uint8_t *a)
+{
+    if (family == 6)
+        return a[0] == 0xff;
+    return (a[0] >> 4) == 0xe || (a[0] == 0xff && a[1] == 0xff && a[2] == 0xff && a[3] == 0xff);
+}
+inline bool is_group_dst(const IpAddr &a)
+{
+    return is_group_dst(a.family, a.b.data());
+}
 
 struct Prefix {
     IpAddr addr;  // host bits cleared

@@ -37,8 +37,7 @@ Result<std::shared_ptr<Sa>> Engine::make_sa(const SaConfig &c, Backend backend) 
 {
     auto made = Sa::create(c, backend);
     if (!made)
-        return make_error("sa dst " + c.dst.str() + " spi " + std::to_string(c.spi) + ": " +
-                          made.error().message);
+        return make_error(describe_sa(c.dst, c.spi) + ": " + made.error().message);
     std::shared_ptr<Sa> sa = std::move(*made);
     if (options_.on_expire)
         sa->on_expire(options_.on_expire);
@@ -53,6 +52,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
 {
     std::unique_ptr<Engine> e(new Engine(readers));
     e->options_ = options;
+    if (e->options_.local)
+        std::sort(e->options_.local->begin(), e->options_.local->end());
     // SAs that stay as they were keep running; the others start afresh.
     std::vector<std::shared_ptr<Sa>> sas;
     sas.reserve(config.sas.size());

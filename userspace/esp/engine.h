@@ -6,6 +6,7 @@
 // twice.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -172,17 +173,18 @@ public:
     // the packet is dropped as in-no-state (a stale id, as after a reload); an encap id must
     // name an out policy, else out-no-state. An id that names nothing at all (the classifier's
     // maps and the tables are changed one after the other) is looked up again, as process()
-    // would, and counted (EngineStats::reclassified). Then as process(): out-no-state when the policy's
-    // template has no SA (fail closed), out-policy-block for a block policy, path MTU, the
-    // inbound policy check after decryption, the same counters. A rewritten packet (Encrypted,
-    // Decrypted, TooBig) gets l2_len = 0: its link-layer header is the caller's to write.
+    // would, and counted (EngineStats::reclassified). Then as process(): out-no-state when the
+    // policy's template has no SA (fail closed), out-policy-block for a block policy, path
+    // MTU, the inbound policy check after decryption, the same counters. A rewritten packet
+    // (Encrypted, Decrypted, TooBig) gets l2_len = 0: its link-layer header is the caller's
+    // to write.
     void process_classified(Pkt *const *pkts, const Classified *cls, size_t n);
 
-    // For an Encap or Plain packet: the largest plaintext its SA still carries within the link MTU (or
-    // its learnt path MTU) once encrypted, if that SA is ESP in UDP (NAT-T) in tunnel mode; 0
-    // otherwise (transport mode encrypts whole datagrams only), or if it cannot be told (no
-    // MTU known, no SA yet). The gateway splits bigger IPv4 packets that may be fragmented
-    // before they are encrypted (fragment.h says why).
+    // For an Encap or Plain packet: the largest plaintext its SA still carries within the
+    // link MTU (or its learnt path MTU) once encrypted, if that SA is ESP in UDP (NAT-T) in
+    // tunnel mode; 0 otherwise (transport mode encrypts whole datagrams only), or if it
+    // cannot be told (no MTU known, no SA yet). The gateway splits bigger IPv4 packets that
+    // may be fragmented before they are encrypted (fragment.h says why).
     uint32_t natt_inner_mtu(const Classified &c, const Pkt &p);
     // For plaintext of any size from its IP header (a super-packet from the TUN device, not
     // yet cut): the largest packet its out policy's SA carries within the link MTU (or its
@@ -206,7 +208,11 @@ public:
     const EngineStats &stats() const { return stats_; }
     const EngineOptions &options() const { return options_; }
     // The gateway's addresses changed (EngineOptions::local); on the reading thread.
-    void set_local(std::vector<IpAddr> local) { options_.local = std::move(local); }
+    void set_local(std::vector<IpAddr> local)
+    {
+        std::sort(local.begin(), local.end());
+        options_.local = std::move(local);
+    }
     // The links changed (EngineOptions link_mtu, icmp_src4, icmp_src6); on the reading thread.
     void set_links(const EngineOptions &o)
     {
@@ -216,6 +222,8 @@ public:
     }
     // Whether sa may decrypt: `dir in`, or no `dir` and its destination is ours.
     bool inbound(const Sa &sa) const;
+    // One of the gateway's addresses (options_.local is set, and kept sorted).
+    bool is_local(const IpAddr &a) const;
     // Expire notifications (soft and hard lifetimes) as they happen, for every SA (shared
     // ones too: not while another engine runs them; EngineOptions::on_expire is for that).
     void on_expire(Sa::ExpireFn fn);

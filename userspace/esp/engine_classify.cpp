@@ -49,8 +49,12 @@ bool Engine::inbound(const Sa &sa) const
     const SaConfig &c = sa.config();
     if (c.dir != Dir::Unspec)
         return c.dir == Dir::In;
-    return !options_.local || std::find(options_.local->begin(), options_.local->end(), c.dst) !=
-                                  options_.local->end();
+    return !options_.local || is_local(c.dst);
+}
+
+bool Engine::is_local(const IpAddr &a) const
+{
+    return std::binary_search(options_.local->begin(), options_.local->end(), a);
 }
 
 // An IP header whose lengths lie. If it claims to carry ESP it is dropped and counted here;
@@ -236,29 +240,14 @@ Engine::Dirn Engine::classify(const Tables &t, Pkt &p, Sa **sa)
     return d;
 }
 
-namespace {
-
-bool is_group(const IpAddr &a)
-{
-    if (a.family == 6)
-        return a.b[0] == 0xff;
-    return (a.b[0] >> 4) == 0xe ||
-           (a.b[0] == 0xff && a.b[1] == 0xff && a.b[2] == 0xff && a.b[3] == 0xff);
-}
-
-}  // namespace
-
 // The inbound policy for a packet that arrived (decrypted, or in the clear), as the kernel
 // picks it: the fwd policies for what is forwarded, the in policies for what is delivered to
 // the gateway. Broadcast and multicast, and everything where the gateway's addresses are not
 // known (`xesp pcap` without --local), ask the in policies, then the fwd ones.
 const PolicyConfig *Engine::inbound_policy(const Tables &t, const FlowKey &flow, bool *unsure) const
 {
-    if (options_.local && !is_group(flow.dst)) {
-        const bool local = std::find(options_.local->begin(), options_.local->end(), flow.dst) !=
-                           options_.local->end();
-        return t.spd.lookup(local ? Dir::In : Dir::Fwd, flow, unsure);
-    }
+    if (options_.local && !is_group_dst(flow.dst))
+        return t.spd.lookup(is_local(flow.dst) ? Dir::In : Dir::Fwd, flow, unsure);
     const PolicyConfig *pol = t.spd.lookup(Dir::In, flow, unsure);
     return pol ? pol : t.spd.lookup(Dir::Fwd, flow, unsure);
 }

@@ -47,13 +47,13 @@ bool answerable(const uint8_t *ip, uint32_t len)
     if (ip_version(ip) == 4) {
         const uint8_t *src = ip + 12, *dst = ip + 16;
         bool frag_later = get16(ip + 6) & kIpv4OffsetMask;
-        bool dst_group = dst[0] >= 224;  // multicast, reserved, limited broadcast
         bool src_none = src[0] == 0 || src[0] == 127 || src[0] >= 224;
-        return !frag_later && !dst_group && !src_none;
+        bool dst_none = is_group_dst(4, dst) || dst[0] >= 240;  // reserved (240/4) too
+        return !frag_later && !dst_none && !src_none;
     }
     static const uint8_t zero[16] = {};
     const uint8_t *src = ip + 8, *dst = ip + 24;
-    return dst[0] != 0xff && src[0] != 0xff && std::memcmp(src, zero, 16) != 0;
+    return !is_group_dst(6, dst) && src[0] != 0xff && std::memcmp(src, zero, 16) != 0;
 }
 
 // p becomes, in place, ICMP (type4, code4) or ICMPv6 (type6, code6) from `from` back to the
