@@ -104,9 +104,10 @@ static __always_inline int fits_mtu(struct __sk_buff *skb, __u32 ifindex)
     return bpf_check_mtu(skb, ifindex, &mtu, 0, BPF_MTU_CHK_SEGS) == BPF_MTU_CHK_RET_SUCCESS;
 }
 
-/* Whether a device has the index: the TUN goes with a daemon killed with -9, which leaves its
- * index in tun_link, and a redirect there would be dropped without a word. bpf_check_mtu()
- * looks the index up (its size verdict is of no interest here). */
+/* Whether a device has the index: a TUN deleted by hand leaves its index in tun_link, and a
+ * redirect there would be dropped without a word (a daemon that dies leaves the TUN in place,
+ * persistent: the kernel drops and counts there). bpf_check_mtu() looks the index up (its
+ * size verdict is of no interest here). */
 static __always_inline int dev_exists(struct __sk_buff *skb, __u32 ifindex)
 {
     __u32 mtu = 0;

@@ -659,25 +659,41 @@ crash() {
     echo "plaintext on the wire: marker '$n_marker', icmp '$n_icmp'"
     [ "$n_marker" = 0 ] && [ "$n_icmp" = 0 ]
 }
+# Tun mode: the TUN's index, which the tc program redirects to, before the kill.
+[ "$PROT_MODE" = tun ] && TUN_INDEX=$("$TOPO" exec gwA cat /sys/class/net/xesp-tun/ifindex)
 step "kill -9 under traffic: zero plaintext packets of protected flows on the wire" crash
 check "after kill -9: XDP stays attached on gwA" xdp_attached gwA "$GWA_PUB_IF"
 check "after kill -9: the $PROT_MODE-mode program stays on gwA's protected interface" prot_attached gwA "$GWA_PROT_IF"
+# Tun mode: the TUN outlives the daemon and keeps its index, so that no other device can take
+# it (`ip link add ... index N`, or one moved into the namespace) and be handed the protected
+# plaintext the tc program still redirects there.
+tun_kept() {
+    local idx
+    idx=$("$TOPO" exec gwA cat /sys/class/net/xesp-tun/ifindex) || return 1
+    echo "xesp-tun index $idx, before the kill ${TUN_INDEX:-none}"
+    [ -n "$TUN_INDEX" ] && [ "$idx" = "$TUN_INDEX" ] || return 1
+    if "$TOPO" exec gwA ip link add xesp-steal index "$TUN_INDEX" type dummy 2>/dev/null; then
+        "$TOPO" exec gwA ip link del xesp-steal
+        echo "another device took index $TUN_INDEX"
+        return 1
+    fi
+}
 [ "$PROT_MODE" = tun ] &&
-    check "after kill -9: the TUN device went with the daemon" bash -c "! '$TOPO' exec gwA ip link show xesp-tun 2>/dev/null"
+    check "after kill -9: the TUN device stays, and no other device can take its index" tun_kept
 check "after kill -9: the tc egress guard stays attached on gwA" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 check "after kill -9: protected traffic is dropped, not forwarded" bash -c "! '$TOPO' exec hostA '$PY' '$HERE/ping.py' -c 2 -W 1 $HOSTB_IP4"
-# Tun mode: the TUN went with the daemon, its index stays in the tc program's map; what would
-# go there is dropped and counted (read from the program's own map: no daemon to ask).
+# Tun mode: what the tc program still sends to the TUN, which nobody reads, the kernel drops
+# there and counts in the device's tx_dropped (no daemon to ask).
 dead_tun_counted() {
-    local before after
-    before=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" drop-tun-gone) || return 1
+    local before after dropped=/sys/class/net/xesp-tun/statistics/tx_dropped
+    before=$("$TOPO" exec gwA cat $dropped) || return 1
     ! "$TOPO" exec hostA "$PY" "$HERE/ping.py" -c 3 -i 0.2 -W 1 "$HOSTB_IP4" || return 1
-    after=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" "$GWA_PROT_IF" drop-tun-gone) || return 1
-    echo "drop-tun-gone on $GWA_PROT_IF: $before -> $after"
+    after=$("$TOPO" exec gwA cat $dropped) || return 1
+    echo "xesp-tun tx_dropped: $before -> $after"
     [ $((after - before)) -ge 3 ]
 }
 [ "$PROT_MODE" = tun ] &&
-    check "after kill -9: what would go to the vanished TUN is counted (drop-tun-gone)" dead_tun_counted
+    check "after kill -9: what goes to the TUN is dropped there and counted (tx_dropped)" dead_tun_counted
 # Tun mode's UDP: the local link stays, and its XDP program, with no socket behind it, drops.
 dead_udp_dropped() {
     local before after got
@@ -709,12 +725,18 @@ resume() {
 check "after the restart the flow resumes (gwB accepts the sequence numbers)" resume
 check "the restarted daemon has its interfaces back" bash -c "[ \$(XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | wc -l) = 2 ]"
 check "... the protected one in $PROT_MODE mode" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | grep -q '^$GWA_PROT_IF role protected mode $PROT_MODE '"
+[ "$PROT_MODE" = tun ] &&
+    check "... and has taken over the TUN the dead one left, at the same index" bash -c "
+        grep -q 'xesp-tun: taken over from a daemon that died' '$WORK/gwA.log' &&
+        [ \$('$TOPO' exec gwA cat /sys/class/net/xesp-tun/ifindex) = '$TUN_INDEX' ]"
 
 step "SIGTERM: the daemon exits 0" stop_gw gwA TERM
 check "SIGTERM: XDP stays on gwA's interfaces (fail closed)" xdp_attached gwA "$GWA_PUB_IF"
 check "SIGTERM: the tc egress guard stays too" bash -c "'$TOPO' exec gwA tc filter show dev $GWA_PUB_IF egress | grep -q xesp_tc_egress"
 check "SIGTERM: the local link is gone" bash -c "! '$TOPO' exec gwA ip link show xesp-local 2>/dev/null"
 check "SIGTERM: the $PROT_MODE-mode program stays on the protected interface" prot_attached gwA "$GWA_PROT_IF"
+[ "$PROT_MODE" = tun ] &&
+    check "SIGTERM: the TUN device is gone" bash -c "! '$TOPO' exec gwA ip link show xesp-tun 2>/dev/null"
 stopped_dropped() {
     local got n
     sink_start hostB "$HOSTB_IP4" 2 || return 1

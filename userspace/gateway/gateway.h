@@ -398,6 +398,7 @@ private:
     uint64_t tun_held_since_ = 0;  // when the first held packet came
     uint64_t tun_queue_drops() const;
     uint64_t tun_queue_drops_ = 0;  // of the TUN devices closed before
+    uint64_t tun_drops_base_ = 0;   // what the open one had dropped before it was ours
     std::vector<Pkt> tun_pieces_;   // cut, not yet in a burst: [tun_next_, end)
     // Rounds to pass over the TUN device after a read or a wait found it empty: while the
     // ports are busy, a read that fails is a system call a round for nothing. A wait that

@@ -28,9 +28,12 @@
 // 4. The hop. A piece is forwarded here: its TTL or hop limit goes down (and ICMP time
 //    exceeded goes back) as for a packet the XDP program hands over. A decrypted packet
 //    written to the TUN is the kernel's to forward: it counts that hop itself.
-// 5. Fail closed. With no TUN device (the daemon stopped: set_tun_link(0); it died: the device
-//    went with its last descriptor), the tc program drops what it would send there, or the
-//    kernel drops it at the redirect: protected plaintext is never routed on in the clear.
+// 5. Fail closed. A stopped daemon clears the TUN from tun_link (set_tun_link(0)) before the
+//    device goes, and the tc program drops what it would send there (drop-tun-gone). A dead
+//    one leaves the device (persistent, no reader): the kernel drops what the program still
+//    sends it, and counts it in the device's tx_dropped; and no other device can take its
+//    index meanwhile. One deleted by hand leaves an index no device has: the program drops.
+//    Protected plaintext is never routed on in the clear.
 // 6. Frames. A super-packet is cut straight into frames taken from the pool; the pieces wait
 //    in tun_pieces_ for bursts of up to kBurst. The TUN device's gso_max_segs (kTunPieces)
 //    bounds what one super-packet can make.
@@ -122,9 +125,17 @@ Result<void> Gateway::attach_tun_mode(GatewayIface i)
 
 Result<void> Gateway::open_tun()
 {
-    auto t = Tun::create(kTunName);
+    // The device outlives a daemon that dies (kill -9): it keeps its index, which the tc
+    // program still redirects to, so that no other device can take that index and receive
+    // protected plaintext; the kernel drops and counts what reaches it with nobody reading.
+    auto t = Tun::create(kTunName, true);
     if (!t)
         return t.error();
+    tun_drops_base_ = (*t)->existed() ? link_tx_dropped(kTunName) : 0;
+    if ((*t)->existed())
+        log(LogLevel::Info,
+            "%s: taken over from a daemon that died; it dropped %llu packets meanwhile", kTunName,
+            (unsigned long long)tun_drops_base_);
     const std::string conf4 = std::string("/proc/sys/net/ipv4/conf/") + kTunName + "/";
     // What comes out of the tunnels enters the kernel through the TUN: its sources are the
     // far sites, which the kernel routes elsewhere (rp_filter would drop them), and the kernel
@@ -178,7 +189,8 @@ void Gateway::close_tun()
 // fell behind), from the device's own counter; 0 with no device, or one deleted under us.
 uint64_t Gateway::tun_queue_drops() const
 {
-    return tun_ ? link_tx_dropped(kTunName) : 0;
+    const uint64_t n = tun_ ? link_tx_dropped(kTunName) : 0;
+    return n > tun_drops_base_ ? n - tun_drops_base_ : 0;
 }
 
 // The TUN device failed (deleted under the daemon): logged and closed, so that the tc

@@ -13,7 +13,7 @@
 
 namespace xesp {
 
-Result<std::unique_ptr<Tun>> Tun::create(const std::string &name)
+Result<std::unique_ptr<Tun>> Tun::create(const std::string &name, bool outlive_crash)
 {
     if (name.empty() || name.size() >= IFNAMSIZ)
         return make_error("tun: '" + name + "' is not a device name (1 to " +
@@ -25,9 +25,15 @@ Result<std::unique_ptr<Tun>> Tun::create(const std::string &name)
     ifreq ifr{};
     std::memcpy(ifr.ifr_name, name.data(), name.size());
     ifr.ifr_flags = IFF_TUN | IFF_NO_PI | IFF_VNET_HDR;
+    t->existed_ = if_nametoindex(name.c_str()) != 0;
     if (::ioctl(t->fd_, TUNSETIFF, &ifr) < 0)
         return make_error("tun: " + name + ": " + std::strerror(errno), errno);
     t->name_ = ifr.ifr_name;
+    if (outlive_crash) {
+        if (::ioctl(t->fd_, TUNSETPERSIST, 1) < 0)
+            return make_error("tun: " + name + ": persist: " + std::strerror(errno), errno);
+        t->persist_ = !t->existed_;  // a failure below removes only a device made here
+    }
     int hdr = sizeof(VnetHdr);
     if (::ioctl(t->fd_, TUNSETVNETHDRSZ, &hdr) < 0)
         return make_error("tun: " + name + ": vnet header size: " + std::strerror(errno), errno);
@@ -36,6 +42,7 @@ Result<std::unique_ptr<Tun>> Tun::create(const std::string &name)
          {kCsum | kTso4 | kTso6 | kTsoEcn | kUso4 | kUso6, kCsum | kTso4 | kTso6 | kTsoEcn}) {
         if (::ioctl(t->fd_, TUNSETOFFLOAD, want) == 0) {
             t->offloads_ = want;
+            t->persist_ = outlive_crash;
             return t;
         }
         if (errno != EINVAL)
@@ -46,8 +53,11 @@ Result<std::unique_ptr<Tun>> Tun::create(const std::string &name)
 
 Tun::~Tun()
 {
-    if (fd_ >= 0)
-        ::close(fd_);
+    if (fd_ < 0)
+        return;
+    if (persist_)
+        (void)::ioctl(fd_, TUNSETPERSIST, 0);  // the device goes with the descriptor
+    ::close(fd_);
 }
 
 ssize_t Tun::read(VnetHdr *h, uint8_t *buf, size_t room)

@@ -24,15 +24,20 @@ public:
     static constexpr unsigned kCsum = 0x01, kTso4 = 0x02, kTso6 = 0x04, kTsoEcn = 0x08,
                               kUso4 = 0x20, kUso6 = 0x40;
 
-    // Creates the device `name` in this network namespace (gone when the last descriptor is
-    // closed), its descriptor non-blocking.
-    static Result<std::unique_ptr<Tun>> create(const std::string &name);
+    // Creates the device `name` in this network namespace, its descriptor non-blocking. It
+    // goes when the last descriptor is closed; with `outlive_crash`, only when this object
+    // closes it: a process that dies without (kill -9) leaves it in place, holding its index,
+    // and the kernel drops what is sent to it and counts it (tx_dropped). A device of that
+    // name left so is taken over (existed() says so).
+    static Result<std::unique_ptr<Tun>> create(const std::string &name, bool outlive_crash = false);
     ~Tun();
     Tun(const Tun &) = delete;
     Tun &operator=(const Tun &) = delete;
 
     int fd() const { return fd_; }
     const std::string &name() const { return name_; }
+    // Whether the device was there before create(): left by a process that died.
+    bool existed() const { return existed_; }
     // The offloads the kernel took: TSO and checksums always, USO where the kernel has it.
     unsigned offloads() const { return offloads_; }
     // Whether it takes USO both ways (IPv4 and IPv6): joined UDP may be written to it.
@@ -57,6 +62,8 @@ private:
     int fd_ = -1;
     std::string name_;
     unsigned offloads_ = 0;
+    bool persist_ = false;
+    bool existed_ = false;
 };
 
 }  // namespace xesp
