@@ -14,7 +14,8 @@
 # in the middle, put no (SPI, sequence number) pair on the wire twice, and the tunnel works
 # after the last restart; with the state directory read-only the SA stops at the reservation
 # the file holds (out-seq-unreserved counts the rest, nothing above it reaches the wire) and
-# sends again once the directory is writable; a second daemon on the same state file, and a
+# sends again once the directory is writable, and an interface change meanwhile is undone and
+# refused; a second daemon on the same state file, and a
 # daemon given a world-writable state directory, refuse to start with a one-line error.
 #
 # Usage: bash test_gateway_state.sh XESP
@@ -184,6 +185,28 @@ read_only() {
 }
 step "state directory read-only: the SA stops at its reservation, counted" read_only
 sed 's/^/     /' "$WORK/ro.summary" 2>/dev/null
+# ... and an interface change is undone and refused, in one line naming the file: the
+# interfaces stay what a restart would bring back (the tunnel works again below).
+iface_unsaved() {
+    local out before after other=tun
+    [ "$PROT_MODE" = tun ] && other=xdp
+    before=$(cli gwA iface list | cut -d' ' -f1-5 | sort) || return 1
+    if out=$(cli gwA iface del "$GWA_PROT_IF" 2>&1); then
+        echo "iface del answered ok: $out"
+        return 1
+    fi
+    echo "iface del: $out"
+    [ "$(echo "$out" | wc -l)" = 1 ] && [[ $out == *"not done: "*"$WORK/ro/gwA.state"* ]] || return 1
+    if out=$(cli gwA iface add "$GWA_PROT_IF" role protected mode $other 2>&1); then
+        echo "iface add ... mode $other answered ok: $out"
+        return 1
+    fi
+    echo "iface add ... mode $other: $out"
+    [[ $out == *"not done: "*"$WORK/ro/gwA.state"* ]] || return 1
+    after=$(cli gwA iface list | cut -d' ' -f1-5 | sort) || return 1
+    [ "$before" = "$after" ] || { echo "interfaces were: $before; now: $after"; return 1; }
+}
+check "state directory read-only: an interface change is undone and refused" iface_unsaved
 writable_again() {
     mount -o remount,rw "$WORK/ro" || return 1
     for _ in $(seq 10); do

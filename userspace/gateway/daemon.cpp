@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "bpf/kernel_probe.h"
@@ -91,7 +92,7 @@ public:
             if (w.size() == 6 && w[5] == "tun")
                 spec.mode = IfaceMode::Tun;
             const bool mode_given = w.size() == 6;
-            return changed_ifaces([&] {
+            return changed_ifaces("iface add " + w[1], w[1], [&] {
                 // Without `mode`, an interface added already keeps its own: adding it again
                 // is refused as it is in that mode, not turned back to the default.
                 for (const GatewayIface &i : gw_.ifaces())
@@ -104,7 +105,7 @@ public:
             return make_error("iface add " + w[1] + ": mode " + xfrm::shown(w[5]) +
                               ": expected xdp or tun");
         if (w.size() == 2 && w[0] == "del")
-            return changed_ifaces([&] { return gw_.del_iface(w[1]); });
+            return changed_ifaces("iface del " + w[1], w[1], [&] { return gw_.del_iface(w[1]); });
         return make_error(
             "iface: expected `add DEV role protected|public [mode xdp|tun]`, `del DEV` or `list`");
     }
@@ -201,28 +202,39 @@ private:
         return out;
     }
 
-    // An interface added or removed on the data thread, then saved.
-    template <typename F> Result<std::string> changed_ifaces(F &&change)
+    // An interface added, removed or changed on the data thread, then saved. If the state
+    // file cannot be written, the change is undone and refused, as a change of SAs is: the
+    // interfaces stay what a restart brings back, and the answer says what happened.
+    template <typename F>
+    Result<std::string> changed_ifaces(const std::string &what, const std::string &name, F &&change)
     {
         Result<void> r;
         uint64_t ticket = 0;
+        std::optional<IfaceSpec> before;
         data_.call([&] {
+            for (const GatewayIface &i : gw_.ifaces())
+                if (i.name == name && !i.local)
+                    before = IfaceSpec{i.name, i.role, i.mode};
             r = change();
             if (r && keeper_)
                 ticket = keeper_->request_save(gw_);
         });
         if (!r)
             return r.error();
-        wait_saved(ticket);
-        return std::string();
-    }
-
-    void wait_saved(uint64_t ticket)
-    {
         if (!keeper_)
-            return;
-        if (auto r = keeper_->wait_saved(ticket); !r)
-            log(LogLevel::Error, "%s", r.error().message.c_str());
+            return std::string();
+        auto saved = keeper_->wait_saved(ticket);
+        if (saved)
+            return std::string();
+        if (saved.error().code.value() == ESHUTDOWN)  // the daemon stops: nothing to undo for
+            return saved.error();
+        Result<void> undone;
+        data_.call([&] { undone = before ? gw_.add_iface(*before) : gw_.del_iface(name); });
+        std::string msg = what + ": not done: " + saved.error().message;
+        if (!undone)
+            msg += "; undoing it failed, the change stands: " + undone.error().message;
+        log(LogLevel::Error, "%s", msg.c_str());
+        return make_error(msg);
     }
 
     // On the data thread.

@@ -1,6 +1,7 @@
 #include "userspace/gateway/state_keeper.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <unordered_map>
 
 #include "userspace/base/clock.h"
@@ -575,7 +576,8 @@ Result<void> StateKeeper::record_change(const ConfigChange &change,
         cv_.notify_all();
         done_cv_.wait(lk, [&] { return control_result_.has_value() || stop_; });
         if (!control_result_)
-            return make_error("state file " + path_ + ": the daemon stopped before writing it");
+            return make_error("state file " + path_ + ": the daemon stopped before writing it",
+                              ESHUTDOWN);
         r = std::move(*control_result_);
         control_result_.reset();
         grants.swap(control_grants_);
@@ -605,7 +607,8 @@ Result<void> StateKeeper::wait_saved(uint64_t ticket)
     std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait(lk, [&] { return done_ >= ticket || stop_; });
     if (done_ < ticket)
-        return make_error("state file " + path_ + ": the daemon stopped before writing it");
+        return make_error("state file " + path_ + ": the daemon stopped before writing it",
+                          ESHUTDOWN);
     return done_result_;
 }
 

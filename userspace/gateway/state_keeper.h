@@ -87,7 +87,7 @@ public:
     // tick() starts (after the one in flight, if any). Returns a ticket for wait_saved().
     uint64_t request_save(Gateway &gw, const ConfigChange *change = nullptr);
     // On another thread: waits until a write that covers `ticket` is done; its result.
-    Result<void> wait_saved(uint64_t ticket);
+    Result<void> wait_saved(uint64_t ticket);  // ESHUTDOWN: the keeper stopped first
     // request_save() and wait_saved() in one, for the data thread while nothing else runs
     // (start, stop).
     Result<void> save_now(Gateway &gw);
