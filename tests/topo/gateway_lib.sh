@@ -207,8 +207,8 @@ xdp_attached() { # GW DEV
     "$TOPO" exec "$1" ip -d link show dev "$2" | grep -q 'prog/xdp'
 }
 
-# pmtu_learnt: hostA sends a DF datagram that no longer fits once encrypted and prints the
-# path MTU it learnt (from gwA's "fragmentation needed").
+# pmtu_learnt [BYTES]: hostA sends a DF datagram of BYTES (default 1460) that no longer fits
+# once encrypted and prints the path MTU it learnt (from gwA's "fragmentation needed").
 pmtu_learnt() {
     "$TOPO" exec hostA "$PY" -c "
 import socket, time
@@ -217,7 +217,7 @@ s.setsockopt(socket.IPPROTO_IP, 10, 2)          # IP_MTU_DISCOVER = IP_PMTUDISC_
 s.connect(('$HOSTB_IP4', 5300))
 for _ in range(2):      # EMSGSIZE: hostA knows the path MTU already (TCP found it earlier)
     try:
-        s.send(b'x' * 1460)
+        s.send(b'x' * ${1:-1460})
     except OSError as e:
         if e.errno != 90:
             raise

@@ -179,6 +179,40 @@ fragmented() {
 }
 check "no DF, too big: the outer packet is fragmented, reassembled and decrypted" fragmented
 
+# Tun mode, jumbo frames: hostA's link to gwA takes 9000 bytes, more than a frame holds. A DF
+# datagram of 5000 bytes is answered with "fragmentation needed" carrying the tunnel MTU; one
+# without DF is fragmented into frames, each encrypted, and all arrive.
+if [ "$PROT_MODE" = tun ]; then
+    link_mtu() {
+        "$TOPO" exec hostA ip link set "$HOSTA_IF" mtu "$1" &&
+            "$TOPO" exec gwA ip link set "$GWA_PROT_IF" mtu "$1"
+    }
+    jumbo_df() {
+        local got before
+        before=$(stat gwA 'gateway.drop-tun-too-big')
+        "$TOPO" exec hostA ip route flush cache
+        got=$(pmtu_learnt 5000) || return 1
+        echo "hostA learnt $got (tunnel MTU $tunnel_mtu); drop-tun-too-big" \
+            "+$(($(stat gwA 'gateway.drop-tun-too-big') - before))"
+        [ "$got" = "$tunnel_mtu" ] && [ "$(stat gwA 'gateway.drop-tun-too-big')" -gt "$before" ]
+    }
+    jumbo_nodf() {
+        local got before
+        before=$(stat gwA 'gateway.tun-fragmented')
+        "$TOPO" exec hostA ip route flush cache
+        sink_start hostB "$HOSTB_IP4" 3 || return 1
+        "$TOPO" exec hostA "$PY" -c "$(nodf_send j 5000)" || return 1
+        sink_count got
+        echo "hostB got $got of 20; tun-fragmented +$(($(stat gwA 'gateway.tun-fragmented') - before))"
+        [ "$got" = 20 ] && [ $(($(stat gwA 'gateway.tun-fragmented') - before)) -ge 20 ]
+    }
+    step "tun mode: a 9000-byte MTU on hostA's link" link_mtu 9000
+    check "tun mode, jumbo, DF: 'fragmentation needed' gives hostA the tunnel MTU" jumbo_df
+    check "tun mode, jumbo, no DF: fragmented into frames, encrypted, all delivered" jumbo_nodf
+    step "tun mode: hostA's link back to 1500 bytes" link_mtu 1500
+    "$TOPO" exec hostA ip route flush cache
+fi
+
 # Each gateway is a hop: hostB sees TTL 64 - 2; TTL 1 goes no further than gwA, counted.
 ttl_hops() {
     local before after got

@@ -92,6 +92,7 @@ namespace xesp {
     X(TunPieces, "tun-pieces", false)           /* ... and the packets cut from them */            \
     X(TunBad, "drop-tun-bad", true)             /* its vnet header or headers did not add up */    \
     X(TunTooBig, "drop-tun-too-big", true)      /* over a frame uncut, or > kTunPieces pieces */   \
+    X(TunFragmented, "tun-fragmented", false)   /* over a frame, no DF: fragmented into frames */  \
     X(TunFailed, "tun-failed", false) /* the TUN device failed: tun mode stopped (logged) */       \
     X(TunLinkScope, "drop-tun-link-scope", true) /* link-scope multicast: not forwarded */         \
     X(TunNoTunnel, "drop-tun-no-public", true)   /* read with no public interface to send on */    \
@@ -378,13 +379,16 @@ private:
     void rx_tun();
     size_t take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     bool cut_tun(uint32_t len);
+    bool cut_tun_big(uint32_t len);
     void tx_tun(Pkt *const *pkts, size_t n);
     void flush_tun();
     Port *find_tun_port();
     Port *tun_port_ = nullptr;  // find_tun_port() of the ports open now
     std::unique_ptr<Tun> tun_;
-    VnetHdr tun_hdr_;               // of the super-packet in tun_buf_
-    std::vector<uint8_t> tun_buf_;  // a super-packet read
+    VnetHdr tun_hdr_;                      // of the super-packet in tun_buf_
+    std::vector<uint8_t> tun_buf_;         // a super-packet read
+    std::array<Pkt, kBurst> tun_answers_;  // "too big" for what no frame holds (cut_tun_big)
+    size_t ntun_answers_ = 0;
     // Decrypted packets for the TUN device, held while the data thread's rounds keep
     // bringing more (tx_tun()), so that a flow's segments are joined across bursts, as the
     // kernel's GRO holds a flow while its NAPI poll goes on. flush_tun() writes them: after a

@@ -24,7 +24,8 @@
 //    (Engine::plain_inner_mtu: one lookup per super-packet), so that no encrypted packet is
 //    fragmented; the kernel's TSO would cut to the route's MTU the same way. UDP datagrams
 //    and packets not to cut are left as the sender made them: the engine answers "too big" or
-//    fragments the outer packet, as in xdp mode.
+//    fragments the outer packet, as in xdp mode. Those that no frame holds (jumbo frames)
+//    are fragmented or answered before the engine (cut_tun_big()).
 // 4. The hop. A piece is forwarded here: its TTL or hop limit goes down (and ICMP time
 //    exceeded goes back) as for a packet the XDP program hands over. A decrypted packet
 //    written to the TUN is the kernel's to forward: it counts that hop itself.
@@ -57,6 +58,7 @@
 
 #include "userspace/base/log.h"
 #include "userspace/base/wire.h"
+#include "userspace/esp/fragment.h"
 #include "userspace/gateway/gateway.h"
 #include "userspace/gateway/local_link.h"
 
@@ -237,6 +239,8 @@ bool Gateway::cut_tun(uint32_t len)
     const VnetHdr &h = tun_hdr_;
     const uint8_t *pkt = tun_buf_.data();
     const uint8_t type = h.gso_type & ~VnetHdr::kGsoEcn;
+    if (type == VnetHdr::kGsoNone && len > kPieceRoom)
+        return cut_tun_big(len);
     uint32_t mtu = kPieceRoom;
     if (type == VnetHdr::kGsoTcpv4 || type == VnetHdr::kGsoTcpv6)
         if (uint32_t m = engine_->plain_inner_mtu(pkt, len))
@@ -282,6 +286,67 @@ bool Gateway::cut_tun(uint32_t len)
     return true;
 }
 
+// A packet the TUN gave whole (no GSO) that no frame holds: a jumbo frame from a protected
+// link of a larger MTU. As a router in front of a smaller link: IPv4 without DF is
+// fragmented, into frames of what the tunnel carries (its checksum completed first: the
+// fragments could not be); the rest (DF set, or IPv6, which only its source fragments) is
+// dropped and answered with "fragmentation needed" / "packet too big" (RFC 1191, RFC 4443
+// 3.2) carrying that size, so that the sender's path MTU comes down to it. The answer waits
+// in tun_answers_ for take_tun() to send. False: nothing was cut (counted).
+bool Gateway::cut_tun_big(uint32_t len)
+{
+    uint8_t *pkt = tun_buf_.data();
+    if ((tun_hdr_.flags & VnetHdr::kNeedsCsum) && !complete_csum(tun_hdr_, pkt, len)) {
+        count(GwCounter::TunBad);
+        return false;
+    }
+    const uint32_t tunnel = engine_->plain_inner_mtu(pkt, len);
+    const uint32_t mtu = tunnel ? std::min(tunnel, kPieceRoom) : kPieceRoom;
+    const uint32_t n = wire::ip_version(pkt) == 4 ? fragments_needed(pkt, len, mtu) : 0;
+    if (n > 1 && n <= kTunPieces) {
+        uint64_t addrs[kTunPieces];
+        uint32_t got = pool_->alloc(addrs, n);
+        if (got < n) {
+            pool_->free(addrs, got);
+            count(GwCounter::NoFrames);
+            return false;
+        }
+        Pkt whole{pkt, uint32_t(tun_buf_.size()), 0, len};
+        Pkt extra[kTunPieces];
+        for (uint32_t i = 1; i < n; i++)
+            extra[i - 1] = Pkt{umem_->frame(addrs[i]), kFrameSize};
+        if (fragment(whole, mtu, 0, extra, n - 1) != n) {
+            pool_->free(addrs, n);
+            count(GwCounter::TunBad);
+            return false;
+        }
+        std::memcpy(umem_->frame(addrs[0]) + kFrameHeadroom, whole.ip(), whole.len);
+        tun_pieces_.push_back(Pkt{umem_->frame(addrs[0]), kFrameSize, kFrameHeadroom, whole.len});
+        for (uint32_t i = 1; i < n; i++)
+            tun_pieces_.push_back(
+                Pkt{extra[i - 1].frame, kFrameSize, kFrameHeadroom, extra[i - 1].len});
+        count(GwCounter::TunFragmented);
+        count(GwCounter::TunPieces, n);
+        return true;
+    }
+    count(GwCounter::TunTooBig);
+    const EngineOptions &o = engine_->options();
+    const IpAddr &from = wire::ip_version(pkt) == 6 ? o.icmp_src6 : o.icmp_src4;
+    uint64_t addr;
+    if (!from.family || ntun_answers_ == tun_answers_.size() || pool_->alloc(&addr, 1) != 1)
+        return false;
+    // The answer quotes no more than an IPv6 error may carry (an IPv4 one, less).
+    Pkt &a = tun_answers_[ntun_answers_];
+    a = Pkt{umem_->frame(addr), kFrameSize, kFrameHeadroom, std::min(len, kIpv6MinMtu)};
+    std::memcpy(a.ip(), pkt, a.len);
+    if (!icmp_too_big(a, from, mtu)) {  // not for an ICMP error
+        pool_->free(&addr, 1);
+        return false;
+    }
+    ntun_answers_++;
+    return false;
+}
+
 // A burst of pieces, cut from what the TUN device has (up to kBurst, the rest waits); as
 // take_burst(), with the hop taken and time exceeded answered here. Returns how many.
 size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big)
@@ -314,6 +379,13 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
         }
         count(GwCounter::TunRx);
         (void)cut_tun(uint32_t(r));
+    }
+    if (ntun_answers_) {  // "too big", from cut_tun_big()
+        Pkt *answers[kBurst];
+        for (size_t i = 0; i < ntun_answers_; i++)
+            answers[i] = &tun_answers_[i];
+        transmit(port, answers, ntun_answers_);
+        ntun_answers_ = 0;
     }
     size_t n = std::min(kBurst, tun_pieces_.size() - tun_next_);
     if (!n)

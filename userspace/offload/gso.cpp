@@ -58,6 +58,15 @@ uint8_t l4_proto(const uint8_t *ip, size_t len, size_t l4)
 
 }  // namespace
 
+bool complete_csum(const VnetHdr &h, uint8_t *pkt, size_t len)
+{
+    if (h.csum_start >= len || h.csum_offset + 2u > len - h.csum_start)
+        return false;
+    uint16_t c = uint16_t(~csum_fold(csum_add(0, pkt + h.csum_start, len - h.csum_start)));
+    put16(pkt + h.csum_start + h.csum_offset, c ? c : 0xffff);
+    return true;
+}
+
 GsoError gso_split(const VnetHdr &h, const uint8_t *pkt, size_t len, uint32_t inner_mtu,
                    uint8_t *const *out, uint32_t room, uint32_t *out_len, size_t max_out, size_t *n)
 {
@@ -72,12 +81,8 @@ GsoError gso_split(const VnetHdr &h, const uint8_t *pkt, size_t len, uint32_t in
         if (len > room || len > inner_mtu)
             return GsoError::TooBig;
         std::memcpy(out[0], pkt, len);
-        if (csum) {  // the sum from csum_start on, the pseudo-header's already in its place
-            uint8_t *at = out[0] + h.csum_start + h.csum_offset;
-            uint16_t c =
-                uint16_t(~csum_fold(csum_add(0, out[0] + h.csum_start, len - h.csum_start)));
-            put16(at, c ? c : 0xffff);
-        }
+        if (csum)
+            (void)complete_csum(h, out[0], len);  // its offsets were checked above
         out_len[0] = uint32_t(len);
         *n = 1;
         return GsoError::None;

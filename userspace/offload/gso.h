@@ -72,6 +72,11 @@ enum class GsoError : uint8_t {
     TooMany,    // more pieces than the caller has frames for
 };
 
+// For a packet not to cut whose vnet header asks for its checksum (kNeedsCsum): the sum
+// from csum_start on, written at csum_start + csum_offset (the pseudo-header's sum is there
+// already). False, nothing written, if those offsets do not fit len.
+bool complete_csum(const VnetHdr &h, uint8_t *pkt, size_t len);
+
 // Cuts pkt (len bytes from its IP header) as h says into pieces of at most inner_mtu bytes,
 // each written at out[i] (room bytes there); out_len[i] is its length. At most max_out
 // pieces. *n is the number written.
