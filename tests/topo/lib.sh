@@ -27,9 +27,12 @@ wait_listen() { # NODE PORT [udp]: until a TCP (or UDP) socket is bound to PORT 
 }
 
 # 4 MiB of random bytes over TCP from one host to the other, compared by SHA-256. Direction
-# "a2b" sends from hostA to hostB, "b2a" the reverse; FAMILY 4 (default) or 6.
+# "a2b" sends from hostA to hostB, "b2a" the reverse; FAMILY 4 (default) or 6. "dstopts"
+# third: the sender's IPv6 packets carry a destination options header (IPV6_DSTOPTS).
 tcp_python() {
-    local dir=$1 fam=${2:-4} src=hostA dst=hostB dst_ip=$HOSTB_IP4 sum_sent sum_got
+    local dir=$1 fam=${2:-4} src=hostA dst=hostB dst_ip=$HOSTB_IP4 sum_sent sum_got opts=
+    # IPV6_DSTOPTS (59): 8 bytes, a PadN option; the kernel writes the next header.
+    [ "${3:-}" = dstopts ] && opts="c.setsockopt(socket.IPPROTO_IPV6,59,bytes([0,0,1,4,0,0,0,0]))"
     [ "$fam" = 6 ] && dst_ip=$HOSTB_IP6
     if [ "$dir" = b2a ]; then
         src=hostB dst=hostA dst_ip=$HOSTA_IP4
@@ -40,7 +43,9 @@ s=socket.create_server(('$dst_ip',5201),family=socket.AF_INET$([ "$fam" = 6 ] &&
 while (b:=c.recv(65536)): h.update(b)
 print(h.hexdigest())"
     local source="import hashlib,os,socket
-d=os.urandom(4<<20); c=socket.create_connection(('$dst_ip',5201)); c.sendall(d); c.close()
+d=os.urandom(4<<20); c=socket.socket(socket.AF_INET$([ "$fam" = 6 ] && echo 6))
+${opts}
+c.connect(('$dst_ip',5201)); c.sendall(d); c.close()
 print(hashlib.sha256(d).hexdigest())"
     "$TOPO" exec "$dst" "$PY" -c "$sink" >"$WORK/got" 2>&1 &
     server_pid=$!

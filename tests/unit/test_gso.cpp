@@ -177,6 +177,54 @@ TEST_CASE("a TCP super-packet is cut as TSO cuts it, to the tunnel's MTU", "[gso
     }
 }
 
+TEST_CASE("an IPv6 super-packet with an options header is cut, each piece keeping it", "[gso]")
+{
+    // A destination options header (PadN) between the fixed header and TCP, as a socket
+    // with IPV6_DSTOPTS sends; TSO leaves the pseudo-header's sum in the checksum field.
+    const size_t payload = 6000, l4 = kIpv6Len + 8, hdrs = l4 + 32;
+    const uint8_t opts[8] = {kProtoTcp, 0, 1, 4, 0, 0, 0, 0};
+    auto plain = tcp_packet(6, 5000, payload);
+    std::vector<uint8_t> super(plain.begin(), plain.begin() + long(kIpv6Len));
+    super.insert(super.end(), opts, opts + 8);
+    super.insert(super.end(), plain.begin() + long(kIpv6Len), plain.end());
+    super[6] = kProtoIpv6Opts;
+    put16(&super[4], uint16_t(super.size() - kIpv6Len));
+    auto pseudo6 = [](const std::vector<uint8_t> &p) {
+        return csum_add(0, &p[8], 32) + uint32_t(p.size() - l4) + kProtoTcp;
+    };
+    put16(&super[l4 + 16], csum_fold(pseudo6(super)));
+    VnetHdr h;
+    h.flags = VnetHdr::kNeedsCsum;
+    h.gso_type = VnetHdr::kGsoTcpv6;
+    h.hdr_len = uint16_t(hdrs);
+    h.gso_size = 1400;
+    h.csum_start = uint16_t(l4);
+    h.csum_offset = 16;
+    Frames f(32);
+    size_t n = 0;
+    REQUIRE(gso_split(h, super.data(), super.size(), 1400, f.at.data(), 2048, f.len.data(),
+                      f.at.size(), &n) == GsoError::None);
+    const size_t seg = 1400 - hdrs;
+    REQUIRE(n == (payload + seg - 1) / seg);
+    std::vector<uint8_t> joined;
+    for (size_t i = 0; i < n; i++) {
+        INFO("piece " << i);
+        auto p = f.piece(i);
+        CHECK(p[6] == kProtoIpv6Opts);
+        CHECK(std::memcmp(&p[kIpv6Len], opts, 8) == 0);
+        CHECK(get16(&p[4]) == p.size() - kIpv6Len);
+        CHECK(csum_fold(csum_add(pseudo6(p), &p[l4], uint32_t(p.size() - l4))) == 0xffff);
+        CHECK(get32(&p[l4 + 4]) == 5000 + i * seg);
+        joined.insert(joined.end(), p.begin() + long(hdrs), p.end());
+    }
+    CHECK(std::equal(joined.begin(), joined.end(), super.begin() + long(hdrs)));
+
+    // A routing header instead: the pseudo-header would name its last address; not cut.
+    super[6] = kProtoIpv6Route;
+    CHECK(gso_split(h, super.data(), super.size(), 1400, f.at.data(), 2048, f.len.data(),
+                    f.at.size(), &n) == GsoError::BadPacket);
+}
+
 TEST_CASE("a UDP super-packet is cut into datagrams (USO); one packet gets its checksum done",
           "[gso]")
 {

@@ -50,10 +50,18 @@ uint8_t l4_proto(const uint8_t *ip, size_t len, size_t l4)
             return 0;
         return ip[9];
     }
-    // IPv6 without extension headers: what the kernel's TSO and USO hand over.
-    if (ip_version(ip) != 6 || len < kIpv6Len || l4 != kIpv6Len || get16(ip + 4) != len - kIpv6Len)
+    // IPv6: hop-by-hop and destination options headers may come before L4 (a socket's
+    // IPV6_HOPOPTS or IPV6_DSTOPTS), and each piece carries them as they are. Not a routing
+    // header: the checksum's pseudo-header would name its last address, not the header's.
+    if (ip_version(ip) != 6 || len < kIpv6Len || get16(ip + 4) != len - kIpv6Len)
         return 0;
-    return ip[6];
+    size_t off = kIpv6Len;
+    uint8_t nh = ip[6];
+    while (off < l4 && (nh == kProtoIpv6HopByHop || nh == kProtoIpv6Opts) && off + 8 <= len) {
+        nh = ip[off];
+        off += (size_t(ip[off + 1]) + 1) * 8;
+    }
+    return off == l4 ? nh : 0;
 }
 
 }  // namespace
