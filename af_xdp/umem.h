@@ -103,6 +103,16 @@ public:
         return n;
     }
 
+    // Pops exactly `n` addresses into `addrs`, or none: false (nothing taken) if fewer are
+    // free. For what needs all of them (a packet's fragments or pieces).
+    bool alloc_all(uint64_t *addrs, uint32_t n)
+    {
+        if (n > top_)
+            return false;
+        alloc(addrs, n);
+        return true;
+    }
+
     // Takes back `n` frames (any address inside a frame names the frame).
     void free(const uint64_t *addrs, uint32_t n)
     {

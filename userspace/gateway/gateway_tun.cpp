@@ -256,12 +256,11 @@ bool Gateway::cut_tun(uint32_t len)
         want = uint32_t(std::min<size_t>(kTunPieces, len / least + 1));
     }
     uint64_t addrs[kTunPieces];
-    uint32_t got = pool_->alloc(addrs, want);
-    if (got < want) {
-        pool_->free(addrs, got);
+    if (!pool_->alloc_all(addrs, want)) {
         count(GwCounter::NoFrames);
         return false;
     }
+    const uint32_t got = want;
     uint8_t *outs[kTunPieces];
     uint32_t lens[kTunPieces];
     for (uint32_t i = 0; i < got; i++)
@@ -305,9 +304,7 @@ bool Gateway::cut_tun_big(uint32_t len)
     const uint32_t n = wire::ip_version(pkt) == 4 ? fragments_needed(pkt, len, mtu) : 0;
     if (n > 1 && n <= kTunPieces) {
         uint64_t addrs[kTunPieces];
-        uint32_t got = pool_->alloc(addrs, n);
-        if (got < n) {
-            pool_->free(addrs, got);
+        if (!pool_->alloc_all(addrs, n)) {
             count(GwCounter::NoFrames);
             return false;
         }

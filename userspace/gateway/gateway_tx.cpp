@@ -142,7 +142,7 @@ bool Gateway::queue_out(Port &rx, Pkt &p, const L2Hop &hop, Port &out)
             count(GwCounter::TxTooBig);
             return false;
         }
-        if (pool_->alloc(addrs, need - 1) != need - 1) {
+        if (!pool_->alloc_all(addrs, need - 1)) {
             count(GwCounter::NoFrames);
             return false;
         }
