@@ -4,6 +4,7 @@
 // what the XDP classifier found (classified_from_meta(), classify_ids()). Also here: the
 // inbound policy check of what comes out of an SA (RFC 4301 5.2).
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "bpf/abi_check.h"
@@ -54,6 +55,7 @@ bool Engine::inbound(const Sa &sa) const
 
 bool Engine::is_local(const IpAddr &a) const
 {
+    assert(options_.local);
     return std::binary_search(options_.local->begin(), options_.local->end(), a);
 }
 
