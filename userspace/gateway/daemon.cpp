@@ -210,18 +210,23 @@ private:
     {
         Result<void> r;
         uint64_t ticket = 0;
-        std::optional<IfaceSpec> before;
-        data_.call([&] {
+        std::optional<IfaceSpec> before, after;
+        auto spec_of = [&](std::optional<IfaceSpec> *spec) {
             for (const GatewayIface &i : gw_.ifaces())
                 if (i.name == name && !i.local)
-                    before = IfaceSpec{i.name, i.role, i.mode};
+                    *spec = IfaceSpec{i.name, i.role, i.mode};
+        };
+        data_.call([&] {
+            spec_of(&before);
             r = change();
-            if (r && keeper_)
+            spec_of(&after);
+            // Nothing saved changed (`iface del` of what an earlier daemon left): no write.
+            if (r && keeper_ && before != after)
                 ticket = keeper_->request_save(gw_);
         });
         if (!r)
             return r.error();
-        if (!keeper_)
+        if (!ticket)
             return std::string();
         auto saved = keeper_->wait_saved(ticket);
         if (saved)
