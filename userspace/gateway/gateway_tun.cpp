@@ -32,8 +32,8 @@
 // 5. Fail closed. A stopped daemon clears the TUN from tun_link (set_tun_link(0)) before the
 //    device goes, and the tc program drops what it would send there (drop-tun-gone). A dead
 //    one leaves the device (persistent, no reader): the kernel drops what the program still
-//    sends it, and counts it in the device's tx_dropped; and no other device can take its
-//    index meanwhile. One deleted by hand leaves an index no device has: the program drops.
+//    sends it (tun-encap; the device's tx_dropped from Linux 6.11); and no other device can
+//    take its index meanwhile. One deleted by hand leaves an index no device has: the program drops.
 //    Protected plaintext is never routed on in the clear.
 // 6. Frames. A super-packet is cut straight into frames taken from the pool; the pieces wait
 //    in tun_pieces_ for bursts of up to kBurst. The TUN device's gso_max_segs (kTunPieces)
@@ -108,9 +108,10 @@ Result<void> Gateway::attach_tun_mode(GatewayIface i)
             return make_error(what + ": " + r.error().message);
     if (auto r = prog_->attach_protected(int(i.ifindex)); !r) {
         if (opened)
-            close_tun();
+            close_tun();  // a TUN taken over stays: an earlier program may still send to it
         return make_error(what + ": " + r.error().message);
     }
+    tun_->own();
     // What an earlier daemon left of xdp mode runs before the tc program: it goes once the
     // tc program is on, so that one of them always drops what is protected.
     if (XdpProgram::attached_to(int(i.ifindex)))
@@ -129,15 +130,16 @@ Result<void> Gateway::open_tun()
 {
     // The device outlives a daemon that dies (kill -9): it keeps its index, which the tc
     // program still redirects to, so that no other device can take that index and receive
-    // protected plaintext; the kernel drops and counts what reaches it with nobody reading.
+    // protected plaintext; the kernel drops what reaches it with nobody reading.
     auto t = Tun::create(kTunName, true);
     if (!t)
         return t.error();
     tun_drops_base_ = (*t)->existed() ? link_tx_dropped(kTunName) : 0;
     if ((*t)->existed())
         log(LogLevel::Info,
-            "%s: taken over from a daemon that died; it dropped %llu packets meanwhile", kTunName,
-            (unsigned long long)tun_drops_base_);
+            "%s: left in place (a daemon died), taken over; it has dropped %llu "
+            "packets in all",
+            kTunName, (unsigned long long)tun_drops_base_);
     const std::string conf4 = std::string("/proc/sys/net/ipv4/conf/") + kTunName + "/";
     // What comes out of the tunnels enters the kernel through the TUN: its sources are the
     // far sites, which the kernel routes elsewhere (rp_filter would drop them), and the kernel
@@ -207,8 +209,8 @@ void Gateway::tun_failed(int rc)
     close_tun();
 }
 
-// The pieces waiting for a burst: their frames back to the pool (when the Umem is closed,
-// they go with it).
+// The pieces waiting for a burst, and answers not sent: their frames back to the pool (when
+// the Umem is closed, they go with it).
 void Gateway::drop_tun_frames()
 {
     if (pool_)
@@ -218,6 +220,12 @@ void Gateway::drop_tun_frames()
         }
     tun_pieces_.clear();
     tun_next_ = 0;
+    if (pool_)
+        for (size_t i = 0; i < ntun_answers_; i++) {
+            uint64_t addr = uint64_t(tun_answers_[i].frame - umem_->frame(0));
+            pool_->free(&addr, 1);
+        }
+    ntun_answers_ = 0;
 }
 
 // The port tun-mode bursts are sent from (and their frames recycled through): the first
@@ -246,13 +254,14 @@ bool Gateway::cut_tun(uint32_t len)
         if (uint32_t m = engine_->plain_inner_mtu(pkt, len))
             mtu = m;
     // Frames for as many pieces as it can make: one for a packet not to cut; else its length
-    // over the least a piece carries (headers of up to 120 bytes, IPv4's and TCP's longest).
+    // over the least a piece carries (headers of up to 120 bytes, IPv4's and TCP's longest,
+    // or IPv6's options headers and TCP's longest).
     uint32_t want = 1;
     if (type != VnetHdr::kGsoNone && h.gso_size) {  // gso_size 0: refused by gso_split
-        constexpr uint32_t kMaxHdrs = 120;
+        const uint32_t max_hdrs = std::max<uint32_t>(120, h.csum_start + 60u);
         const uint32_t limit = std::min(mtu, kPieceRoom);
         const uint32_t least =
-            std::max(1u, std::min<uint32_t>(h.gso_size, limit > kMaxHdrs ? limit - kMaxHdrs : 1));
+            std::max(1u, std::min<uint32_t>(h.gso_size, limit > max_hdrs ? limit - max_hdrs : 1));
         want = uint32_t(std::min<size_t>(kTunPieces, len / least + 1));
     }
     uint64_t addrs[kTunPieces];
@@ -295,13 +304,32 @@ bool Gateway::cut_tun(uint32_t len)
 bool Gateway::cut_tun_big(uint32_t len)
 {
     uint8_t *pkt = tun_buf_.data();
+    const bool v4 = wire::ip_version(pkt) == 4;
+    if (len < wire::kIpv6Len || (!v4 && wire::ip_version(pkt) != 6)) {
+        count(GwCounter::TunBad);
+        return false;
+    }
+    // What the header says, not what the frame had: padding behind it is no part of it.
+    const uint32_t total = v4 ? wire::get16(pkt + 2) : wire::kIpv6Len + wire::get16(pkt + 4);
+    if (total > len) {
+        count(GwCounter::TunBad);
+        return false;
+    }
+    if (total <= kPieceRoom)
+        return cut_tun(total);
+    len = total;
+    if (link_scope_multicast(pkt)) {
+        count(GwCounter::TunLinkScope);
+        return false;
+    }
     if ((tun_hdr_.flags & VnetHdr::kNeedsCsum) && !complete_csum(tun_hdr_, pkt, len)) {
         count(GwCounter::TunBad);
         return false;
     }
     const uint32_t tunnel = engine_->plain_inner_mtu(pkt, len);
     const uint32_t mtu = tunnel ? std::min(tunnel, kPieceRoom) : kPieceRoom;
-    const uint32_t n = wire::ip_version(pkt) == 4 ? fragments_needed(pkt, len, mtu) : 0;
+    const bool df = !v4 || (wire::get16(pkt + 6) & wire::kIpv4Df);
+    const uint32_t n = df ? 0 : fragments_needed(pkt, len, mtu);
     if (n > 1 && n <= kTunPieces) {
         uint64_t addrs[kTunPieces];
         if (!pool_->alloc_all(addrs, n)) {
@@ -327,8 +355,10 @@ bool Gateway::cut_tun_big(uint32_t len)
         return true;
     }
     count(GwCounter::TunTooBig);
+    if (!df)  // IPv4 that may be fragmented, but not here (a bad header, too many pieces)
+        return false;
     const EngineOptions &o = engine_->options();
-    const IpAddr &from = wire::ip_version(pkt) == 6 ? o.icmp_src6 : o.icmp_src4;
+    const IpAddr &from = v4 ? o.icmp_src4 : o.icmp_src6;
     uint64_t addr;
     if (!from.family || ntun_answers_ == tun_answers_.size() || pool_->alloc(&addr, 1) != 1)
         return false;

@@ -32,7 +32,8 @@ Result<std::unique_ptr<Tun>> Tun::create(const std::string &name, bool outlive_c
     if (outlive_crash) {
         if (::ioctl(t->fd_, TUNSETPERSIST, 1) < 0)
             return make_error("tun: " + name + ": persist: " + std::strerror(errno), errno);
-        t->persist_ = !t->existed_;  // a failure below removes only a device made here
+        t->persist_ = !t->existed_;  // a device taken over stays until own()
+        t->outlive_ = true;
     }
     int hdr = sizeof(VnetHdr);
     if (::ioctl(t->fd_, TUNSETVNETHDRSZ, &hdr) < 0)
@@ -42,7 +43,6 @@ Result<std::unique_ptr<Tun>> Tun::create(const std::string &name, bool outlive_c
          {kCsum | kTso4 | kTso6 | kTsoEcn | kUso4 | kUso6, kCsum | kTso4 | kTso6 | kTsoEcn}) {
         if (::ioctl(t->fd_, TUNSETOFFLOAD, want) == 0) {
             t->offloads_ = want;
-            t->persist_ = outlive_crash;
             return t;
         }
         if (errno != EINVAL)

@@ -27,8 +27,10 @@ public:
     // Creates the device `name` in this network namespace, its descriptor non-blocking. It
     // goes when the last descriptor is closed; with `outlive_crash`, only when this object
     // closes it: a process that dies without (kill -9) leaves it in place, holding its index,
-    // and the kernel drops what is sent to it and counts it (tx_dropped). A device of that
-    // name left so is taken over (existed() says so).
+    // and the kernel drops what is sent to it (counted in its tx_dropped from Linux 6.11). A
+    // device of that name left so is taken over (existed() says so), and is left in place
+    // again on close until own() is called: what still redirects to its index must be gone
+    // first.
     static Result<std::unique_ptr<Tun>> create(const std::string &name, bool outlive_crash = false);
     ~Tun();
     Tun(const Tun &) = delete;
@@ -38,6 +40,8 @@ public:
     const std::string &name() const { return name_; }
     // Whether the device was there before create(): left by a process that died.
     bool existed() const { return existed_; }
+    // With `outlive_crash`: from now on, closing removes the device, taken over or not.
+    void own() { persist_ = outlive_; }
     // The offloads the kernel took: TSO and checksums always, USO where the kernel has it.
     unsigned offloads() const { return offloads_; }
     // Whether it takes USO both ways (IPv4 and IPv6): joined UDP may be written to it.
@@ -62,7 +66,8 @@ private:
     int fd_ = -1;
     std::string name_;
     unsigned offloads_ = 0;
-    bool persist_ = false;
+    bool persist_ = false;  // closing clears persistence: the device goes
+    bool outlive_ = false;
     bool existed_ = false;
 };
 
