@@ -132,6 +132,18 @@ struct Frames {
     std::vector<uint8_t> piece(size_t i) const { return {mem[i].begin(), mem[i].begin() + len[i]}; }
 };
 
+// gso_split() of super into f's frames (2048 bytes each), pieces of at most inner_mtu, which
+// must make one piece per seg bytes of its payload: how many.
+size_t split(const VnetHdr &h, const std::vector<uint8_t> &super, uint32_t inner_mtu, Frames &f,
+             size_t seg, size_t payload)
+{
+    size_t n = 0;
+    REQUIRE(gso_split(h, super.data(), super.size(), inner_mtu, f.at.data(), 2048, f.len.data(),
+                      f.at.size(), &n) == GsoError::None);
+    REQUIRE(n == (payload + seg - 1) / seg);
+    return n;
+}
+
 }  // namespace
 
 TEST_CASE("a TCP super-packet is cut as TSO cuts it, to the tunnel's MTU", "[gso]")
@@ -143,12 +155,8 @@ TEST_CASE("a TCP super-packet is cut as TSO cuts it, to the tunnel's MTU", "[gso
         VnetHdr h = tso_header(super, 1448);
         const size_t hl = family == 4 ? kIpv4Len : kIpv6Len, hdrs = hl + 32;
         Frames f(32);
-        size_t n = 0;
         // The tunnel's inner MTU is below what the host's MSS makes: pieces of 1400 bytes.
-        REQUIRE(gso_split(h, super.data(), super.size(), 1400, f.at.data(), 2048, f.len.data(),
-                          f.at.size(), &n) == GsoError::None);
-        const size_t seg = 1400 - hdrs;
-        REQUIRE(n == (payload + seg - 1) / seg);
+        const size_t seg = 1400 - hdrs, n = split(h, super, 1400, f, seg, payload);
         std::vector<uint8_t> joined;
         for (size_t i = 0; i < n; i++) {
             INFO("piece " << i);
@@ -201,11 +209,7 @@ TEST_CASE("an IPv6 super-packet with an options header is cut, each piece keepin
     h.csum_start = uint16_t(l4);
     h.csum_offset = 16;
     Frames f(32);
-    size_t n = 0;
-    REQUIRE(gso_split(h, super.data(), super.size(), 1400, f.at.data(), 2048, f.len.data(),
-                      f.at.size(), &n) == GsoError::None);
-    const size_t seg = 1400 - hdrs;
-    REQUIRE(n == (payload + seg - 1) / seg);
+    const size_t seg = 1400 - hdrs, n = split(h, super, 1400, f, seg, payload);
     std::vector<uint8_t> joined;
     for (size_t i = 0; i < n; i++) {
         INFO("piece " << i);
@@ -221,8 +225,9 @@ TEST_CASE("an IPv6 super-packet with an options header is cut, each piece keepin
 
     // A routing header instead: the pseudo-header would name its last address; not cut.
     super[6] = kProtoIpv6Route;
+    size_t none = 0;
     CHECK(gso_split(h, super.data(), super.size(), 1400, f.at.data(), 2048, f.len.data(),
-                    f.at.size(), &n) == GsoError::BadPacket);
+                    f.at.size(), &none) == GsoError::BadPacket);
 }
 
 TEST_CASE("a UDP super-packet is cut into datagrams (USO); one packet gets its checksum done",
