@@ -33,8 +33,8 @@
 //    device goes, and the tc program drops what it would send there (drop-tun-gone). A dead
 //    one leaves the device (persistent, no reader): the kernel drops what the program still
 //    sends it (tun-encap; the device's tx_dropped from Linux 6.11); and no other device can
-//    take its index meanwhile. One deleted by hand leaves an index no device has: the program drops.
-//    Protected plaintext is never routed on in the clear.
+//    take its index meanwhile. One deleted by hand leaves an index no device has: the
+//    program drops. Protected plaintext is never routed on in the clear.
 // 6. Frames. A super-packet is cut straight into frames taken from the pool; the pieces wait
 //    in tun_pieces_ for bursts of up to kBurst. The TUN device's gso_max_segs (kTunPieces)
 //    bounds what one super-packet can make.
@@ -56,6 +56,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "userspace/base/ip_header.h"
 #include "userspace/base/log.h"
 #include "userspace/base/wire.h"
 #include "userspace/esp/fragment.h"
@@ -213,18 +214,18 @@ void Gateway::tun_failed(int rc)
 // the Umem is closed, they go with it).
 void Gateway::drop_tun_frames()
 {
-    if (pool_)
-        for (size_t i = tun_next_; i < tun_pieces_.size(); i++) {
-            uint64_t addr = uint64_t(tun_pieces_[i].frame - umem_->frame(0));
-            pool_->free(&addr, 1);
-        }
+    auto give_back = [&](const Pkt &p) {
+        uint64_t addr = uint64_t(p.frame - umem_->frame(0));
+        pool_->free(&addr, 1);
+    };
+    if (pool_) {
+        for (size_t i = tun_next_; i < tun_pieces_.size(); i++)
+            give_back(tun_pieces_[i]);
+        for (size_t i = 0; i < ntun_answers_; i++)
+            give_back(tun_answers_[i]);
+    }
     tun_pieces_.clear();
     tun_next_ = 0;
-    if (pool_)
-        for (size_t i = 0; i < ntun_answers_; i++) {
-            uint64_t addr = uint64_t(tun_answers_[i].frame - umem_->frame(0));
-            pool_->free(&addr, 1);
-        }
     ntun_answers_ = 0;
 }
 
@@ -304,20 +305,16 @@ bool Gateway::cut_tun(uint32_t len)
 bool Gateway::cut_tun_big(uint32_t len)
 {
     uint8_t *pkt = tun_buf_.data();
-    const bool v4 = wire::ip_version(pkt) == 4;
-    if (len < wire::kIpv6Len || (!v4 && wire::ip_version(pkt) != 6)) {
+    IpHeader ih;
+    if (!lengths_ok(parse_ip(pkt, len, &ih))) {
         count(GwCounter::TunBad);
         return false;
     }
     // What the header says, not what the frame had: padding behind it is no part of it.
-    const uint32_t total = v4 ? wire::get16(pkt + 2) : wire::kIpv6Len + wire::get16(pkt + 4);
-    if (total > len) {
-        count(GwCounter::TunBad);
-        return false;
-    }
-    if (total <= kPieceRoom)
-        return cut_tun(total);
-    len = total;
+    if (ih.total <= kPieceRoom)
+        return cut_tun(ih.total);
+    len = ih.total;
+    const bool v4 = ih.version == 4;
     if (link_scope_multicast(pkt)) {
         count(GwCounter::TunLinkScope);
         return false;
@@ -328,7 +325,7 @@ bool Gateway::cut_tun_big(uint32_t len)
     }
     const uint32_t tunnel = engine_->plain_inner_mtu(pkt, len);
     const uint32_t mtu = tunnel ? std::min(tunnel, kPieceRoom) : kPieceRoom;
-    const bool df = !v4 || (wire::get16(pkt + 6) & wire::kIpv4Df);
+    const bool df = ih.dont_fragment;  // always for IPv6: only its source fragments it
     const uint32_t n = df ? 0 : fragments_needed(pkt, len, mtu);
     if (n > 1 && n <= kTunPieces) {
         uint64_t addrs[kTunPieces];
