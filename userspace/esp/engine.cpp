@@ -52,8 +52,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
 {
     std::unique_ptr<Engine> e(new Engine(readers));
     e->options_ = options;
-    if (e->options_.local)
-        std::sort(e->options_.local->begin(), e->options_.local->end());
+    if (options.local)
+        e->set_local(*options.local);  // kept sorted
     // SAs that stay as they were keep running; the others start afresh.
     std::vector<std::shared_ptr<Sa>> sas;
     sas.reserve(config.sas.size());
