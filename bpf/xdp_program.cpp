@@ -410,6 +410,13 @@ Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role, uint32
                   ("xdp: set the role of " + ifname(int(ifindex))).c_str());
 }
 
+Result<void> XdpProgram::park_iface(uint32_t ifindex, IfaceRole role)
+{
+    xesp_iface v{uint32_t(role), XESP_MAX_XSKS};
+    return update(bpf_map__fd(skel_->maps.ifaces), &ifindex, &v, BPF_ANY,
+                  ("xdp: park " + ifname(int(ifindex))).c_str());
+}
+
 Result<void> XdpProgram::set_local_link(uint32_t ifindex)
 {
     uint32_t zero = 0;

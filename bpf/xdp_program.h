@@ -129,6 +129,9 @@ public:
     static constexpr uint32_t kMaxQueues = XESP_MAX_QUEUES;
     Result<void> set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot = 0);
     Result<void> remove_iface(uint32_t ifindex);
+    // An entry whose queues have no socket (a range past the XSKMAP's end): what the program
+    // would redirect from that interface is dropped, as by a program an earlier daemon left.
+    Result<void> park_iface(uint32_t ifindex, IfaceRole role);
 
     // The AF_XDP socket of RX queue `queue` of the interface in `slot` (fd of a bound socket).
     Result<void> set_xsk(uint32_t queue, int xsk_fd, uint32_t slot = 0);

@@ -15,8 +15,9 @@
 # after the last restart; with the state directory read-only the SA stops at the reservation
 # the file holds (out-seq-unreserved counts the rest, nothing above it reaches the wire) and
 # sends again once the directory is writable, and an interface change meanwhile is undone and
-# refused; a second daemon on the same state file, and a
-# daemon given a world-writable state directory, refuse to start with a one-line error.
+# refused (an `iface add` over what an earlier daemon left keeps a program on the interface);
+# a second daemon on the same state file, and a daemon given a world-writable state directory,
+# refuse to start with a one-line error.
 #
 # Usage: bash test_gateway_state.sh XESP
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns/veth/XDP).
@@ -207,6 +208,41 @@ iface_unsaved() {
     [ "$before" = "$after" ] || { echo "interfaces were: $before; now: $after"; return 1; }
 }
 check "state directory read-only: an interface change is undone and refused" iface_unsaved
+# ... and the undo of an `iface add` over what an earlier daemon left leaves a program on the
+# interface: the leftover dropped what is protected, and detaching would hand it to the kernel.
+leftover_kept() {
+    local out pid
+    "$TOPO" exec gwA ip link add xs-left type veth peer name xs-leftp || return 1
+    "$TOPO" exec gwA ip link set xs-left up && "$TOPO" exec gwA ip link set xs-leftp up || return 1
+    "$TOPO" exec gwA "$XESP" daemon --socket "$WORK/left.sock" --no-state >>"$WORK/left.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do
+        XESP_SOCKET=$WORK/left.sock "$XESP" iface add xs-left role protected 2>/dev/null && break
+        sleep 0.1
+    done
+    kill -TERM "$pid"
+    wait "$pid"
+    "$TOPO" exec gwA ip link show xs-left | grep -q ' xdp' || {
+        echo "no program left on xs-left: $(tail -n 3 "$WORK/left.log")"
+        return 1
+    }
+    if out=$(cli gwA iface add xs-left role protected 2>&1); then
+        echo "iface add over the leftover answered ok: $out"
+        return 1
+    fi
+    echo "iface add xs-left: $out"
+    [[ $out == *"not done: "* ]] || return 1
+    "$TOPO" exec gwA ip link show xs-left | grep -q ' xdp' || {
+        echo "the undo took every program off xs-left"
+        return 1
+    }
+    ! cli gwA iface list | grep -q '^xs-left ' || return 1
+    # Handing it back to the kernel writes nothing and works with the directory read-only.
+    cli gwA iface del xs-left && ! "$TOPO" exec gwA ip link show xs-left | grep -q ' xdp'
+}
+check "state directory read-only: the undo of an add over a leftover keeps a program on" \
+    leftover_kept
+"$TOPO" exec gwA ip link del xs-left 2>/dev/null
 writable_again() {
     mount -o remount,rw "$WORK/ro" || return 1
     for _ in $(seq 10); do

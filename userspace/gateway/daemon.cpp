@@ -211,6 +211,7 @@ private:
         Result<void> r;
         uint64_t ticket = 0;
         std::optional<IfaceSpec> before, after;
+        bool left = false;  // a program an earlier daemon left was on it
         auto spec_of = [&](std::optional<IfaceSpec> *spec) {
             for (const GatewayIface &i : gw_.ifaces())
                 if (i.name == name && !i.local)
@@ -218,6 +219,7 @@ private:
         };
         data_.call([&] {
             spec_of(&before);
+            left = !before && Gateway::leftover(name);
             r = change();
             spec_of(&after);
             // Nothing saved changed (`iface del` of what an earlier daemon left): no write.
@@ -234,7 +236,11 @@ private:
         if (saved.error().code.value() == ESHUTDOWN)  // the daemon stops: nothing to undo for
             return saved.error();
         Result<void> undone;
-        data_.call([&] { undone = before ? gw_.add_iface(*before) : gw_.del_iface(name); });
+        data_.call([&] {
+            undone = before ? gw_.add_iface(*before)
+                     : left ? gw_.leave_iface(name)
+                            : gw_.del_iface(name);
+        });
         std::string msg = what + ": not done: " + saved.error().message;
         if (!undone)
             msg += "; undoing it failed, the change stands: " + undone.error().message;

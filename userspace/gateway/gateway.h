@@ -187,6 +187,11 @@ public:
     // interface added again with the other mode changes mode in place (change_mode()).
     Result<void> add_iface(const IfaceSpec &spec);
     Result<void> del_iface(const std::string &name);
+    // Forgets an interface but leaves its program on, as a stop does: the undo of an `iface
+    // add` over what an earlier daemon left (leftover()), which dropped what is protected and
+    // must go on doing so; del_iface() would hand that traffic to the kernel in the clear.
+    Result<void> leave_iface(const std::string &name);
+    static bool leftover(const std::string &name);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
     const GatewayOptions &options() const { return options_; }
 

@@ -279,6 +279,45 @@ Result<void> Gateway::del_iface(const std::string &name)
     return {};
 }
 
+bool Gateway::leftover(const std::string &name)
+{
+    const int ifindex = int(if_nametoindex(name.c_str()));
+    return ifindex && (XdpProgram::attached_to(ifindex) || XdpProgram::protected_attached(ifindex));
+}
+
+// Xdp mode: its entry stays, with no socket behind it, so that the program drops what it
+// would redirect; a slot freed for another interface must not take that interface's traffic.
+// Tun mode: the tc program stays; with no tun-mode interface left the TUN closes and the
+// program drops what is protected, else what it sends goes on being encrypted.
+Result<void> Gateway::leave_iface(const std::string &name)
+{
+    auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
+                           [&](const GatewayIface &i) { return i.name == name && !i.local; });
+    if (it == ifaces_.end())
+        return make_error("iface " + name + ": not added");
+    const GatewayIface gone = *it;
+    ifaces_.erase(it);
+    if (gone.mode == IfaceMode::Tun) {
+        if (std::none_of(ifaces_.begin(), ifaces_.end(),
+                         [](const GatewayIface &i) { return i.mode == IfaceMode::Tun; }))
+            close_tun();
+        relink_engine();
+    } else {
+        if (auto r = prog_->park_iface(gone.ifindex, gone.role); !r) {
+            ifaces_.push_back(gone);
+            return r;
+        }
+        auto r = rebuild_ports();
+        if (r)
+            relink_engine();
+        if (!r)
+            return make_error("iface " + name + ": " + r.error().message);
+    }
+    log(LogLevel::Info, "%s: forgotten, its program left on: it drops what it would hand over",
+        name.c_str());
+    return {};
+}
+
 // Takes the classifier off an interface and forgets it; the caller reopens the sockets.
 void Gateway::forget_iface(std::vector<GatewayIface>::iterator it)
 {
@@ -323,6 +362,7 @@ Result<void> Gateway::release_leftover(const std::string &name)
         return make_error("iface del " + name + ": " + r.error().message);
     if (auto r = XdpProgram::detach_egress(ifindex); !r)
         return make_error("iface del " + name + ": " + r.error().message);
+    (void)prog_->remove_iface(uint32_t(ifindex));  // parked by leave_iface(), if it was
     log(LogLevel::Info,
         "%s: detached the classifier an earlier daemon left; the kernel "
         "forwards its traffic now",
