@@ -217,9 +217,24 @@ if [ "$PROT_MODE" = tun ]; then
         echo "hostB got $got of 20; tun-fragmented +$(($(stat gwA 'gateway.tun-fragmented') - before))"
         [ "$got" = 20 ] && [ $(($(stat gwA 'gateway.tun-fragmented') - before)) -ge 20 ]
     }
+    # Under a policy with ports, and only a bypass without them, every fragment cut here takes
+    # its datagram's verdict: looked up with its ports, not dropped as one no port can judge.
+    jumbo_ports() {
+        local out="src 10.1.0.0/16 dst 10.2.0.0/16" rc=0
+        local tmpl="tmpl src $GWA_PUB_IP4 dst $GWB_PUB_IP4 proto esp reqid 1 mode tunnel"
+        cli gwA policy update $out dir out priority 100 $tmpl &&
+            cli gwA policy add $out proto udp dport 5300 dir out priority 1 $tmpl &&
+            cli gwA policy add $out proto udp dir out priority 2 action allow || rc=1
+        [ "$rc" = 0 ] && jumbo_nodf || rc=1
+        cli gwA policy del $out proto udp dport 5300 dir out
+        cli gwA policy del $out proto udp dir out
+        cli gwA policy update $out dir out $tmpl || rc=1
+        return $rc
+    }
     step "tun mode: a 9000-byte MTU on hostA's link" link_mtu 9000
     check "tun mode, jumbo, DF: 'fragmentation needed' gives hostA the tunnel MTU" jumbo_df
     check "tun mode, jumbo, no DF: fragmented into frames, encrypted, all delivered" jumbo_nodf
+    check "tun mode, jumbo, no DF, a policy with ports: every fragment encrypted" jumbo_ports
     step "tun mode: hostA's link back to 1500 bytes" link_mtu 1500
     "$TOPO" exec hostA ip route flush cache
 fi

@@ -579,3 +579,50 @@ TEST_CASE("Classified::Plain: plaintext looked up from its headers, never taken 
     auto other = udp_packet(4, "10.9.0.1", "10.2.0.1", 100);
     CHECK(tx->plain_inner_mtu(other.data(), uint32_t(other.size())) == 0);
 }
+
+TEST_CASE("Classified::Plain: a fragment cut by the gateway takes its packet's ports",
+          "[classified]")
+{
+    const TransformCase &tc = all_transforms()[0];
+    SaConfig sa = make_sa(tc, Mode::Tunnel, 4);
+    // The only policy that protects names a port: a fragment without ports is unsure of it.
+    Config c;
+    SaConfig out = sa;
+    out.dir = Dir::Out;
+    c.sas.push_back(out);
+    PolicyConfig pol;
+    pol.sel.src = pfx("10.1.0.0/16");
+    pol.sel.dst = pfx("10.2.0.0/16");
+    pol.sel.proto = kProtoUdp;
+    pol.sel.dport_set = true;
+    pol.sel.dport = 5301;
+    pol.tmpl = tmpl_for(sa);
+    c.policies.push_back(pol);
+    auto tx = make_engine(c);
+
+    // A non-first fragment of a datagram to port 5301: offset 64 bytes, no UDP header.
+    auto later = [] {
+        auto p = udp_packet(4, "10.1.0.1", "10.2.0.1", 200, 0, 1000, 5301);
+        wire::put16(&p[6], 64 / 8);  // DF clear, MF clear, offset 8 units
+        wire::ipv4_set_checksum(p.data());
+        return p;
+    };
+    Frame alone(later());
+    CHECK(run_classified(*tx, alone, Classified{Classified::Plain}) == Verdict::Drop);
+    CHECK(alone.pkt.drop == Drop::FragmentUnclassifiable);
+
+    Classified cut{Classified::Plain};
+    cut.whole_ports = true;
+    cut.sport = 1000;
+    cut.dport = 5301;
+    Frame taken(later());
+    CHECK(run_classified(*tx, taken, cut) == Verdict::Encrypted);
+    // Its packet's ports, not any: under another port it goes where that one would.
+    cut.dport = 5302;
+    Frame other(later());
+    CHECK(run_classified(*tx, other, cut) == Verdict::Pass);
+    // A whole packet is looked up with its own ports, whatever it is given.
+    Frame whole(udp_packet(4, "10.1.0.1", "10.2.0.1", 200, 0, 1000, 5302));
+    cut.dport = 5301;
+    CHECK(run_classified(*tx, whole, cut) == Verdict::Pass);
+}

@@ -58,6 +58,10 @@ struct Classified {
                         // Encap: the transport header (not needed by the engine);
                         // Report: the ICMP header
     bool natt = false;  // Decap: the ESP header follows a UDP header (RFC 3948)
+    // Plain, a fragment the gateway cut itself (tun mode): looked up with the ports of the
+    // packet it was cut from, as that packet was, so that every fragment gets its verdict.
+    bool whole_ports = false;
+    uint16_t sport = 0, dport = 0;
 };
 
 // Reads the metadata the XDP program put in front of a frame: `meta` points at the `len`
@@ -323,7 +327,8 @@ private:
         Sa *sa = nullptr;
     };
     Dirn classify(const Tables &t, Pkt &p, Sa **sa);
-    Dirn classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa, bool plain_only = false);
+    Dirn classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa,
+                        const Classified *plain_only = nullptr);
     Dirn classify_step(const Tables &t, Pkt &p, Step &s, Sa **sa);
     void classify_burst(const Tables &t, Pkt *const *pkts, Step *steps, Dirn *dirn, Sa **owner,
                         size_t n);

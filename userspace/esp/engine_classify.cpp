@@ -68,7 +68,8 @@ static Engine::Dirn bad_length(Pkt &p, uint8_t proto)
     return Engine::Dirn::None;
 }
 
-Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa, bool plain_only)
+Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa,
+                                    const Classified *plain_only)
 {
     *sa = nullptr;
     s.stage = Step::Done;
@@ -95,6 +96,11 @@ Engine::Dirn Engine::classify_begin(const Tables &t, Pkt &p, Step &s, Sa **sa, b
     const uint32_t off = h.l4_off;
     if (plain_only) {
         flow_from_header(h, &s.flow);
+        if (plain_only->whole_ports && h.fragment) {
+            s.flow.sport = plain_only->sport;
+            s.flow.dport = plain_only->dport;
+            s.flow.fragment = s.flow.proto_unknown = false;
+        }
         t.spd.prefetch(Dir::Out, s.flow, &s.probe);
         s.stage = Step::Policy;
         return Dirn::None;
@@ -461,7 +467,7 @@ void Engine::classify_ids(const Tables &t, Pkt *const *pkts, const Classified *c
             steps[i].stage = Step::ById;
             t.spd.prefetch_id(cls[i].id);
         } else if (cls[i].kind == Classified::Plain) {
-            b.dirn[i] = classify_begin(t, p, steps[i], &b.owner[i], true);
+            b.dirn[i] = classify_begin(t, p, steps[i], &b.owner[i], &cls[i]);
         }
     }
     b.pkts = pkts;

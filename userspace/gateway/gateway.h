@@ -408,7 +408,12 @@ private:
     uint64_t tun_queue_drops() const;
     uint64_t tun_queue_drops_ = 0;  // of the TUN devices closed before
     uint64_t tun_drops_base_ = 0;   // what the open one had dropped before it was ours
-    std::vector<Pkt> tun_pieces_;   // cut, not yet in a burst: [tun_next_, end)
+    // Cut, not yet in a burst: [tun_next_, end); fragments cut here with their packet's ports.
+    struct TunPiece {
+        Pkt pkt;
+        Classified cls;
+    };
+    std::vector<TunPiece> tun_pieces_;
     // Rounds to pass over the TUN device after a read or a wait found it empty: while the
     // ports are busy, a read that fails is a system call a round for nothing. A wait that
     // finds it readable ends it.

@@ -20,6 +20,8 @@
 // 2. Classification. The tc program looked the packet up in the SPD maps; the engine looks
 //    each piece up again in its own tables (Classified::Plain: as plaintext only, never as
 //    ESP or IKE to take in). The TUN is one for all tun-mode interfaces, as the local link is.
+//    Fragments cut here (cut_tun_big()) are looked up with their datagram's ports, so that
+//    each gets its verdict: the kernel sees the same when it fragments after its lookup.
 // 3. The tunnel's MTU. TCP is cut to what its SA carries once encrypted
 //    (Engine::plain_inner_mtu: one lookup per super-packet), so that no encrypted packet is
 //    fragmented; the kernel's TSO would cut to the route's MTU the same way. UDP datagrams
@@ -220,7 +222,7 @@ void Gateway::drop_tun_frames()
     };
     if (pool_) {
         for (size_t i = tun_next_; i < tun_pieces_.size(); i++)
-            give_back(tun_pieces_[i]);
+            give_back(tun_pieces_[i].pkt);
         for (size_t i = 0; i < ntun_answers_; i++)
             give_back(tun_answers_[i]);
     }
@@ -289,8 +291,11 @@ bool Gateway::cut_tun(uint32_t len)
         count(GwCounter::TunBad);
         return false;
     }
+    Classified plain{};
+    plain.kind = Classified::Plain;
     for (size_t i = 0; i < n; i++)
-        tun_pieces_.push_back(Pkt{outs[i] - kFrameHeadroom, kFrameSize, kFrameHeadroom, lens[i]});
+        tun_pieces_.push_back(
+            {Pkt{outs[i] - kFrameHeadroom, kFrameSize, kFrameHeadroom, lens[i]}, plain});
     count(GwCounter::TunPieces, n);
     return true;
 }
@@ -328,6 +333,15 @@ bool Gateway::cut_tun_big(uint32_t len)
     const bool df = ih.dont_fragment;  // always for IPv6: only its source fragments it
     const uint32_t n = df ? 0 : fragments_needed(pkt, len, mtu);
     if (n > 1 && n <= kTunPieces) {
+        // Its fragments are looked up with its ports, as it would have been: under a policy
+        // with ports, those without them would be dropped (fragment-unclassifiable).
+        Classified cls{};
+        cls.kind = Classified::Plain;
+        FlowKey flow;
+        flow_from_header(ih, &flow);
+        cls.whole_ports = !flow.fragment;
+        cls.sport = flow.sport;
+        cls.dport = flow.dport;
         uint64_t addrs[kTunPieces];
         if (!pool_->alloc_all(addrs, n)) {
             count(GwCounter::NoFrames);
@@ -343,10 +357,11 @@ bool Gateway::cut_tun_big(uint32_t len)
             return false;
         }
         std::memcpy(umem_->frame(addrs[0]) + kFrameHeadroom, whole.ip(), whole.len);
-        tun_pieces_.push_back(Pkt{umem_->frame(addrs[0]), kFrameSize, kFrameHeadroom, whole.len});
+        tun_pieces_.push_back(
+            {Pkt{umem_->frame(addrs[0]), kFrameSize, kFrameHeadroom, whole.len}, cls});
         for (uint32_t i = 1; i < n; i++)
             tun_pieces_.push_back(
-                Pkt{extra[i - 1].frame, kFrameSize, kFrameHeadroom, extra[i - 1].len});
+                {Pkt{extra[i - 1].frame, kFrameSize, kFrameHeadroom, extra[i - 1].len}, cls});
         count(GwCounter::TunFragmented);
         count(GwCounter::TunPieces, n);
         return true;
@@ -419,7 +434,7 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
     size_t k = 0, na = 0;
     const uint32_t split = split_mtu();
     for (size_t i = 0; i < n; i++) {
-        pkts[i] = tun_pieces_[tun_next_ + i];
+        pkts[i] = tun_pieces_[tun_next_ + i].pkt;
         if (link_scope_multicast(pkts[i].ip())) {
             count(GwCounter::TunLinkScope);
             port.x.recycle(pkts[i]);
@@ -433,8 +448,7 @@ size_t Gateway::take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bo
                 port.x.recycle(pkts[i]);
             continue;
         }
-        cls[k] = Classified{};
-        cls[k].kind = Classified::Plain;
+        cls[k] = tun_pieces_[tun_next_ + i].cls;
         *big |= may_split(pkts[i], cls[k], split);
         ready[k++] = &pkts[i];
     }
