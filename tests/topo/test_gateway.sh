@@ -207,6 +207,29 @@ if [ "$PROT_MODE" = tun ]; then
             "+$(($(stat gwA 'gateway.drop-tun-too-big') - before))"
         [ "$got" = "$tunnel_mtu" ] && [ "$(stat gwA 'gateway.drop-tun-too-big')" -gt "$before" ]
     }
+    # ... unless its TTL ends at gwA: the hop comes first, as in the kernel's forwarding.
+    jumbo_ttl() {
+        local got
+        "$TOPO" exec hostA ip route flush cache
+        got=$("$TOPO" exec hostA "$PY" -c "
+import socket, time
+r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+r.settimeout(3)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 3)          # IP_PMTUDISC_PROBE: DF, whatever the path MTU
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, 1)
+s.sendto(b'x' * 5000, ('$HOSTB_IP4', 5300))
+end = time.time() + 3
+while time.time() < end:
+    d = r.recv(2000)
+    h = (d[0] & 15) * 4
+    if d[h] in (3, 11):
+        print(d[h], d[h + 1])
+        break
+") || return 1
+        echo "hostA got ICMP type and code: ${got:-none}"
+        [ "$got" = "11 0" ]
+    }
     jumbo_nodf() {
         local got before
         before=$(stat gwA 'gateway.tun-fragmented')
@@ -233,6 +256,7 @@ if [ "$PROT_MODE" = tun ]; then
     }
     step "tun mode: a 9000-byte MTU on hostA's link" link_mtu 9000
     check "tun mode, jumbo, DF: 'fragmentation needed' gives hostA the tunnel MTU" jumbo_df
+    check "tun mode, jumbo, TTL 1: time exceeded, not 'fragmentation needed'" jumbo_ttl
     check "tun mode, jumbo, no DF: fragmented into frames, encrypted, all delivered" jumbo_nodf
     check "tun mode, jumbo, no DF, a policy with ports: every fragment encrypted" jumbo_ports
     step "tun mode: hostA's link back to 1500 bytes" link_mtu 1500

@@ -385,14 +385,16 @@ private:
     size_t take_tun(Port &port, Pkt *pkts, Pkt **ready, Classified *cls, bool *big);
     bool cut_tun(uint32_t len);
     bool cut_tun_big(uint32_t len);
+    void answer_tun_big(const uint8_t *pkt, uint32_t len, uint32_t mtu);
     void tx_tun(Pkt *const *pkts, size_t n);
     void flush_tun();
     Port *find_tun_port();
     Port *tun_port_ = nullptr;  // find_tun_port() of the ports open now
     std::unique_ptr<Tun> tun_;
-    VnetHdr tun_hdr_;                      // of the super-packet in tun_buf_
-    std::vector<uint8_t> tun_buf_;         // a super-packet read
-    std::array<Pkt, kBurst> tun_answers_;  // "too big" for what no frame holds (cut_tun_big)
+    VnetHdr tun_hdr_;               // of the super-packet in tun_buf_
+    std::vector<uint8_t> tun_buf_;  // a super-packet read
+    // "Too big" or time exceeded for what no frame holds (cut_tun_big)
+    std::array<Pkt, kBurst> tun_answers_;
     size_t ntun_answers_ = 0;
     // Decrypted packets for the TUN device, held while the data thread's rounds keep
     // bringing more (tx_tun()), so that a flow's segments are joined across bursts, as the

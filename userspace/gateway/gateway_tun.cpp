@@ -324,6 +324,13 @@ bool Gateway::cut_tun_big(uint32_t len)
         count(GwCounter::TunLinkScope);
         return false;
     }
+    // The hop first, as the kernel forwards: a TTL that ends here is answered with time
+    // exceeded, not "too big", and nothing is cut (its fragments would each be answered).
+    if ((v4 ? pkt[8] : pkt[7]) <= 1) {
+        count(GwCounter::TtlExceeded);
+        answer_tun_big(pkt, len, 0);
+        return false;
+    }
     if ((tun_hdr_.flags & VnetHdr::kNeedsCsum) && !complete_csum(tun_hdr_, pkt, len)) {
         count(GwCounter::TunBad);
         return false;
@@ -367,23 +374,30 @@ bool Gateway::cut_tun_big(uint32_t len)
         return true;
     }
     count(GwCounter::TunTooBig);
-    if (!df)  // IPv4 that may be fragmented, but not here (a bad header, too many pieces)
-        return false;
+    if (df)  // IPv4 without DF that could not be cut (too many pieces) is not answered
+        answer_tun_big(pkt, len, mtu);
+    return false;
+}
+
+// The answer to a packet cut_tun_big() drops, for take_tun() to send: "too big" carrying
+// `mtu`, or with mtu 0 time exceeded (which counts itself and keeps to the rate limit; "too
+// big" is held to it when sent). It quotes no more than an IPv6 error may carry (an IPv4
+// one, less).
+void Gateway::answer_tun_big(const uint8_t *pkt, uint32_t len, uint32_t mtu)
+{
     const EngineOptions &o = engine_->options();
-    const IpAddr &from = v4 ? o.icmp_src4 : o.icmp_src6;
+    const IpAddr &from = wire::ip_version(pkt) == 4 ? o.icmp_src4 : o.icmp_src6;
     uint64_t addr;
     if (!from.family || ntun_answers_ == tun_answers_.size() || pool_->alloc(&addr, 1) != 1)
-        return false;
-    // The answer quotes no more than an IPv6 error may carry (an IPv4 one, less).
+        return;
     Pkt &a = tun_answers_[ntun_answers_];
     a = Pkt{umem_->frame(addr), kFrameSize, kFrameHeadroom, std::min(len, kIpv6MinMtu)};
     std::memcpy(a.ip(), pkt, a.len);
-    if (!icmp_too_big(a, from, mtu)) {  // not for an ICMP error
+    if (!(mtu ? icmp_too_big(a, from, mtu) : time_exceeded(a))) {  // not for an ICMP error
         pool_->free(&addr, 1);
-        return false;
+        return;
     }
     ntun_answers_++;
-    return false;
 }
 
 // A burst of pieces, cut from what the TUN device has (up to kBurst, the rest waits); as
