@@ -820,6 +820,36 @@ check "... the protected one in $PROT_MODE mode" bash -c "XESP_SOCKET=$WORK/gwA.
     check "... and has taken over the TUN the dead one left, at the same index" bash -c "
         grep -q 'xesp-tun: left in place (a daemon died), taken over' '$WORK/gwA.log' &&
         [ \$('$TOPO' exec gwA cat /sys/class/net/xesp-tun/ifindex) = '$TUN_INDEX' ]"
+# A TUN a dead daemon left goes once no tun-mode program is left to send to it: here, once a
+# daemon with no tun-mode interface takes the protected one over in xdp mode.
+tun_tidied() {
+    local pid rc=0
+    "$TOPO" exec gwA ip link show xesp-tun >/dev/null 2>&1 || {
+        echo "no TUN left after kill -9"
+        return 1
+    }
+    "$TOPO" exec gwA "$XESP" daemon --socket "$WORK/tidy.sock" --no-state >>"$WORK/tidy.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do
+        XESP_SOCKET=$WORK/tidy.sock "$XESP" iface add "$GWA_PROT_IF" role protected 2>/dev/null &&
+            break
+        sleep 0.1
+    done
+    if "$TOPO" exec gwA ip link show xesp-tun >/dev/null 2>&1; then
+        echo "xesp-tun still there: $(tail -n 3 "$WORK/tidy.log")"
+        rc=1
+    fi
+    kill -TERM "$pid"
+    wait "$pid"
+    return $rc
+}
+if [ "$PROT_MODE" = tun ]; then
+    stop_gw gwA KILL
+    check "kill -9, then the protected interface taken over in xdp mode: the TUN left goes" \
+        tun_tidied
+    step "restart from the state file: tun mode again" start_gw gwA
+    check "... and the flow resumes" resume
+fi
 
 step "SIGTERM: the daemon exits 0" stop_gw gwA TERM
 check "SIGTERM: XDP stays on gwA's interfaces (fail closed)" xdp_attached gwA "$GWA_PUB_IF"

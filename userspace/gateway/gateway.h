@@ -282,7 +282,8 @@ private:
     // up from their headers), counted as worker 0's (here_).
     void engine_here(Pkt *const *pkts, const Classified *cls, size_t n);
     Gateway() = default;
-    Result<void> attach_iface(const IfaceSpec &spec, bool local);
+    // `left`: an earlier daemon's program is on it, and stays on (parked) if this fails.
+    Result<void> attach_iface(const IfaceSpec &spec, bool local, bool left = false);
     Result<void> attach_tun_mode(GatewayIface i);
     void open_local_link();
     void forget_iface(std::vector<GatewayIface>::iterator it);
@@ -374,6 +375,7 @@ private:
     static constexpr size_t kTunPieces = 256;
     Result<void> open_tun();
     void close_tun();
+    void tidy_leftover_tun();
     void drop_tun_frames();
     void tun_failed(int rc);
     bool tun_may_read();  // counts tun_idle_ down

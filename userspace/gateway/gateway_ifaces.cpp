@@ -117,7 +117,7 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec)
                                      (it->role == IfaceRole::Public ? "public" : "protected") +
                                      "; `xesp iface del " + name + "` first to change its role"));
     }
-    if (auto r = attach_iface(spec, false); !r)
+    if (auto r = attach_iface(spec, false, leftover(name)); !r)
         return r;
     if (role == IfaceRole::Public && !local_link_)
         open_local_link();
@@ -190,7 +190,7 @@ void Gateway::open_local_link()
         LocalLink::kKernelEnd);
 }
 
-Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local)
+Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local, bool left)
 {
     const std::string &name = spec.name;
     const IfaceRole role = spec.role;
@@ -217,6 +217,8 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local)
     i.slot = uint32_t(free - taken.begin());
 
     refresh_local_addresses();
+    // What an earlier daemon left drops what is protected: a failure below leaves a program
+    // on, parked (leave_iface()), rather than hand the interface to the kernel.
     if (auto r = prog_->set_iface_role(i.ifindex, role, i.slot); !r)
         return make_error("iface add " + name + ": " + r.error().message);
     if (auto r = prog_->attach(int(i.ifindex)); !r) {
@@ -225,21 +227,31 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local)
     }
     if (role == IfaceRole::Public)
         if (auto r = prog_->attach_egress(int(i.ifindex)); !r) {
-            (void)XdpProgram::detach(int(i.ifindex));
-            (void)prog_->remove_iface(i.ifindex);
+            if (left) {
+                (void)prog_->park_iface(i.ifindex, role);
+            } else {
+                (void)XdpProgram::detach(int(i.ifindex));
+                (void)prog_->remove_iface(i.ifindex);
+            }
             return make_error("iface add " + name + ": " + r.error().message);
         }
     // What an earlier daemon left of tun mode goes once XDP, which runs before it, is on.
-    if (XdpProgram::protected_attached(int(i.ifindex)))
+    if (XdpProgram::protected_attached(int(i.ifindex))) {
         if (auto r = XdpProgram::detach_protected(int(i.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
+        tidy_leftover_tun();
+    }
     ifaces_.push_back(i);
     auto r = rebuild_ports();
     if (r)
         relink_engine();  // the tunnel MTU follows the public side
     if (!r) {
-        forget_iface(ifaces_.end() - 1);
-        (void)rebuild_ports();
+        if (left) {
+            (void)leave_iface(name);
+        } else {
+            forget_iface(ifaces_.end() - 1);
+            (void)rebuild_ports();
+        }
         return make_error("iface add " + name + ": " + r.error().message);
     }
     if (local)
@@ -352,6 +364,7 @@ Result<void> Gateway::release_leftover(const std::string &name)
         // Tun mode: the tc program goes; the kernel forwards what it would take.
         if (auto r = XdpProgram::detach_protected(ifindex); !r)
             return make_error("iface del " + name + ": " + r.error().message);
+        tidy_leftover_tun();
         log(LogLevel::Info,
             "%s: detached the tun-mode program an earlier daemon left; the kernel forwards "
             "its traffic now",

@@ -181,6 +181,34 @@ Result<void> Gateway::open_tun()
     return {};
 }
 
+// A TUN device a dead daemon left goes once no tun-mode program is left in the namespace to
+// redirect to its index (the interfaces it was on were taken over in xdp mode, or handed back
+// to the kernel): until then it holds that index for them (open_tun()).
+void Gateway::tidy_leftover_tun()
+{
+    if (tun_ || !if_nametoindex(kTunName))
+        return;
+    struct if_nameindex *all = if_nameindex();
+    if (!all)
+        return;
+    bool used = false;
+    for (const struct if_nameindex *i = all; i->if_index && !used; i++)
+        used = XdpProgram::protected_attached(int(i->if_index));
+    if_freenameindex(all);
+    if (used)
+        return;
+    auto t = Tun::create(kTunName, true);
+    if (!t) {
+        log(LogLevel::Warning, "%s: left by a daemon that died: %s", kTunName,
+            t.error().message.c_str());
+        return;
+    }
+    (*t)->own();  // closing deletes it
+    log(LogLevel::Info,
+        "%s: left by a daemon that died, deleted: no tun-mode program is left to send to it",
+        kTunName);
+}
+
 void Gateway::close_tun()
 {
     if (!tun_)
