@@ -591,6 +591,29 @@ bool XdpProgram::attached_to(int ifindex)
     return prog_named(id, "xesp_xdp");
 }
 
+bool XdpProgram::others_protected_attached() const
+{
+    bpf_prog_info mine{};
+    uint32_t len = sizeof(mine);
+    if (bpf_obj_get_info_by_fd(protected_prog_fd(), &mine, &len) != 0)
+        return true;
+    struct if_nameindex *all = if_nameindex();
+    if (!all)
+        return true;
+    bool found = false;
+    for (const struct if_nameindex *i = all; i->if_index && !found; i++) {
+        LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = int(i->if_index), .attach_point = BPF_TC_INGRESS);
+        LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
+        const int rc = bpf_tc_query(&hook, &opts);
+        if (rc == -ENOENT || rc == -EINVAL)  // no clsact, or no filter at handle 1
+            continue;
+        found =
+            rc != 0 || (opts.prog_id != mine.id && prog_named(opts.prog_id, "xesp_tc_protected"));
+    }
+    if_freenameindex(all);
+    return found;
+}
+
 bool XdpProgram::protected_attached(int ifindex)
 {
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);

@@ -148,6 +148,10 @@ public:
     static bool attached_to(int ifindex);
     // Whether xesp's tc ingress program of tun mode is on the interface.
     static bool protected_attached(int ifindex);
+    // Whether a tun-mode program other than this one (an earlier daemon's) is on an interface
+    // of this network namespace: it may redirect to that daemon's TUN device by its index. An
+    // interface that cannot be asked counts as having one.
+    bool others_protected_attached() const;
 
     // The tc egress program (xesp_tc_egress) on a public interface: the kernel's own plaintext
     // that an out policy protects or blocks is dropped there. Stays after this process exits.

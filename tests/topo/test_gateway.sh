@@ -207,28 +207,36 @@ if [ "$PROT_MODE" = tun ]; then
             "+$(($(stat gwA 'gateway.drop-tun-too-big') - before))"
         [ "$got" = "$tunnel_mtu" ] && [ "$(stat gwA 'gateway.drop-tun-too-big')" -gt "$before" ]
     }
-    # ... unless its TTL ends at gwA: the hop comes first, as in the kernel's forwarding.
+    # ... unless its TTL ends at gwA: the hop comes first, as in the kernel's forwarding. One
+    # time exceeded comes back, DF or not, and nothing is cut. PMTUDISC: 3 (probe) sets DF
+    # whatever the path MTU, 0 (dont) leaves it clear.
     jumbo_ttl() {
-        local got
+        local got before after
+        before=$(stat gwA 'gateway.tun-fragmented')
         "$TOPO" exec hostA ip route flush cache
         got=$("$TOPO" exec hostA "$PY" -c "
 import socket, time
 r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-r.settimeout(3)
+r.settimeout(0.5)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IP, 10, 3)          # IP_PMTUDISC_PROBE: DF, whatever the path MTU
+s.setsockopt(socket.IPPROTO_IP, 10, $1)         # IP_MTU_DISCOVER
 s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, 1)
 s.sendto(b'x' * 5000, ('$HOSTB_IP4', 5300))
-end = time.time() + 3
+got = []
+end = time.time() + 2
 while time.time() < end:
-    d = r.recv(2000)
+    try:
+        d = r.recv(2000)
+    except socket.timeout:
+        continue
     h = (d[0] & 15) * 4
     if d[h] in (3, 11):
-        print(d[h], d[h + 1])
-        break
+        got.append('%d/%d' % (d[h], d[h + 1]))
+print(' '.join(got))
 ") || return 1
-        echo "hostA got ICMP type and code: ${got:-none}"
-        [ "$got" = "11 0" ]
+        after=$(stat gwA 'gateway.tun-fragmented')
+        echo "hostA got ICMP type/code: ${got:-none}; tun-fragmented +$((after - before))"
+        [ "$got" = "11/0" ] && [ "$after" = "$before" ]
     }
     jumbo_nodf() {
         local got before
@@ -256,7 +264,8 @@ while time.time() < end:
     }
     step "tun mode: a 9000-byte MTU on hostA's link" link_mtu 9000
     check "tun mode, jumbo, DF: 'fragmentation needed' gives hostA the tunnel MTU" jumbo_df
-    check "tun mode, jumbo, TTL 1: time exceeded, not 'fragmentation needed'" jumbo_ttl
+    check "tun mode, jumbo, DF, TTL 1: time exceeded, not 'fragmentation needed'" jumbo_ttl 3
+    check "tun mode, jumbo, no DF, TTL 1: one time exceeded, nothing cut" jumbo_ttl 0
     check "tun mode, jumbo, no DF: fragmented into frames, encrypted, all delivered" jumbo_nodf
     check "tun mode, jumbo, no DF, a policy with ports: every fragment encrypted" jumbo_ports
     step "tun mode: hostA's link back to 1500 bytes" link_mtu 1500
@@ -820,33 +829,44 @@ check "... the protected one in $PROT_MODE mode" bash -c "XESP_SOCKET=$WORK/gwA.
     check "... and has taken over the TUN the dead one left, at the same index" bash -c "
         grep -q 'xesp-tun: left in place (a daemon died), taken over' '$WORK/gwA.log' &&
         [ \$('$TOPO' exec gwA cat /sys/class/net/xesp-tun/ifindex) = '$TUN_INDEX' ]"
-# A TUN a dead daemon left goes once no tun-mode program is left to send to it: here, once a
-# daemon with no tun-mode interface takes the protected one over in xdp mode.
+# A TUN a dead daemon left stays while its program may still send to it, whoever takes it
+# over meanwhile: here a daemon with another interface in tun mode, which it then deletes. It
+# goes once no such program is left: here, once the protected interface is taken over in xdp
+# mode.
 tun_tidied() {
-    local pid rc=0
-    "$TOPO" exec gwA ip link show xesp-tun >/dev/null 2>&1 || {
+    local pid rc=0 tun_there
+    tun_there() { "$TOPO" exec gwA ip link show xesp-tun >/dev/null 2>&1; }
+    tun_there || {
         echo "no TUN left after kill -9"
         return 1
     }
+    "$TOPO" exec gwA ip link add xs-other type veth peer name xs-otherp &&
+        "$TOPO" exec gwA ip link set xs-other up || return 1
     "$TOPO" exec gwA "$XESP" daemon --socket "$WORK/tidy.sock" --no-state >>"$WORK/tidy.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do
-        XESP_SOCKET=$WORK/tidy.sock "$XESP" iface add "$GWA_PROT_IF" role protected 2>/dev/null &&
-            break
+        XESP_SOCKET=$WORK/tidy.sock "$XESP" iface add xs-other role protected mode tun \
+            2>/dev/null && break
         sleep 0.1
     done
-    if "$TOPO" exec gwA ip link show xesp-tun >/dev/null 2>&1; then
+    XESP_SOCKET=$WORK/tidy.sock "$XESP" iface del xs-other || rc=1
+    if ! tun_there; then
+        echo "the TUN went while the dead daemon's program still sent to it"
+        rc=1
+    fi
+    XESP_SOCKET=$WORK/tidy.sock "$XESP" iface add "$GWA_PROT_IF" role protected || rc=1
+    if tun_there; then
         echo "xesp-tun still there: $(tail -n 3 "$WORK/tidy.log")"
         rc=1
     fi
     kill -TERM "$pid"
     wait "$pid"
+    "$TOPO" exec gwA ip link del xs-other
     return $rc
 }
 if [ "$PROT_MODE" = tun ]; then
     stop_gw gwA KILL
-    check "kill -9, then the protected interface taken over in xdp mode: the TUN left goes" \
-        tun_tidied
+    check "kill -9: the TUN left stays while its program does, then goes with it" tun_tidied
     step "restart from the state file: tun mode again" start_gw gwA
     check "... and the flow resumes" resume
 fi

@@ -237,6 +237,16 @@ leftover_kept() {
         return 1
     }
     ! cli gwA iface list | grep -q '^xs-left ' || return 1
+    # ... which drops what it would hand over (no socket behind its entry), counted.
+    local before after
+    before=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" xs-left xsk-missing) || return 1
+    "$TOPO" exec gwA "$PY" -c "
+from scapy.all import Ether, IP, UDP, sendp
+sendp(Ether(dst='ff:ff:ff:ff:ff:ff') / IP(src='10.1.0.9', dst='10.2.0.2') / UDP(dport=5300) /
+      b'left', iface='xs-leftp', count=20, verbose=False)" || return 1
+    after=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" xs-left xsk-missing) || return 1
+    echo "xsk-missing on xs-left: $before -> $after"
+    [ $((after - before)) -ge 20 ] || return 1
     # Handing it back to the kernel writes nothing and works with the directory read-only.
     cli gwA iface del xs-left && ! "$TOPO" exec gwA ip link show xs-left | grep -q ' xdp'
 }

@@ -611,10 +611,16 @@ TEST_CASE("Classified::Plain: a fragment cut by the gateway takes its packet's p
     CHECK(run_classified(*tx, alone, Classified{Classified::Plain}) == Verdict::Drop);
     CHECK(alone.pkt.drop == Drop::FragmentUnclassifiable);
 
-    Classified cut{Classified::Plain};
-    cut.whole_ports = true;
-    cut.sport = 1000;
-    cut.dport = 5301;
+    // What the gateway gives the fragments it cuts: the datagram's ports; none from what is
+    // a fragment already.
+    auto datagram = udp_packet(4, "10.1.0.1", "10.2.0.1", 200, 0, 1000, 5301);
+    Classified cut = plain_fragments(datagram.data(), uint32_t(datagram.size()));
+    CHECK(cut.kind == Classified::Plain);
+    CHECK(cut.whole_ports);
+    CHECK(cut.sport == 1000);
+    CHECK(cut.dport == 5301);
+    auto frag = later();
+    CHECK(!plain_fragments(frag.data(), uint32_t(frag.size())).whole_ports);
     Frame taken(later());
     CHECK(run_classified(*tx, taken, cut) == Verdict::Encrypted);
     // Its packet's ports, not any: under another port it goes where that one would.

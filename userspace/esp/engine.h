@@ -73,6 +73,10 @@ struct Classified {
 // as frames are reused.
 bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c);
 
+// The Classified of the fragments the gateway cuts from the whole IP packet at ip: Plain, with
+// the packet's ports (whole_ports), unless the packet is a fragment already.
+Classified plain_fragments(const uint8_t *ip, uint32_t len);
+
 struct EngineStats {
     uint64_t encrypted = 0, decrypted = 0, passed = 0, dropped = 0, too_big = 0;
     uint64_t esp_unknown_spi = 0, ike = 0, keepalive = 0;

@@ -475,6 +475,19 @@ void Engine::classify_ids(const Tables &t, Pkt *const *pkts, const Classified *c
     classify_burst(t, pkts, steps, b.dirn, b.owner, n);
 }
 
+Classified plain_fragments(const uint8_t *ip, uint32_t len)
+{
+    Classified c{};
+    c.kind = Classified::Plain;
+    FlowKey flow;
+    if (parse_flow(ip, len, &flow) && !flow.fragment) {
+        c.whole_ports = true;
+        c.sport = flow.sport;
+        c.dport = flow.dport;
+    }
+    return c;
+}
+
 bool classified_from_meta(const void *meta, size_t len, Pkt &p, Classified *c)
 {
     if (!meta || len < sizeof(xesp_meta))

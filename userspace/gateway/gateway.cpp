@@ -523,7 +523,10 @@ size_t Gateway::prefragment(Port &port, uint32_t split, Pkt *const *in, const Cl
         uint32_t need = mtu && p.len > mtu ? fragments_needed(p.ip(), p.len, mtu) : 1;
         if (!need)
             need = 1;  // cannot be split: the engine answers or drops it
+        Classified c = in_cls[i];
         if (need > 1) {
+            if (c.kind == Classified::Plain)  // tun mode: the pieces take p's ports
+                c = plain_fragments(p.ip(), p.len);
             uint64_t addrs[kBurst];
             uint32_t got = used + need - 1 <= kBurst ? pool_->alloc(addrs, need - 1) : 0;
             for (uint32_t f = 0; f < got; f++)
@@ -537,10 +540,10 @@ size_t Gateway::prefragment(Port &port, uint32_t split, Pkt *const *in, const Cl
             count(GwCounter::Prefragmented);
         }
         out[m] = &p;
-        out_cls[m++] = in_cls[i];
+        out_cls[m++] = c;
         for (uint32_t f = 0; f + 1 < need; f++) {
             out[m] = &pieces[used + f];
-            out_cls[m++] = in_cls[i];
+            out_cls[m++] = c;
         }
         used += need - 1;
     }

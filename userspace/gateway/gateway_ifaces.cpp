@@ -133,13 +133,27 @@ Result<void> Gateway::change_mode(std::vector<GatewayIface>::iterator it, const 
 {
     const GatewayIface old = *it;
     ifaces_.erase(it);
-    auto r = attach_iface(spec, false);
+    // From tun mode, a failure leaves the XDP program on, parked, as over a leftover.
+    auto r = attach_iface(spec, false, old.mode == IfaceMode::Tun);
     if (!r) {
-        // A failure after the XDP program was on may have taken the tc program with it.
-        if (old.mode == IfaceMode::Tun && !XdpProgram::protected_attached(int(old.ifindex)))
-            if (auto a = prog_->attach_protected(int(old.ifindex)); !a)
-                log(LogLevel::Error, "%s: tun mode back: %s", old.name.c_str(),
-                    a.error().message.c_str());
+        // A failure after the XDP program was on may have taken the tc program with it: that
+        // goes back on first, and the XDP program, which would drop before it, comes off.
+        const int ifindex = int(old.ifindex);
+        if (old.mode == IfaceMode::Tun) {
+            bool back = XdpProgram::protected_attached(ifindex);
+            if (!back) {
+                auto a = prog_->attach_protected(ifindex);
+                if (!a)
+                    log(LogLevel::Error, "%s: tun mode back: %s", old.name.c_str(),
+                        a.error().message.c_str());
+                back = bool(a);
+            }
+            if (back) {
+                if (XdpProgram::attached_to(ifindex))
+                    (void)XdpProgram::detach(ifindex);
+                (void)prog_->remove_iface(old.ifindex);
+            }
+        }
         ifaces_.push_back(old);
         return r;
     }
@@ -222,7 +236,10 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local, bool left)
     if (auto r = prog_->set_iface_role(i.ifindex, role, i.slot); !r)
         return make_error("iface add " + name + ": " + r.error().message);
     if (auto r = prog_->attach(int(i.ifindex)); !r) {
-        (void)prog_->remove_iface(i.ifindex);
+        if (left)  // the program on it may be one of ours, parked: its entry stays so
+            (void)prog_->park_iface(i.ifindex, role);
+        else
+            (void)prog_->remove_iface(i.ifindex);
         return make_error("iface add " + name + ": " + r.error().message);
     }
     if (role == IfaceRole::Public)

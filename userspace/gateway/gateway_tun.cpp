@@ -20,8 +20,13 @@
 // 2. Classification. The tc program looked the packet up in the SPD maps; the engine looks
 //    each piece up again in its own tables (Classified::Plain: as plaintext only, never as
 //    ESP or IKE to take in). The TUN is one for all tun-mode interfaces, as the local link is.
-//    Fragments cut here (cut_tun_big()) are looked up with their datagram's ports, so that
-//    each gets its verdict: the kernel sees the same when it fragments after its lookup.
+//    Fragments cut here (cut_tun_big(), prefragment()) are looked up with their datagram's
+//    ports, so that each gets its verdict, as the kernel's one lookup of the whole datagram
+//    gives. The far gateway checks what it decrypts one fragment at a time, without ports
+//    (as Linux does without conntrack's defragmentation): under in/fwd policies with ports
+//    it drops them. The kernel fragments the ESP packet instead, which the far end
+//    reassembles before its check: a jumbo frame, which no frame holds, and NAT-T, whose
+//    fragmented ESP the far end cannot reassemble (prefragment()), leave no such choice.
 // 3. The tunnel's MTU. TCP is cut to what its SA carries once encrypted
 //    (Engine::plain_inner_mtu: one lookup per super-packet), so that no encrypted packet is
 //    fragmented; the kernel's TSO would cut to the route's MTU the same way. UDP datagrams
@@ -186,16 +191,7 @@ Result<void> Gateway::open_tun()
 // to the kernel): until then it holds that index for them (open_tun()).
 void Gateway::tidy_leftover_tun()
 {
-    if (tun_ || !if_nametoindex(kTunName))
-        return;
-    struct if_nameindex *all = if_nameindex();
-    if (!all)
-        return;
-    bool used = false;
-    for (const struct if_nameindex *i = all; i->if_index && !used; i++)
-        used = XdpProgram::protected_attached(int(i->if_index));
-    if_freenameindex(all);
-    if (used)
+    if (tun_ || !if_nametoindex(kTunName) || prog_->others_protected_attached())
         return;
     auto t = Tun::create(kTunName, true);
     if (!t) {
@@ -217,6 +213,9 @@ void Gateway::close_tun()
     flush_tun();
     drop_tun_frames();
     tun_queue_drops_ += tun_queue_drops();  // the device's count goes with it
+    // One taken over stays while a dead daemon's program elsewhere may still redirect to it.
+    if (prog_->others_protected_attached())
+        tun_->keep();
     tun_.reset();
 }
 
@@ -370,13 +369,7 @@ bool Gateway::cut_tun_big(uint32_t len)
     if (n > 1 && n <= kTunPieces) {
         // Its fragments are looked up with its ports, as it would have been: under a policy
         // with ports, those without them would be dropped (fragment-unclassifiable).
-        Classified cls{};
-        cls.kind = Classified::Plain;
-        FlowKey flow;
-        flow_from_header(ih, &flow);
-        cls.whole_ports = !flow.fragment;
-        cls.sport = flow.sport;
-        cls.dport = flow.dport;
+        const Classified cls = plain_fragments(pkt, len);
         uint64_t addrs[kTunPieces];
         if (!pool_->alloc_all(addrs, n)) {
             count(GwCounter::NoFrames);

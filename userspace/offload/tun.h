@@ -42,6 +42,7 @@ public:
     bool existed() const { return existed_; }
     // With `outlive_crash`: from now on, closing removes the device, taken over or not.
     void own() { persist_ = outlive_; }
+    void keep() { persist_ = false; }  // left in place on close after all
     // The offloads the kernel took: TSO and checksums always, USO where the kernel has it.
     unsigned offloads() const { return offloads_; }
     // Whether it takes USO both ways (IPv4 and IPv6): joined UDP may be written to it.
