@@ -567,6 +567,17 @@ Result<void> XdpProgram::detach(int ifindex)
 
 namespace {
 
+// The tc ingress filter where the tun-mode program goes (handle 1, priority 1): bpf_tc_query's
+// result, and the program's id in *id.
+int protected_filter(int ifindex, uint32_t *id)
+{
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
+    const int rc = bpf_tc_query(&hook, &opts);
+    *id = opts.prog_id;
+    return rc;
+}
+
 // Whether the program `id` is the one named `name` (as the kernel keeps it: 15 characters).
 bool prog_named(uint32_t id, const char *name)
 {
@@ -602,13 +613,11 @@ bool XdpProgram::others_protected_attached() const
         return true;
     bool found = false;
     for (const struct if_nameindex *i = all; i->if_index && !found; i++) {
-        LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = int(i->if_index), .attach_point = BPF_TC_INGRESS);
-        LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
-        const int rc = bpf_tc_query(&hook, &opts);
+        uint32_t id = 0;
+        const int rc = protected_filter(int(i->if_index), &id);
         if (rc == -ENOENT || rc == -EINVAL)  // no clsact, or no filter at handle 1
             continue;
-        found =
-            rc != 0 || (opts.prog_id != mine.id && prog_named(opts.prog_id, "xesp_tc_protected"));
+        found = rc != 0 || (id != mine.id && prog_named(id, "xesp_tc_protected"));
     }
     if_freenameindex(all);
     return found;
@@ -616,11 +625,8 @@ bool XdpProgram::others_protected_attached() const
 
 bool XdpProgram::protected_attached(int ifindex)
 {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
-    if (bpf_tc_query(&hook, &opts) != 0 || !opts.prog_id)
-        return false;
-    return prog_named(opts.prog_id, "xesp_tc_protected");
+    uint32_t id = 0;
+    return protected_filter(ifindex, &id) == 0 && id && prog_named(id, "xesp_tc_protected");
 }
 
 namespace {

@@ -323,7 +323,8 @@ private:
     void flush_ports();
     void to_kernel(Port &rx, Pkt &p);
     static bool forward_hop(Pkt &p);
-    static bool ttl_ends(const Pkt &p);
+    static bool ttl_ends(const uint8_t *ip);
+    static bool ttl_ends(const Pkt &p) { return ttl_ends(p.ip()); }
     bool time_exceeded(Pkt &p);
     static bool may_split(const Pkt &p, const Classified &c, uint32_t mtu);
     size_t prefragment(Port &port, uint32_t split, Pkt *const *in, const Classified *in_cls,
@@ -375,6 +376,7 @@ private:
     static constexpr size_t kTunPieces = 256;
     Result<void> open_tun();
     void close_tun();
+    void close_unused_tun();
     void tidy_leftover_tun();
     void drop_tun_frames();
     void tun_failed(int rc);

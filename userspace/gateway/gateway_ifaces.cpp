@@ -162,9 +162,8 @@ Result<void> Gateway::change_mode(std::vector<GatewayIface>::iterator it, const 
         (void)prog_->remove_iface(old.ifindex);
         if (auto p = rebuild_ports(); !p)
             log(LogLevel::Warning, "%s: %s", old.name.c_str(), p.error().message.c_str());
-    } else if (std::none_of(ifaces_.begin(), ifaces_.end(),
-                            [](const GatewayIface &i) { return i.mode == IfaceMode::Tun; })) {
-        close_tun();
+    } else {
+        close_unused_tun();
     }
     log(LogLevel::Info, "%s: mode %s, was %s; no moment without a program on it", old.name.c_str(),
         iface_mode_name(spec.mode), iface_mode_name(old.mode));
@@ -327,20 +326,16 @@ Result<void> Gateway::leave_iface(const std::string &name)
     const GatewayIface gone = *it;
     ifaces_.erase(it);
     if (gone.mode == IfaceMode::Tun) {
-        if (std::none_of(ifaces_.begin(), ifaces_.end(),
-                         [](const GatewayIface &i) { return i.mode == IfaceMode::Tun; }))
-            close_tun();
+        close_unused_tun();
         relink_engine();
     } else {
         if (auto r = prog_->park_iface(gone.ifindex, gone.role); !r) {
             ifaces_.push_back(gone);
             return r;
         }
-        auto r = rebuild_ports();
-        if (r)
-            relink_engine();
-        if (!r)
+        if (auto r = rebuild_ports(); !r)
             return make_error("iface " + name + ": " + r.error().message);
+        relink_engine();
     }
     log(LogLevel::Info, "%s: forgotten, its program left on: it drops what it would hand over",
         name.c_str());
@@ -355,9 +350,7 @@ void Gateway::forget_iface(std::vector<GatewayIface>::iterator it)
     if (gone.mode == IfaceMode::Tun) {
         if (auto r = XdpProgram::detach_protected(int(gone.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
-        if (std::none_of(ifaces_.begin(), ifaces_.end(),
-                         [](const GatewayIface &i) { return i.mode == IfaceMode::Tun; }))
-            close_tun();
+        close_unused_tun();
         return;
     }
     if (auto r = XdpProgram::detach(int(gone.ifindex)); !r)

@@ -205,6 +205,14 @@ void Gateway::tidy_leftover_tun()
         kTunName);
 }
 
+// The TUN closes once no tun-mode interface is left.
+void Gateway::close_unused_tun()
+{
+    if (std::none_of(ifaces_.begin(), ifaces_.end(),
+                     [](const GatewayIface &i) { return i.mode == IfaceMode::Tun; }))
+        close_tun();
+}
+
 void Gateway::close_tun()
 {
     if (!tun_)
@@ -318,8 +326,7 @@ bool Gateway::cut_tun(uint32_t len)
         count(GwCounter::TunBad);
         return false;
     }
-    Classified plain{};
-    plain.kind = Classified::Plain;
+    const Classified plain{Classified::Plain};
     for (size_t i = 0; i < n; i++)
         tun_pieces_.push_back(
             {Pkt{outs[i] - kFrameHeadroom, kFrameSize, kFrameHeadroom, lens[i]}, plain});
@@ -346,14 +353,13 @@ bool Gateway::cut_tun_big(uint32_t len)
     if (ih.total <= kPieceRoom)
         return cut_tun(ih.total);
     len = ih.total;
-    const bool v4 = ih.version == 4;
     if (link_scope_multicast(pkt)) {
         count(GwCounter::TunLinkScope);
         return false;
     }
     // The hop first, as the kernel forwards: a TTL that ends here is answered with time
     // exceeded, not "too big", and nothing is cut (its fragments would each be answered).
-    if ((v4 ? pkt[8] : pkt[7]) <= 1) {
+    if (ttl_ends(pkt)) {
         count(GwCounter::TtlExceeded);
         answer_tun_big(pkt, len, 0);
         return false;

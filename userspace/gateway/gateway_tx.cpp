@@ -35,9 +35,8 @@ bool Gateway::forward_hop(Pkt &p)
 }
 
 // Whether forward_hop() would refuse p: its TTL or hop limit ends at this hop.
-bool Gateway::ttl_ends(const Pkt &p)
+bool Gateway::ttl_ends(const uint8_t *ip)
 {
-    const uint8_t *ip = p.ip();
     return (wire::ip_version(ip) == 6 ? ip[7] : ip[8]) <= 1;
 }
 
