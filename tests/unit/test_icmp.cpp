@@ -145,3 +145,59 @@ TEST_CASE("ICMP errors are rate limited by a token bucket", "[icmp]")
         sent += l.allow(t + 3600000 * ms);
     CHECK(sent == 50);
 }
+
+TEST_CASE("what may not be answered takes no token of the rate limit", "[icmp]")
+{
+    constexpr uint64_t ms = 1000000;
+    IcmpLimiter l(1000, 50);
+    const uint64_t t = 5000 * ms;
+    // A flood of packets that may not be answered, all at one instant: none takes a token.
+    for (int i = 0; i < 200; i++) {
+        Frame f(udp_packet(4, "10.1.0.2", "224.0.0.5", 40));
+        CHECK(icmp_time_exceeded(f.pkt, addr("10.1.0.1"), l, t) == IcmpAnswer::Refused);
+        Frame g(udp_packet(6, "fd01::2", "fd02::2", 40));
+        CHECK(icmp_time_exceeded(g.pkt, addr("10.1.0.1"), l, t) == IcmpAnswer::Refused);
+    }
+    // So the burst is whole for those that may be.
+    int sent = 0, limited = 0;
+    for (int i = 0; i < 60; i++) {
+        Frame f(udp_packet(4, "10.1.0.2", "10.2.0.2", 40));
+        IcmpAnswer a = icmp_time_exceeded(f.pkt, addr("10.1.0.1"), l, t);
+        sent += a == IcmpAnswer::Sent && f.pkt.verdict == Verdict::TimeExceeded;
+        limited += a == IcmpAnswer::Limited && f.pkt.verdict != Verdict::TimeExceeded;
+    }
+    CHECK(sent == 50);
+    CHECK(limited == 10);
+}
+
+TEST_CASE("packet too big is never sent where the rules forbid it", "[icmp]")
+{
+    auto answered = [](std::vector<uint8_t> p, const char *from) {
+        Frame f(p);
+        bool yes = icmp_too_big(f.pkt, addr(from), 1300);
+        if (!yes)
+            CHECK(f.bytes() == p);
+        return yes;
+    };
+    CHECK(answered(udp_packet(4, "10.1.0.2", "10.2.0.2", 1400), "10.1.0.1"));
+    CHECK(answered(udp_packet(6, "fd01::2", "fd02::2", 1400), "fd01::1"));
+    SECTION("IPv4: not to a multicast or broadcast destination, nor a source of no host")
+    {
+        CHECK_FALSE(answered(udp_packet(4, "10.1.0.2", "239.1.1.1", 1400), "10.1.0.1"));
+        CHECK_FALSE(answered(udp_packet(4, "10.1.0.2", "255.255.255.255", 1400), "10.1.0.1"));
+        CHECK_FALSE(answered(udp_packet(4, "0.0.0.0", "10.2.0.2", 1400), "10.1.0.1"));
+        CHECK_FALSE(answered(udp_packet(4, "224.0.0.1", "10.2.0.2", 1400), "10.1.0.1"));
+    }
+    SECTION("IPv6: to a multicast destination's sender, never to a source of no host")
+    {
+        CHECK(answered(udp_packet(6, "fd01::2", "ff05::1:3", 1400), "fd01::1"));
+        CHECK_FALSE(answered(udp_packet(6, "::", "fd02::2", 1400), "fd01::1"));
+        CHECK_FALSE(answered(udp_packet(6, "ff02::1", "fd02::2", 1400), "fd01::1"));
+    }
+    SECTION("never for an ICMP error")
+    {
+        Frame f(udp_packet(4, "10.1.0.2", "10.2.0.2", 1400));
+        REQUIRE(icmp_too_big(f.pkt, addr("10.1.0.1"), 1300));
+        CHECK_FALSE(answered(f.bytes(), "10.1.0.1"));
+    }
+}

@@ -37,6 +37,14 @@ bool may_fragment(const Pkt &p)
 
 namespace {
 
+// Whether an IPv6 source names a single host: not unspecified, not multicast.
+bool ipv6_src_names_host(const uint8_t *ip)
+{
+    static const uint8_t zero[16] = {};
+    const uint8_t *src = ip + 8;
+    return src[0] != 0xff && std::memcmp(src, zero, 16) != 0;
+}
+
 // Whether a packet may be answered with an ICMP error at all (RFC 1122 3.2.2, RFC 1812
 // 4.3.2.7, RFC 4443 2.4 e): not for an ICMP error, a fragment other than the first, a packet
 // to a multicast or broadcast address, or one whose source names no single host.
@@ -51,9 +59,17 @@ bool answerable(const uint8_t *ip, uint32_t len)
         bool dst_none = is_group_dst(4, dst) || dst[0] >= 240;  // reserved (240/4) too
         return !frag_later && !dst_none && !src_none;
     }
-    static const uint8_t zero[16] = {};
-    const uint8_t *src = ip + 8, *dst = ip + 24;
-    return !is_group_dst(6, dst) && src[0] != 0xff && std::memcmp(src, zero, 16) != 0;
+    return !is_group_dst(6, ip + 24) && ipv6_src_names_host(ip);
+}
+
+// "Packet too big" follows the same rules, but for IPv6 it goes to a multicast destination's
+// sender too (RFC 4443 2.4 e.2): path MTU discovery for multicast needs it, and the kernel
+// sends it (icmp6_send()).
+bool too_big_answerable(const uint8_t *ip, uint32_t len)
+{
+    if (ip_version(ip) == 4)
+        return answerable(ip, len);
+    return !is_icmp_error(ip, len) && ipv6_src_names_host(ip);
 }
 
 // p becomes, in place, ICMP (type4, code4) or ICMPv6 (type6, code6) from `from` back to the
@@ -110,7 +126,7 @@ bool icmp_error(Pkt &p, const IpAddr &from, uint8_t type4, uint8_t code4, uint8_
 bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu)
 {
     // Destination unreachable, fragmentation needed and DF set (RFC 1191); packet too big.
-    if (is_icmp_error(p.ip(), p.len) || !icmp_error(p, from, 3, 4, 2, 0, mtu))
+    if (!too_big_answerable(p.ip(), p.len) || !icmp_error(p, from, 3, 4, 2, 0, mtu))
         return false;
     p.verdict = Verdict::TooBig;
     return true;
@@ -123,6 +139,15 @@ bool icmp_time_exceeded(Pkt &p, const IpAddr &from)
         return false;
     p.verdict = Verdict::TimeExceeded;
     return true;
+}
+
+IcmpAnswer icmp_time_exceeded(Pkt &p, const IpAddr &from, IcmpLimiter &limit, uint64_t now_ns)
+{
+    if (from.family != (ip_version(p.ip()) == 4 ? 4 : 6) || !answerable(p.ip(), p.len))
+        return IcmpAnswer::Refused;
+    if (!limit.allow(now_ns))
+        return IcmpAnswer::Limited;
+    return icmp_time_exceeded(p, from) ? IcmpAnswer::Sent : IcmpAnswer::Refused;
 }
 
 }  // namespace xesp

@@ -18,7 +18,8 @@ namespace xesp {
 // packet's source, the ICMP header with `mtu`, and as much of the original packet as the
 // rules allow (IPv4: up to 576 bytes in all, RFC 1812 4.3.2.3; IPv6: up to 1280, RFC 4443 2.4).
 // The new headers go into the headroom. Returns false (p unchanged) if `from` is not of the
-// packet's family, or the packet is itself an ICMP error (never answered, RFC 1122 3.2.2).
+// packet's family, or the packet may not be answered: as for time exceeded below, except that
+// IPv6 packets to a multicast destination are answered (RFC 4443 2.4 e.2).
 bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu);
 
 // The same for a packet whose TTL / hop limit ran out at this hop: ICMP time exceeded (RFC 792)
@@ -60,6 +61,12 @@ private:
     uint32_t tokens_;
     uint64_t last_ns_ = 0;
 };
+
+// Time exceeded held to `limit`: a packet that may not be answered at all takes no token, so
+// that a flood of those (ICMP errors, multicast with TTL 1) does not silence the answers that
+// may go.
+enum class IcmpAnswer { Sent, Refused, Limited };
+IcmpAnswer icmp_time_exceeded(Pkt &p, const IpAddr &from, IcmpLimiter &limit, uint64_t now_ns);
 
 // Whether a plaintext packet may be fragmented on the way (IPv4 without DF).
 bool may_fragment(const Pkt &p);

@@ -46,16 +46,17 @@ bool Gateway::time_exceeded(Pkt &p)
 {
     const EngineOptions &o = engine_->options();
     const IpAddr &from = wire::ip_version(p.ip()) == 6 ? o.icmp_src6 : o.icmp_src4;
-    if (!from.family)
-        return false;
-    if (!icmp_limit_.allow(now_ns())) {
+    switch (icmp_time_exceeded(p, from, icmp_limit_, now_ns())) {
+    case IcmpAnswer::Sent:
+        count(GwCounter::TimeExceeded);
+        return true;
+    case IcmpAnswer::Limited:
         count(GwCounter::IcmpLimited);
         return false;
+    case IcmpAnswer::Refused:
+        break;
     }
-    if (!icmp_time_exceeded(p, from))
-        return false;
-    count(GwCounter::TimeExceeded);
-    return true;
+    return false;
 }
 
 Gateway::Port *Gateway::tx_port(uint32_t ifindex, uint32_t queue)
