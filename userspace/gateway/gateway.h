@@ -79,7 +79,7 @@ namespace xesp {
     X(TxRingFull, "drop-tx-ring-full", true)                                                       \
     X(TxKernelError, "drop-tx-kernel-error", true) /* the kernel refused it (no route) */          \
     X(TxTooBig, "drop-tx-too-big", true)           /* over the egress MTU, not fragmentable */     \
-    X(NoFrames, "drop-no-frames", true)            /* no free frame for a fragment */              \
+    X(NoFrames, "drop-no-frames", true)            /* no free frame: a fragment, an answer */      \
     X(TtlExceeded, "drop-ttl-exceeded", true)      /* TTL / hop limit would reach 0 */             \
     X(TimeExceeded, "icmp-time-exceeded", false)   /* ... and answered (RFC 792, 4443) */          \
     X(IcmpLimited, "drop-icmp-rate-limit", true)   /* ICMP errors over the rate limit */           \
@@ -98,7 +98,8 @@ namespace xesp {
     X(TunNoTunnel, "drop-tun-no-public", true)   /* read with no public interface to send on */    \
     X(TunTx, "tun-tx", false)                    /* packets written to the TUN device */           \
     X(TunJoined, "tun-joined", false)            /* decrypted segments joined into those (GRO) */  \
-    X(TunWriteError, "drop-tun-write", true)     /* segments the TUN device refused */
+    X(TunWriteError, "drop-tun-write", true)     /* segments the TUN device refused */             \
+    X(TunReopen, "drop-tun-reopen", true)        /* waiting for a burst when the sockets reopen */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,

@@ -247,14 +247,15 @@ void Gateway::tun_failed(int rc)
     close_tun();
 }
 
-// The pieces waiting for a burst, and answers not sent: their frames back to the pool (when
-// the Umem is closed, they go with it).
+// The pieces waiting for a burst (counted), and answers not sent: their frames back to the
+// pool (when the Umem is closed, they go with it).
 void Gateway::drop_tun_frames()
 {
     auto give_back = [&](const Pkt &p) {
         uint64_t addr = uint64_t(p.frame - umem_->frame(0));
         pool_->free(&addr, 1);
     };
+    count(GwCounter::TunReopen, tun_pieces_.size() - tun_next_);
     if (pool_) {
         for (size_t i = tun_next_; i < tun_pieces_.size(); i++)
             give_back(tun_pieces_[i].pkt);
@@ -415,8 +416,16 @@ void Gateway::answer_tun_big(const uint8_t *pkt, uint32_t len, uint32_t mtu)
     const EngineOptions &o = engine_->options();
     const IpAddr &from = wire::ip_version(pkt) == 4 ? o.icmp_src4 : o.icmp_src6;
     uint64_t addr;
-    if (!from.family || ntun_answers_ == tun_answers_.size() || pool_->alloc(&addr, 1) != 1)
+    if (!from.family)
         return;
+    if (ntun_answers_ == tun_answers_.size()) {  // a round's answers: as many as its reads
+        count(GwCounter::IcmpLimited);
+        return;
+    }
+    if (pool_->alloc(&addr, 1) != 1) {
+        count(GwCounter::NoFrames);
+        return;
+    }
     Pkt &a = tun_answers_[ntun_answers_];
     a = Pkt{umem_->frame(addr), kFrameSize, kFrameHeadroom, std::min(len, kIpv6MinMtu)};
     std::memcpy(a.ip(), pkt, a.len);
