@@ -243,7 +243,7 @@ private:
         });
         std::string msg = what + ": not done: " + saved.error().message;
         if (!undone)
-            msg += "; undoing it failed, the change stands: " + undone.error().message;
+            msg += "; undoing it failed: " + undone.error().message;
         log(LogLevel::Error, "%s", msg.c_str());
         return make_error(msg);
     }

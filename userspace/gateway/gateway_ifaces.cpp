@@ -302,7 +302,8 @@ Result<void> Gateway::del_iface(const std::string &name)
     if (r)
         relink_engine();
     if (!r)
-        return make_error("iface del " + name + ": " + r.error().message);
+        return make_error("iface del " + name +
+                          ": detached, but no socket reopened: " + r.error().message);
     log(LogLevel::Info, "%s: detached", name.c_str());
     return {};
 }
@@ -334,7 +335,9 @@ Result<void> Gateway::leave_iface(const std::string &name)
             return r;
         }
         if (auto r = rebuild_ports(); !r)
-            return make_error("iface " + name + ": " + r.error().message);
+            return make_error(
+                "iface " + name +
+                ": forgotten, its program left on, but no socket reopened: " + r.error().message);
         relink_engine();
     }
     log(LogLevel::Info, "%s: forgotten, its program left on: it drops what it would hand over",
