@@ -104,6 +104,54 @@ split_before_encryption() {
 }
 check "NAT-T, too big, no DF: split before encryption, no outer fragments, all delivered" \
     split_before_encryption n
+# The same under a protect policy with a port and a bypass without ports: each piece takes its
+# datagram's verdict, looked up with its ports, not dropped as one that no port can judge. TCP
+# from a raw socket, without DF: tun mode reads it from the TUN (its UDP takes the local link
+# and the classifier's verdict), and hostA's own TCP would set DF.
+split_ports() {
+    local out="src $SITE_A4 dst $SITE_B4" rc=0 before after got wire sink
+    local tmpl="tmpl src $GWA_PUB_IP4 dst $GWB_PUB_IP4 proto esp reqid 1 mode tunnel"
+    cli gwA policy update $out dir out priority 100 $tmpl &&
+        cli gwA policy add $out proto tcp dport 5300 dir out priority 1 $tmpl &&
+        cli gwA policy add $out proto tcp dir out priority 2 action allow || rc=1
+    before=$(stat gwA 'gateway.fragmented-before-encryption')
+    "$TOPO" exec hostB "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+s.settimeout(0.2)
+seen, end = set(), time.time() + 4
+while time.time() < end:
+    try:
+        d = s.recv(4000)
+    except socket.timeout:
+        continue
+    h = (d[0] & 15) * 4
+    if len(d) == 1460 and d[h + 2:h + 4] == b'\\x14\\xb4' and d[h + 20:h + 30] == b'xesp-split':
+        seen.add(d[h + 30:h + 34])
+print(len(seen))" >"$WORK/split.count" &
+    sink=$!
+    sleep 0.5
+    FILTERS=("frag" "esp")
+    wire=$(wire_counts "$TOPO" exec hostA "$PY" -c "
+import socket, struct, time
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+s.setsockopt(socket.IPPROTO_IP, 10, 0)          # IP_MTU_DISCOVER = IP_PMTUDISC_DONT: no DF
+for i in range(20):
+    data = b'xesp-split%04d' % i + b'p' * (1440 - 20 - 14)
+    s.sendto(struct.pack('!HHIIBBHHH', 40000, 5300, i, 0, 0x50, 0x18, 65535, 0, 0) + data,
+             ('$HOSTB_IP4', 0))
+    time.sleep(0.01)") || rc=1
+    wait $sink
+    got=$(cat "$WORK/split.count")
+    after=$(stat gwA 'gateway.fragmented-before-encryption')
+    echo "hostB got $got of 20; on the wire: $wire(IP fragments, ESP); split $((after - before))"
+    cli gwA policy del $out proto tcp dport 5300 dir out
+    cli gwA policy del $out proto tcp dir out
+    cli gwA policy update $out dir out $tmpl || rc=1
+    [ "$rc" = 0 ] && [ "$got" = 20 ] && [ "${wire%% *}" = 0 ] && [ $((after - before)) = 20 ]
+}
+check "NAT-T, too big, no DF, a policy with ports: every piece encrypted, all delivered" \
+    split_ports
 # A peer that fragments the outer packet instead (the Linux kernel does): scapy encrypts with
 # gwA's SA and sends the fragments to gwB, whose kernel reassembles them; the gateway takes
 # the datagram from its raw UDP socket, decrypts it and hostB gets it.
