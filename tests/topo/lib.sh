@@ -33,6 +33,8 @@ tcp_python() {
     local dir=$1 fam=${2:-4} src=hostA dst=hostB dst_ip=$HOSTB_IP4 sum_sent sum_got opts=
     # IPV6_DSTOPTS (59): 8 bytes, a PadN option; the kernel writes the next header.
     [ "${3:-}" = dstopts ] && opts="c.setsockopt(socket.IPPROTO_IPV6,59,bytes([0,0,1,4,0,0,0,0]))"
+    # IP_MTU_DISCOVER (10) = IP_PMTUDISC_DONT: IPv4 segments without DF.
+    [ "${3:-}" = nodf ] && opts="c.setsockopt(socket.IPPROTO_IP,10,0)"
     [ "$fam" = 6 ] && dst_ip=$HOSTB_IP6
     if [ "$dir" = b2a ]; then
         src=hostB dst=hostA dst_ip=$HOSTA_IP4

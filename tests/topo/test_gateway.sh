@@ -270,6 +270,19 @@ print(' '.join(got))
     check "tun mode, jumbo, no DF, a policy with ports: every fragment encrypted" jumbo_ports
     step "tun mode: hostA's link back to 1500 bytes" link_mtu 1500
     "$TOPO" exec hostA ip route flush cache
+    # TCP without DF: hostA's super-packets are cut into the segments it planned, not finer
+    # (finer pieces would take the ids of its next packets), and gwA fragments what does not
+    # fit the tunnel once encrypted.
+    tcp_nodf() {
+        local before after
+        before=$(stat gwA 'gateway.fragmented')
+        tcp_python a2b 4 nodf || return 1
+        after=$(stat gwA 'gateway.fragmented')
+        echo "gwA fragmented $((after - before)) packets"
+        [ $((after - before)) -ge 1000 ]
+    }
+    check "tun mode: TCP without DF, hostA's segments kept and fragmented (4 MiB, SHA-256)" \
+        tcp_nodf
 fi
 
 # Each gateway is a hop: hostB sees TTL 64 - 2; TTL 1 goes no further than gwA, counted.

@@ -185,6 +185,32 @@ TEST_CASE("a TCP super-packet is cut as TSO cuts it, to the tunnel's MTU", "[gso
     }
 }
 
+TEST_CASE("IPv4 without DF is cut as the host planned: its next packet's ids stay its own", "[gso]")
+{
+    const size_t payload = 20000, hdrs = kIpv4Len + 32;
+    auto super = tcp_packet(4, 1'000'000, payload);
+    put16(&super[6], 0);  // DF clear
+    ipv4_set_checksum(super.data());
+    VnetHdr h = tso_header(super, 1448);
+    Frames f(32);
+    // A tunnel that takes 1400 bytes: pieces of the host's 1448 bytes of payload all the same,
+    // the ids id to id + 13 that the host gave them, for the engine to fragment.
+    const size_t n = split(h, super, 1400, f, 1448, payload);
+    CHECK(n == 14);
+    for (size_t i = 0; i < n; i++) {
+        INFO("piece " << i);
+        auto p = f.piece(i);
+        CHECK(p.size() == hdrs + std::min<size_t>(1448, payload - i * 1448));
+        CHECK(get16(&p[4]) == uint16_t(0x1234 + i));
+        CHECK(get16(&p[6]) == 0);
+        CHECK(ipv4_ok(p));
+        CHECK(l4_ok(p));
+    }
+    // A size no frame holds is cut to what one does, whatever the ids.
+    h.gso_size = 4000;
+    split(h, super, 1400, f, 1400 - hdrs, payload);
+}
+
 TEST_CASE("an IPv6 super-packet with an options header is cut, each piece keeping it", "[gso]")
 {
     // A destination options header (PadN) between the fixed header and TCP, as a socket

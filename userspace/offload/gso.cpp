@@ -120,7 +120,12 @@ GsoError gso_split(const VnetHdr &h, const uint8_t *pkt, size_t len, uint32_t in
     if (hdrs >= limit)
         return GsoError::TooBig;
     size_t seg = h.gso_size;
-    if (hdrs + seg > limit) {
+    // IPv4 without DF: the host gave its segments the ids id to id + n - 1 and its next
+    // packet id + n. More pieces would take that packet's ids, which its fragments on the way
+    // would share (RFC 6864 4.1). So they are cut as the host planned, if a frame holds them,
+    // and are fragmented further on, as a router would.
+    const bool keep_ids = ip_version(pkt) == 4 && !(get16(pkt + 6) & kIpv4Df);
+    if (hdrs + seg > limit && !(tcp && keep_ids && hdrs + seg <= room)) {
         if (!tcp)
             return GsoError::TooBig;
         seg = limit - hdrs;

@@ -13,7 +13,9 @@
 //   - anything else: one packet, its checksum completed where the header asks for it
 //     (VIRTIO_NET_HDR_F_NEEDS_CSUM: the host left it to the device).
 // TCP segments are at most the header's gso_size, and smaller where the tunnel's inner MTU
-// asks; UDP datagrams that would not fit are refused (TooBig), as is a packet not to cut.
+// asks, but for IPv4 without DF: cut smaller, its pieces would take ids the host gives its
+// next packets, so they keep the host's size (unless no frame holds it) and are fragmented
+// on the way. UDP datagrams that would not fit are refused (TooBig), as is a packet not to cut.
 //
 // In (Gro): the decrypted packets of a burst, in order, are looked at for TCP segments of one
 // flow that follow each other, as the kernel's inet_gro_receive and tcp_gro_receive join
