@@ -152,11 +152,17 @@ TEST_CASE("what may not be answered takes no token of the rate limit", "[icmp]")
     IcmpLimiter l(1000, 50);
     const uint64_t t = 5000 * ms;
     // A flood of packets that may not be answered, all at one instant: none takes a token.
+    Frame error(udp_packet(4, "10.1.0.2", "10.2.0.2", 40));
+    REQUIRE(icmp_time_exceeded(error.pkt, addr("10.1.0.1")));
     for (int i = 0; i < 200; i++) {
         Frame f(udp_packet(4, "10.1.0.2", "224.0.0.5", 40));
         CHECK(icmp_time_exceeded(f.pkt, addr("10.1.0.1"), l, t) == IcmpAnswer::Refused);
-        Frame g(udp_packet(6, "fd01::2", "fd02::2", 40));
-        CHECK(icmp_time_exceeded(g.pkt, addr("10.1.0.1"), l, t) == IcmpAnswer::Refused);
+        Frame g(udp_packet(6, "fd01::2", "ff05::1", 40));
+        CHECK(icmp_time_exceeded(g.pkt, addr("fd01::1"), l, t) == IcmpAnswer::Refused);
+        Frame e(error.bytes());
+        CHECK(icmp_time_exceeded(e.pkt, addr("10.1.0.1"), l, t) == IcmpAnswer::Refused);
+        Frame v(udp_packet(6, "fd01::2", "fd02::2", 40));  // no address of its family
+        CHECK(icmp_time_exceeded(v.pkt, addr("10.1.0.1"), l, t) == IcmpAnswer::Refused);
     }
     // So the burst is whole for those that may be.
     int sent = 0, limited = 0;
@@ -199,5 +205,15 @@ TEST_CASE("packet too big is never sent where the rules forbid it", "[icmp]")
         Frame f(udp_packet(4, "10.1.0.2", "10.2.0.2", 1400));
         REQUIRE(icmp_too_big(f.pkt, addr("10.1.0.1"), 1300));
         CHECK_FALSE(answered(f.bytes(), "10.1.0.1"));
+        Frame g(udp_packet(6, "fd01::2", "fd02::2", 1400));
+        REQUIRE(icmp_too_big(g.pkt, addr("fd01::1"), 1300));
+        CHECK_FALSE(answered(g.bytes(), "fd01::1"));
+    }
+    SECTION("icmp_may_answer() says the same before any frame is taken")
+    {
+        CHECK(icmp_may_answer(udp_packet(6, "fd01::2", "ff05::1:3", 100).data(), 100, true));
+        CHECK_FALSE(icmp_may_answer(udp_packet(6, "fd01::2", "ff05::1:3", 100).data(), 100, false));
+        CHECK_FALSE(icmp_may_answer(udp_packet(4, "10.1.0.2", "239.1.1.1", 100).data(), 100, true));
+        CHECK(icmp_may_answer(udp_packet(4, "10.1.0.2", "10.2.0.2", 100).data(), 100, false));
     }
 }

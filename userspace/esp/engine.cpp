@@ -282,7 +282,7 @@ bool Engine::too_big(Sa &sa, Pkt &p)
     if (!from.family)
         from = sa.config().src;
     if (!icmp_too_big(p, from, fits))
-        p.set_drop(Drop::OutTooBig);  // no address to answer from, or an ICMP error
+        p.set_drop(Drop::OutTooBig);  // no address to answer from, or one not to answer
     return true;
 }
 

@@ -141,6 +141,11 @@ bool icmp_time_exceeded(Pkt &p, const IpAddr &from)
     return true;
 }
 
+bool icmp_may_answer(const uint8_t *ip, uint32_t len, bool too_big)
+{
+    return too_big ? too_big_answerable(ip, len) : answerable(ip, len);
+}
+
 IcmpAnswer icmp_time_exceeded(Pkt &p, const IpAddr &from, IcmpLimiter &limit, uint64_t now_ns)
 {
     if (from.family != (ip_version(p.ip()) == 4 ? 4 : 6) || !answerable(p.ip(), p.len))

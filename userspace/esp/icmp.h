@@ -22,6 +22,10 @@ namespace xesp {
 // IPv6 packets to a multicast destination are answered (RFC 4443 2.4 e.2).
 bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu);
 
+// Whether icmp_too_big() (too_big) or icmp_time_exceeded() would answer the packet at ip, from
+// an address of its family: its rules alone, before a frame is taken for the answer.
+bool icmp_may_answer(const uint8_t *ip, uint32_t len, bool too_big);
+
 // The same for a packet whose TTL / hop limit ran out at this hop: ICMP time exceeded (RFC 792)
 // or ICMPv6 hop limit exceeded (RFC 4443 3.3), verdict TimeExceeded. Never for an ICMP error, a
 // fragment other than the first, a packet to a multicast or broadcast address, or one from an
@@ -29,8 +33,11 @@ bool icmp_too_big(Pkt &p, const IpAddr &from, uint32_t mtu);
 bool icmp_time_exceeded(Pkt &p, const IpAddr &from);
 
 // How many ICMP errors a gateway sends: a token bucket of `burst` refilled at `per_sec`, the
-// kernel's own defaults (net.ipv4.icmp_msgs_per_sec, icmp_msgs_burst). A flood of expiring or
-// oversized packets must not become a flood of answers (RFC 1812 4.3.2.8).
+// kernel's own defaults (net.ipv4.icmp_msgs_per_sec, icmp_msgs_burst). A flood of expiring
+// packets must not become a flood of answers (RFC 1812 4.3.2.8). "Too big" is not held to it,
+// as the kernel does not hold path MTU discovery to it (icmpv4_mask_allow(), and
+// net.ipv6.icmp.ratemask leaves out type 2): each answer goes to a sender whose packet it
+// drops, and a limit would leave the senders over it in a black hole.
 class IcmpLimiter {
 public:
     explicit IcmpLimiter(uint32_t per_sec = 1000, uint32_t burst = 50)

@@ -99,7 +99,7 @@ namespace xesp {
     X(TunTx, "tun-tx", false)                    /* packets written to the TUN device */           \
     X(TunJoined, "tun-joined", false)            /* decrypted segments joined into those (GRO) */  \
     X(TunWriteError, "drop-tun-write", true)     /* segments the TUN device refused */             \
-    X(TunReopen, "drop-tun-reopen", true)        /* waiting for a burst when the sockets reopen */
+    X(TunReopen, "drop-tun-reopen", true)        /* pieces waiting: sockets reopened, TUN closed */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,

@@ -408,15 +408,14 @@ bool Gateway::cut_tun_big(uint32_t len)
 }
 
 // The answer to a packet cut_tun_big() drops, for take_tun() to send: "too big" carrying
-// `mtu`, or with mtu 0 time exceeded (which counts itself and keeps to the rate limit; "too
-// big" is held to it when sent). It quotes no more than an IPv6 error may carry (an IPv4
-// one, less).
+// `mtu`, or with mtu 0 time exceeded (which counts itself and keeps to the rate limit). It
+// quotes no more than an IPv6 error may carry (an IPv4 one, less).
 void Gateway::answer_tun_big(const uint8_t *pkt, uint32_t len, uint32_t mtu)
 {
     const EngineOptions &o = engine_->options();
     const IpAddr &from = wire::ip_version(pkt) == 4 ? o.icmp_src4 : o.icmp_src6;
     uint64_t addr;
-    if (!from.family)
+    if (!from.family || !icmp_may_answer(pkt, len, mtu != 0))
         return;
     if (ntun_answers_ == tun_answers_.size()) {  // a round's answers: as many as its reads
         count(GwCounter::IcmpLimited);
@@ -429,7 +428,7 @@ void Gateway::answer_tun_big(const uint8_t *pkt, uint32_t len, uint32_t mtu)
     Pkt &a = tun_answers_[ntun_answers_];
     a = Pkt{umem_->frame(addr), kFrameSize, kFrameHeadroom, std::min(len, kIpv6MinMtu)};
     std::memcpy(a.ip(), pkt, a.len);
-    if (!(mtu ? icmp_too_big(a, from, mtu) : time_exceeded(a))) {  // not for an ICMP error
+    if (!(mtu ? icmp_too_big(a, from, mtu) : time_exceeded(a))) {  // rate limited
         pool_->free(&addr, 1);
         return;
     }

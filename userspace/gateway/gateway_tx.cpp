@@ -90,11 +90,6 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
             l.recycle[l.nrecycle++] = &p;
             continue;
         }
-        if (p.verdict == Verdict::TooBig && !icmp_limit_.allow(now_ns())) {
-            count(GwCounter::IcmpLimited);
-            l.recycle[l.nrecycle++] = &p;
-            continue;
-        }
         const L2Hop *hop = nullptr;
         Port *out = nullptr;
         if (p.verdict != Verdict::Pass) {  // Pass: a bypass policy, the kernel forwards it
