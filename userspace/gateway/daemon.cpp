@@ -236,14 +236,17 @@ private:
         if (saved.error().code.value() == ESHUTDOWN)  // the daemon stops: nothing to undo for
             return saved.error();
         Result<void> undone;
+        std::optional<IfaceSpec> now;
         data_.call([&] {
             undone = before ? gw_.add_iface(*before)
                      : left ? gw_.leave_iface(name)
                             : gw_.del_iface(name);
+            spec_of(&now);
         });
         std::string msg = what + ": not done: " + saved.error().message;
         if (!undone)
-            msg += "; undoing it failed: " + undone.error().message;
+            msg += std::string("; undoing it failed") +
+                   (now == after ? ", the change stands" : "") + ": " + undone.error().message;
         log(LogLevel::Error, "%s", msg.c_str());
         return make_error(msg);
     }
