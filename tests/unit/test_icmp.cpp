@@ -108,6 +108,21 @@ TEST_CASE("time exceeded is never sent where the rules forbid it", "[icmp]")
         CHECK(refused(udp_packet(6, "fd01::2", "ff02::1", 40), "fd01::1"));
         CHECK(refused(udp_packet(6, "::", "fd02::2", 40), "fd01::1"));
     }
+    SECTION("an ICMPv6 error behind a destination options header")
+    {
+        auto p = udp_packet(6, "fd01::2", "fd02::2", 40);
+        p[6] = 60;  // destination options: 8 bytes, a PadN option, then ICMPv6
+        const uint8_t opts[8] = {kProtoIcmpv6, 0, 1, 4, 0, 0, 0, 0};
+        p.insert(p.begin() + 40, opts, opts + 8);
+        put16(&p[4], uint16_t(p.size() - 40));
+        p[48] = 1;  // destination unreachable
+        p[49] = 4;
+        CHECK(refused(p, "fd01::1"));
+        Frame f(p);
+        CHECK_FALSE(icmp_too_big(f.pkt, addr("fd01::1"), 1280));
+        p[48] = 128;  // an echo request is answered
+        CHECK_FALSE(refused(p, "fd01::1"));
+    }
     SECTION("no address of the packet's family to answer from")
     {
         CHECK(refused(udp_packet(6, "fd01::2", "fd02::2", 40), "10.1.0.1"));

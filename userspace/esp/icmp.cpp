@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "userspace/base/ip_header.h"
 #include "userspace/base/wire.h"
 
 namespace xesp {
@@ -23,8 +24,14 @@ bool is_icmp_error(const uint8_t *ip, uint32_t len)
         uint8_t type = ip[ihl];
         return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
     }
-    // An ICMPv6 error has a type below 128 (RFC 4443 2.1).
-    return ip[6] == kProtoIcmpv6 && len > kIpv6Len && ip[kIpv6Len] < 128;
+    // An ICMPv6 error has a type below 128 (RFC 4443 2.1), read behind the extension headers
+    // as the kernel's is_ineligible() reads it. A later fragment has no type to read.
+    if (ip[6] == kProtoIcmpv6)
+        return len > kIpv6Len && ip[kIpv6Len] < 128;
+    IpHeader h;
+    if (!chain_ok(parse_ip(ip, len, &h)) || h.frag_offset || h.proto != kProtoIcmpv6)
+        return false;
+    return h.l4_off < len && ip[h.l4_off] < 128;
 }
 
 }  // namespace
