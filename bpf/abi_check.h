@@ -69,11 +69,9 @@ XESP_ABI_FIELD(xesp_policy_val, flags, 13, 1);
 XESP_ABI_FIELD(xesp_policy_val, pad, 14, 2);
 
 // ---- Interfaces and local addresses ----
-static_assert(sizeof(xesp_iface) == 16);
+static_assert(sizeof(xesp_iface) == 8);
 XESP_ABI_FIELD(xesp_iface, role, 0, 4);
 XESP_ABI_FIELD(xesp_iface, xsk_base, 4, 4);
-XESP_ABI_FIELD(xesp_iface, mac, 8, 6);
-XESP_ABI_FIELD(xesp_iface, flags, 14, 2);
 
 static_assert(sizeof(xesp_addr_key) == 20);
 XESP_ABI_FIELD(xesp_addr_key, family, 0, 4);

@@ -400,24 +400,19 @@ Result<void> XdpProgram::remove_local_address(const IpAddr &a)
     return {};
 }
 
-Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot,
-                                        const Mac *mac)
+Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot)
 {
     if (slot >= kMaxIfaceSlots)
         return make_error("xdp: interface slot " + std::to_string(slot) + " out of range (" +
                           std::to_string(kMaxIfaceSlots) + " interfaces at most)");
-    xesp_iface v{uint32_t(role), slot * kMaxQueues, {}, 0};
-    if (mac) {
-        std::memcpy(v.mac, mac->data(), sizeof v.mac);
-        v.flags = XESP_IFACE_F_MAC;
-    }
+    xesp_iface v{uint32_t(role), slot * kMaxQueues};
     return update(bpf_map__fd(skel_->maps.ifaces), &ifindex, &v, BPF_ANY,
                   ("xdp: set the role of " + ifname(int(ifindex))).c_str());
 }
 
 Result<void> XdpProgram::park_iface(uint32_t ifindex, IfaceRole role)
 {
-    xesp_iface v{uint32_t(role), XESP_MAX_XSKS, {}, 0};
+    xesp_iface v{uint32_t(role), XESP_MAX_XSKS};
     return update(bpf_map__fd(skel_->maps.ifaces), &ifindex, &v, BPF_ANY,
                   ("xdp: park " + ifname(int(ifindex))).c_str());
 }

@@ -125,13 +125,9 @@ public:
     Result<void> remove_local_address(const IpAddr &a);
     // An interface's role, and its slot: the range of XSKMAP entries its queues' sockets take
     // (slot < kMaxIfaceSlots). Interfaces without an entry take the default role and slot 0.
-    // With its Ethernet address `mac`, unicast frames to any other are passed to the kernel,
-    // which drops them (XESP_IFACE_F_MAC).
     static constexpr uint32_t kMaxIfaceSlots = XESP_MAX_XSKS / XESP_MAX_QUEUES;
     static constexpr uint32_t kMaxQueues = XESP_MAX_QUEUES;
-    using Mac = std::array<uint8_t, 6>;
-    Result<void> set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot = 0,
-                                const Mac *mac = nullptr);
+    Result<void> set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot = 0);
     Result<void> remove_iface(uint32_t ifindex);
     // An entry whose queues have no socket (a range past the XSKMAP's end): what the program
     // would redirect from that interface is dropped, as by a program an earlier daemon left.

@@ -27,8 +27,6 @@
 #include "bpf/spd_lookup.h"
 #include "bpf/xesp_xdp_abi.h"
 
-#define PACKET_OTHERHOST_ 3 /* linux/if_packet.h */
-
 /* ---- Maps (and those the XDP program uses too: shared_maps.h) ------------------------- */
 
 struct {
@@ -236,11 +234,6 @@ int xesp_tc_protected(struct __sk_buff *skb)
     if (rc < 0) {
         count(XESP_CTR_DROP_UNREADABLE);
         return TC_ACT_SHOT;
-    }
-    /* To another station's MAC (a promiscuous NIC): the kernel's IP layer drops it. */
-    if (skb->pkt_type == PACKET_OTHERHOST_) {
-        count(XESP_CTR_PASS_OTHER_HOST);
-        return TC_ACT_OK;
     }
     if (is_local_addr(f.family, f.dst)) {
         count(XESP_CTR_PASS_LOCAL);

@@ -109,21 +109,6 @@ static __always_inline int is_local(const struct flow *f)
     return is_local_addr(f->family, f->dst);
 }
 
-/* A unicast frame to another station's MAC than the interface's (XESP_IFACE_F_MAC). */
-static __always_inline int other_host(const __u8 *eth, const void *end, __u32 ifindex)
-{
-    struct xesp_iface *ifc = bpf_map_lookup_elem(&ifaces, &ifindex);
-    if (!ifc || !(ifc->flags & XESP_IFACE_F_MAC) || (const void *)(eth + 6) > end)
-        return 0;
-    if (eth[0] & 1) /* broadcast, multicast */
-        return 0;
-    __u8 diff = 0;
-#pragma unroll
-    for (int i = 0; i < 6; i++)
-        diff |= eth[i] ^ ifc->mac[i];
-    return diff != 0;
-}
-
 static __always_inline __u32 iface_role(__u32 ifindex)
 {
     struct xesp_iface *ifc = bpf_map_lookup_elem(&ifaces, &ifindex);
@@ -403,8 +388,6 @@ int xesp_xdp(struct xdp_md *ctx)
         return drop(XESP_CTR_DROP_IPV6_EXT_DEPTH);
     if (rc < 0)
         return pass(XESP_CTR_PASS_MALFORMED);
-    if (other_host(data, c.end, ctx->ingress_ifindex))
-        return pass(XESP_CTR_PASS_OTHER_HOST);
 
     int local = is_local(&f);
     int verdict;

@@ -130,16 +130,9 @@ struct xesp_policy_val {
 #define XESP_MAX_QUEUES 64
 #define XESP_MAX_XSKS 1024 /* 16 interfaces of XESP_MAX_QUEUES queues */
 
-/* With XESP_IFACE_F_MAC, a unicast frame to another MAC than `mac` (a promiscuous NIC, one
- * flooded to by a switch) is passed on, as the kernel's IP layer drops it (PACKET_OTHERHOST):
- * it is not the gateway's to forward, and another router on the link may be forwarding it. */
-#define XESP_IFACE_F_MAC 1
-
 struct xesp_iface {
     __u32 role;     /* XESP_ROLE_* */
     __u32 xsk_base; /* first xsks slot: slot number * XESP_MAX_QUEUES */
-    __u8 mac[6];    /* the interface's own, with XESP_IFACE_F_MAC */
-    __u16 flags;    /* XESP_IFACE_F_* */
 };
 
 /* The gateway's own addresses. Plaintext to them is never encapsulated; the exceptions for
@@ -216,7 +209,6 @@ struct xesp_sock_mark {
     X(XSK_MISSING, "xsk-missing")         /* no socket on the queue: dropped */                    \
     X(META_FAILED, "meta-failed")         /* redirected without metadata */                        \
     X(PASS_NON_IP, "pass-non-ip")         /* ARP, LLDP, ... */                                     \
-    X(PASS_OTHER_HOST, "pass-other-host") /* unicast to another MAC: the kernel drops it */        \
     X(PASS_MALFORMED, "pass-malformed")   /* bad headers, not ESP for us: kernel's */              \
     X(PASS_IKE, "pass-ike")                                                                        \
     X(PASS_KEEPALIVE, "pass-keepalive")                                                            \

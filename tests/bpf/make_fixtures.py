@@ -173,11 +173,6 @@ def fixtures():
 
     # plaintext, protected side
     add("plain4_protect_tcp", eth() / IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
-    # ... to another station's MAC (a promiscuous NIC): not the gateway's to forward
-    add("plain4_protect_other_mac", Ether(src=MACS["src"], dst="02:00:00:00:00:77") /
-        IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
-    add("esp4_known_other_mac", Ether(src=MACS["src"], dst="02:00:00:00:00:77") /
-        IP(src=PEER4, dst=GW4) / esp(SA_RAW4))
     add("plain4_protect_ip_options", eth() / IP(src="10.1.0.5", dst="10.2.0.7",
         options=[IPOption_Router_Alert()]) / tcp())
     add("plain4_protect_vlan_udp", eth() / Dot1Q(vlan=10) / IP(src="10.1.0.5", dst="10.2.0.7") / udp())

@@ -41,8 +41,6 @@ namespace {
 
 constexpr uint32_t kLoIfindex = 1;             // test_run's default device
 constexpr uint32_t kGoneIfindex = 0x7ffffff0;  // no device has it
-// The fixtures' destination MAC (make_fixtures.py): the interface's own.
-constexpr XdpProgram::Mac kFixtureMac = {0x02, 0, 0, 0, 0, 0x02};
 
 // ---- Running one frame ----------------------------------------------------------------
 
@@ -272,9 +270,6 @@ const Expect kTable[] = {
     {"nd6_ns_to_gateway_hlim64", Prot, V::Pass, C::PASS_LOCAL},
     {"nd6_ns_to_gateway_hlim64", Pub, V::Drop, C::DROP_IN_UNPROTECTED},
     {"plain4_protect_tcp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
-    // A unicast frame to another MAC than the interface's: the kernel's, which drops it.
-    {"plain4_protect_other_mac", Prot, V::Pass, C::PASS_OTHER_HOST},
-    {"esp4_known_other_mac", Pub, V::Pass, C::PASS_OTHER_HOST},
     {"plain4_protect_ip_options", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 38},
     {"plain4_protect_vlan_udp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 18, 38},
     {"plain4_protect_qinq", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 22, 42},
@@ -371,7 +366,7 @@ void check_row(XdpProgram &prog, const Expect &e)
     INFO("fixture " << e.name << (e.role == Pub ? " (public)" : " (protected)"));
     const XdpFixturePacket *p = packet(e.name);
     REQUIRE(p);
-    REQUIRE(prog.set_iface_role(kLoIfindex, e.role, 0, &kFixtureMac));
+    REQUIRE(prog.set_iface_role(kLoIfindex, e.role));
     XdpCounters before = counters(prog);
     RunResult r = run(prog, p->data, p->len);
     XdpCounters after = counters(prog);
@@ -521,32 +516,13 @@ TEST_CASE("on a public interface the fwd policies decide what is forwarded, the 
 namespace {
 
 // A tc program's verdict (TC_ACT_*) on a fixture frame, and the frame as it left it.
-// A veth whose MAC is the fixtures' destination, for tc programs to run as if on it: the
-// kernel marks a frame to another MAC PACKET_OTHERHOST before tc (test_run does, on its device).
-uint32_t fixture_link()
-{
-    static uint32_t ifindex = [] {
-        (void)!std::system("ip link del xesptst4 2>/dev/null");
-        if (std::system("ip link add xesptst4 address 02:00:00:00:00:02 type veth peer name "
-                        "xesptst5") != 0)
-            return 0u;
-        std::atexit([] { (void)!std::system("ip link del xesptst4 2>/dev/null"); });
-        return if_nametoindex("xesptst4");
-    }();
-    return ifindex;
-}
-
 int tc_run(int prog_fd, const char *name, std::vector<uint8_t> *frame = nullptr)
 {
     const XdpFixturePacket *p = packet(name);
     REQUIRE(p);
     std::vector<uint8_t> out(p->len + 64);
-    __sk_buff ctx{};
-    ctx.ifindex = fixture_link();
-    REQUIRE(ctx.ifindex);
     LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->data, .data_out = out.data(),
-                .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()),
-                .ctx_in = &ctx, .ctx_size_in = sizeof(ctx));
+                .data_size_in = uint32_t(p->len), .data_size_out = uint32_t(out.size()));
     REQUIRE(bpf_prog_test_run_opts(prog_fd, &opts) == 0);
     if (frame)
         frame->assign(out.begin(), out.begin() + opts.data_size_out);
@@ -778,7 +754,6 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
         {"plain6_frag_later_destopt", kShot, "drop-ports-unknown+1 "},
         {"plain6_frag_chain_cut", kShot, "drop-ports-unknown+1 "},
         {"plain4_dccp_other_port", kOk, "pass-no-policy+1 "},
-        {"plain4_protect_other_mac", kOk, "pass-other-host+1 "},
     };
     check_rows(rest);
     // Protected: dropped while there is no TUN (no gateway), then sent to it.
@@ -967,7 +942,7 @@ TEST_CASE("with a socket bound to the queue, ESP, protected plaintext and report
     for (const Expect &e : kTable) {
         INFO(e.name);
         const XdpFixturePacket *p = packet(e.name);
-        REQUIRE(prog->set_iface_role(kLoIfindex, e.role, 0, &kFixtureMac));
+        REQUIRE(prog->set_iface_role(kLoIfindex, e.role));
         XdpCounters before = counters(*prog);
         RunResult r = run(*prog, p->data, p->len);
         XdpCounters after = counters(*prog);

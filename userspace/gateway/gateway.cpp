@@ -617,7 +617,6 @@ void Gateway::housekeeping()
     if (now - last_refresh_ns_ > kRefreshNs) {
         last_refresh_ns_ = now;
         refresh_local_addresses();
-        refresh_macs();
     }
 }
 

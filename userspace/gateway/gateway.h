@@ -39,7 +39,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -149,10 +148,7 @@ struct GatewayIface {
     uint32_t slot = 0;    // its range in the XSKMAP (xdp mode)
     uint32_t queues = 0;  // with a socket each (xdp mode; tun mode: none)
     uint32_t mtu = 0;
-    bool local = false;  // the gateway's end of its local link (local_link.h)
-    // Its Ethernet address, for the classifier to leave frames to others to the kernel (xdp
-    // mode; not the local link, whose frames carry the next hop's); none: not Ethernet.
-    std::optional<XdpProgram::Mac> mac;
+    bool local = false;   // the gateway's end of its local link (local_link.h)
     std::string warning;  // protected: unfinished checksums, with the fix (or "")
 };
 
@@ -298,7 +294,6 @@ private:
     void close_ports();
     void relink_engine();
     void refresh_local_addresses();
-    void refresh_macs();
     EngineOptions engine_options(bool local = true) const;
     uint32_t link_mtu() const;
     void rx_one(Port &port);

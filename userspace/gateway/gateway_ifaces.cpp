@@ -3,13 +3,8 @@
 #include "userspace/gateway/gateway.h"
 
 #include <net/if.h>
-#include <net/if_arp.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -26,24 +21,6 @@ uint32_t read_uint(const std::string &path)
     uint32_t v = 0;
     f >> v;
     return v;
-}
-
-// The Ethernet address of the device with this index; none for another kind of link.
-std::optional<XdpProgram::Mac> ether_address(uint32_t ifindex)
-{
-    ifreq r{};
-    if (!if_indextoname(ifindex, r.ifr_name))
-        return std::nullopt;
-    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return std::nullopt;
-    const int rc = ::ioctl(fd, SIOCGIFHWADDR, &r);
-    ::close(fd);
-    if (rc != 0 || r.ifr_hwaddr.sa_family != ARPHRD_ETHER)
-        return std::nullopt;
-    XdpProgram::Mac m;
-    std::memcpy(m.data(), r.ifr_hwaddr.sa_data, m.size());
-    return m;
 }
 
 // RX queues of a device, as its sysfs directory lists them (veth: as created).
@@ -253,11 +230,9 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local, bool left)
     i.slot = uint32_t(free - taken.begin());
 
     refresh_local_addresses();
-    if (!local)
-        i.mac = ether_address(i.ifindex);
     // What an earlier daemon left drops what is protected: a failure below leaves a program
     // on, parked (leave_iface()), rather than hand the interface to the kernel.
-    if (auto r = prog_->set_iface_role(i.ifindex, role, i.slot, i.mac ? &*i.mac : nullptr); !r)
+    if (auto r = prog_->set_iface_role(i.ifindex, role, i.slot); !r)
         return make_error("iface add " + name + ": " + r.error().message);
     if (auto r = prog_->attach(int(i.ifindex)); !r) {
         if (left)  // the program on it may be one of ours, parked: its entry stays so
@@ -331,27 +306,6 @@ Result<void> Gateway::del_iface(const std::string &name)
                           ": detached, but no socket reopened: " + r.error().message);
     log(LogLevel::Info, "%s: detached", name.c_str());
     return {};
-}
-
-// An interface's Ethernet address changed (`ip link set ... address`): until the classifier
-// has the new one, frames to it go to the kernel, which forwards them; what a policy protects
-// meets the egress guard there. Run with the local addresses' refresh.
-void Gateway::refresh_macs()
-{
-    for (auto &i : ifaces_) {
-        if (i.local || i.mode != IfaceMode::Xdp)
-            continue;
-        auto now = ether_address(i.ifindex);
-        if (!now || now == i.mac)  // gone, or the same: an interface deleted keeps its entry
-            continue;
-        if (auto r = prog_->set_iface_role(i.ifindex, i.role, i.slot, &*now); !r) {
-            log(LogLevel::Warning, "%s", r.error().message.c_str());
-            continue;
-        }
-        i.mac = now;
-        log(LogLevel::Info, "%s: its Ethernet address changed; the classifier has the new one",
-            i.name.c_str());
-    }
 }
 
 bool Gateway::leftover(const std::string &name)
