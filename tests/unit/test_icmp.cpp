@@ -123,6 +123,47 @@ TEST_CASE("time exceeded is never sent where the rules forbid it", "[icmp]")
         p[48] = 128;  // an echo request is answered
         CHECK_FALSE(refused(p, "fd01::1"));
     }
+    SECTION("an ICMPv6 error behind AH, or in a first fragment; a later fragment is answered")
+    {
+        auto base = udp_packet(6, "fd01::2", "fd02::2", 40);
+        auto with = [&](uint8_t first, std::vector<uint8_t> hdr, uint8_t type) {
+            auto p = base;
+            p[6] = first;
+            p.insert(p.begin() + 40, hdr.begin(), hdr.end());
+            put16(&p[4], uint16_t(p.size() - 40));
+            p[40 + hdr.size()] = type;
+            return p;
+        };
+        // AH of 24 bytes (its length field: 24 / 4 - 2), then ICMPv6.
+        std::vector<uint8_t> ah(24);
+        ah[0] = kProtoIcmpv6;
+        ah[1] = 4;
+        CHECK(refused(with(51, ah, 1), "fd01::1"));
+        CHECK_FALSE(refused(with(51, ah, 128), "fd01::1"));
+        std::vector<uint8_t> frag = {kProtoIcmpv6, 0, 0, 1, 0, 0, 0, 7};  // offset 0, M
+        CHECK(refused(with(44, frag, 3), "fd01::1"));
+        frag[2] = 0x01;  // offset 256 bytes: no ICMPv6 header here
+        CHECK_FALSE(refused(with(44, frag, 3), "fd01::1"));
+    }
+    SECTION("ICMP whose type is not there, or not one the kernel knows")
+    {
+        auto p6 = udp_packet(6, "fd01::2", "fd02::2", 40);
+        p6[6] = kProtoIcmpv6;
+        p6.resize(40);
+        put16(&p6[4], 0);
+        CHECK(refused(p6, "fd01::1"));
+        auto p4 = udp_packet(4, "10.1.0.2", "10.2.0.2", 40);
+        p4[9] = kProtoIcmp;
+        p4[20] = 40;  // above NR_ICMP_TYPES
+        ipv4_set_checksum(p4.data());
+        CHECK(refused(p4, "10.1.0.1"));
+        p4[20] = 8;  // echo request
+        CHECK_FALSE(refused(p4, "10.1.0.1"));
+        p4.resize(20);
+        put16(&p4[2], 20);
+        ipv4_set_checksum(p4.data());
+        CHECK(refused(p4, "10.1.0.1"));
+    }
     SECTION("no address of the packet's family to answer from")
     {
         CHECK(refused(udp_packet(6, "fd01::2", "fd02::2", 40), "10.1.0.1"));

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "userspace/base/ip_header.h"
 #include "userspace/base/wire.h"
 
 namespace xesp {
@@ -14,24 +13,49 @@ namespace {
 constexpr uint32_t kIcmpHdrLen = 8;
 constexpr uint32_t kIpv4ErrorMax = 576;
 constexpr uint32_t kIpv6ErrorMax = 1280;
+constexpr uint8_t kProtoAh = 51;
 
+// Whether ip is an ICMP error, or may be one: the kernel answers neither. An ICMP type that
+// is not there to read counts as one, as does an IPv4 type the kernel does not know
+// (icmp_send(): above NR_ICMP_TYPES, 18).
 bool is_icmp_error(const uint8_t *ip, uint32_t len)
 {
     if (ip_version(ip) == 4) {
-        uint32_t ihl = ipv4_hdr_len(ip);
-        if (ip[9] != kProtoIcmp || ihl + 1 > len)
-            return false;
-        uint8_t type = ip[ihl];
-        return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
+        const uint32_t ihl = ipv4_hdr_len(ip);
+        if (ip[9] != kProtoIcmp || (get16(ip + 6) & kIpv4OffsetMask))
+            return false;  // a later fragment has no type (answerable() refuses it anyway)
+        if (ihl + 1 > len)
+            return true;
+        const uint8_t type = ip[ihl];
+        return type > 18 || type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
     }
-    // An ICMPv6 error has a type below 128 (RFC 4443 2.1), read behind the extension headers
-    // as the kernel's is_ineligible() reads it. A later fragment has no type to read.
-    if (ip[6] == kProtoIcmpv6)
-        return len > kIpv6Len && ip[kIpv6Len] < 128;
-    IpHeader h;
-    if (!chain_ok(parse_ip(ip, len, &h)) || h.frag_offset || h.proto != kProtoIcmpv6)
-        return false;
-    return h.l4_off < len && ip[h.l4_off] < 128;
+    // An ICMPv6 error has a type below 128 (RFC 4443 2.1), read behind the hop-by-hop,
+    // routing, destination options, AH and first Fragment headers, as the kernel's
+    // is_ineligible() reads it (ipv6_skip_exthdr()). A later fragment has no type to read; a
+    // chain cut short is answered, as the kernel answers it.
+    uint8_t nh = ip[6];
+    uint32_t off = kIpv6Len;
+    for (int i = 0; i < 8; i++) {
+        if (nh == kProtoIcmpv6)
+            return off + 1 > len || ip[off] < 128;
+        if (off + 8 > len)
+            return false;
+        if (nh == kProtoIpv6Frag) {
+            if (get16(ip + off + 2) & ~7u)
+                return false;
+            nh = ip[off];
+            off += 8;
+        } else if (nh == kProtoIpv6HopByHop || nh == kProtoIpv6Route || nh == kProtoIpv6Opts ||
+                   nh == kProtoAh) {
+            const uint32_t n =
+                nh == kProtoAh ? (uint32_t(ip[off + 1]) + 2) * 4 : (uint32_t(ip[off + 1]) + 1) * 8;
+            nh = ip[off];
+            off += n;
+        } else {
+            return false;
+        }
+    }
+    return false;
 }
 
 }  // namespace
