@@ -203,6 +203,29 @@ for i in range(20):
     time.sleep(0.01)"
 }
 
+# icmp_answers SEND: hostA runs the Python SEND, with `s` a UDP socket of its own, and prints
+# the type/code of each ICMP error ("3/4", "11/0") it gets in the 2 s after, space-separated.
+icmp_answers() {
+    "$TOPO" exec hostA "$PY" -c "
+import socket, time
+r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+r.settimeout(0.5)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+$1
+got = []
+end = time.time() + 2
+while time.time() < end:
+    try:
+        d = r.recv(2000)
+    except socket.timeout:
+        continue
+    h = (d[0] & 15) * 4
+    if d[h] in (3, 11):
+        got.append('%d/%d' % (d[h], d[h + 1]))
+print(' '.join(got))"
+}
+
 xdp_attached() { # GW DEV
     "$TOPO" exec "$1" ip -d link show dev "$2" | grep -q 'prog/xdp'
 }
