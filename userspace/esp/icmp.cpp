@@ -183,7 +183,10 @@ IcmpAnswer icmp_time_exceeded(Pkt &p, const IpAddr &from, IcmpLimiter &limit, ui
         return IcmpAnswer::Refused;
     if (!limit.allow(now_ns))
         return IcmpAnswer::Limited;
-    return icmp_time_exceeded(p, from) ? IcmpAnswer::Sent : IcmpAnswer::Refused;
+    if (!icmp_error(p, from, 11, 0, 3, 0, 0))  // answerable: asked above
+        return IcmpAnswer::Refused;
+    p.verdict = Verdict::TimeExceeded;
+    return IcmpAnswer::Sent;
 }
 
 }  // namespace xesp

@@ -428,7 +428,7 @@ void Gateway::answer_tun_big(const uint8_t *pkt, uint32_t len, uint32_t mtu)
     Pkt &a = tun_answers_[ntun_answers_];
     a = Pkt{umem_->frame(addr), kFrameSize, kFrameHeadroom, std::min(len, kIpv6MinMtu)};
     std::memcpy(a.ip(), pkt, a.len);
-    if (!(mtu ? icmp_too_big(a, from, mtu) : time_exceeded(a))) {  // rate limited
+    if (!(mtu ? icmp_too_big(a, from, mtu) : time_exceeded(a))) {  // time exceeded: limited
         pool_->free(&addr, 1);
         return;
     }
