@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "userspace/kernel/nexthop_state.h"
 
@@ -170,6 +171,16 @@ size_t NextHops::pending() const
 const NextHops::Stats &NextHops::stats() const
 {
     return s_->stats;
+}
+
+void NextHops::watch_links(std::vector<uint32_t> ifindexes)
+{
+    s_->watched = std::move(ifindexes);
+}
+
+bool NextHops::take_link_change()
+{
+    return std::exchange(s_->link_changed, false);
 }
 
 }  // namespace xesp

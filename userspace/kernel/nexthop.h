@@ -116,6 +116,12 @@ public:
 
     const Stats &stats() const;
 
+    // Devices the caller watches (its interfaces and the devices above them): poll() notes
+    // each link event about one of them, or one stacked on or enslaved to one, and events
+    // lost. True once after such a change.
+    void watch_links(std::vector<uint32_t> ifindexes);
+    bool take_link_change();
+
 private:
     struct State;
     explicit NextHops(std::unique_ptr<State> s);

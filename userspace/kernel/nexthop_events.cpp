@@ -74,6 +74,17 @@ void NextHops::State::on_link(const nlmsghdr *nlh)
     }
 }
 
+// A change of a watched device, or of one stacked on or enslaved to one (watch_links()).
+void NextHops::State::note_link(const nlmsghdr *nlh)
+{
+    Dev d;
+    if (watched.empty() || !parse_link(nlh, d))
+        return;
+    for (uint32_t w : watched)
+        if (w == d.ifindex || w == d.lower || w == d.master)
+            link_changed = true;
+}
+
 void NextHops::State::read_events()
 {
     for (int r = 0; r < kEventReads; ++r) {
@@ -83,6 +94,7 @@ void NextHops::State::read_events()
                 break;  // EAGAIN: nothing more
             // Events were dropped: nothing we hold can be trusted.
             ++stats.event_overruns;
+            link_changed = true;
             devs.clear();
             flush_due = true;
             continue;
@@ -102,6 +114,7 @@ void NextHops::State::read_events()
                 break;
             case RTM_NEWLINK:
             case RTM_DELLINK:
+                note_link(h);
                 on_link(h);
                 break;
             }

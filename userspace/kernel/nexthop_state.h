@@ -99,12 +99,15 @@ struct NextHops::State {
     size_t q_len = 0;
 
     std::vector<Dev> devs;
+    std::vector<uint32_t> watched;  // watch_links()
+    bool link_changed = false;
 
     uint64_t round = 0;
     uint32_t cursor = nexthop::kNone;  // the refresh round in progress, or none
     bool round_soon = false;
     nexthop::Clock::time_point next_round;
 
+    void note_link(const nlmsghdr *nlh);
     std::vector<char> ebuf = std::vector<char>(nexthop::kRecvBufferSize);
 
     Stats stats;

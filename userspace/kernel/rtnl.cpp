@@ -2,12 +2,18 @@
 
 #include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
+#include <net/if.h>
 #include <net/if_arp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace xesp::rtnl {
 
@@ -120,7 +126,104 @@ bool parse_link(const nlmsghdr *nlh, Link &d)
         if (d.ether)
             std::memcpy(d.mac.data(), mnl_attr_get_payload(tb[IFLA_ADDRESS]), 6);
     }
+    d.master = d.lower = 0;  // each is in every message that has it
+    d.kind = {};
+    get_u32(tb[IFLA_MASTER], d.master);
+    if (tb[IFLA_LINKINFO]) {
+        const nlattr *info[IFLA_INFO_MAX + 1] = {};
+        Attrs nested{info, IFLA_INFO_MAX};
+        mnl_attr_parse_nested(tb[IFLA_LINKINFO], store_attr, &nested);
+        if (info[IFLA_INFO_KIND] && mnl_attr_validate(info[IFLA_INFO_KIND], MNL_TYPE_STRING) == 0)
+            std::strncpy(d.kind.data(), mnl_attr_get_str(info[IFLA_INFO_KIND]), d.kind.size() - 1);
+    }
+    // A veth's peer in another namespace carries that namespace's id, and its index there.
+    uint32_t lower = 0;
+    if (get_u32(tb[IFLA_LINK], lower) && !tb[IFLA_LINK_NETNSID] && lower != d.ifindex)
+        d.lower = lower;
     return true;
+}
+
+int dump_links(Requests &rq, std::vector<Link> &out)
+{
+    out.clear();
+    nlmsghdr *nlh = rq.request(RTM_GETLINK, NLM_F_DUMP);
+    auto *ifi = static_cast<ifinfomsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+    ifi->ifi_family = AF_UNSPEC;
+    bool interrupted = false;
+    int err = rq.round_trip(nlh, [&](const nlmsghdr *h) {
+        interrupted |= (h->nlmsg_flags & NLM_F_DUMP_INTR) != 0;
+        Link l;
+        if (h->nlmsg_type == RTM_NEWLINK && parse_link(h, l))
+            out.push_back(l);
+    });
+    return err ? err : interrupted ? -EINTR : 0;  // devices changed under it: not the whole list
+}
+
+namespace {
+
+bool kind_is(const Link &l, std::initializer_list<const char *> kinds)
+{
+    for (const char *k : kinds)
+        if (std::strcmp(l.kind.data(), k) == 0)
+            return true;
+    return false;
+}
+
+}  // namespace
+
+Uppers accepted_macs(const std::vector<Link> &links, uint32_t ifindex)
+{
+    Uppers u;
+    std::unordered_map<uint32_t, const Link *> by_index;
+    std::unordered_multimap<uint32_t, const Link *> stacked;  // by the device below
+    for (const Link &l : links) {
+        by_index.emplace(l.ifindex, &l);
+        if (l.lower)
+            stacked.emplace(l.lower, &l);
+    }
+    auto self = by_index.find(ifindex);
+    if (self == by_index.end() || !self->second->ether)
+        return u;
+    u.macs.push_back(self->second->mac);
+    // Each device above, once, and whether the kernel gives it frames for its MAC: it is up,
+    // and every device between it and `ifindex` passes them on.
+    struct Node {
+        const Link *l;
+        bool takes;
+    };
+    std::unordered_set<uint32_t> seen{ifindex};
+    std::vector<Node> level{{self->second, true}}, next;
+    auto take = [&](const Link *l, bool takes) {
+        if (!seen.insert(l->ifindex).second)
+            return;
+        u.devices.push_back(l->ifindex);
+        takes = takes && (l->flags & IFF_UP) && l->ether;
+        next.push_back({l, takes});
+        if (takes && std::find(u.macs.begin(), u.macs.end(), l->mac) == u.macs.end())
+            u.macs.push_back(l->mac);
+    };
+    for (int depth = 0; depth < kUpperDepth && !level.empty(); depth++) {
+        next.clear();
+        for (const Node &n : level) {
+            if (auto m = by_index.find(n.l->master); n.l->master && m != by_index.end())
+                take(m->second, n.takes && kind_is(*m->second, {"bridge", "bond", "team"}));
+            auto [first, last] = stacked.equal_range(n.l->ifindex);
+            for (auto it = first; it != last; ++it)
+                take(it->second, n.takes && kind_is(*it->second, {"macvlan", "vlan"}));
+        }
+        level.swap(next);
+    }
+    std::sort(u.macs.begin() + 1, u.macs.end());  // one order, whatever the dump's
+    std::sort(u.devices.begin(), u.devices.end());
+    return u;
+}
+
+std::string mac_str(const std::array<uint8_t, 6> &mac)
+{
+    char s[18];
+    std::snprintf(s, sizeof s, "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3],
+                  mac[4], mac[5]);
+    return s;
 }
 
 Requests::~Requests()

@@ -2,9 +2,10 @@
 // messages as the next-hop resolver (nexthop.h) reads them, from answers and from events.
 //
 // Every request asks for an acknowledgement, so its answers always end with NLMSG_ERROR (0
-// for success); they are matched to it by sequence number, and a late answer to a request
-// that timed out is skipped. NextHops resolves routes and neighbours with one such socket;
-// the local link makes and removes its veth pair.
+// for success), or a dump's with NLMSG_DONE; they are matched to it by sequence number, and a
+// late answer to a request that timed out is skipped. NextHops resolves routes and neighbours
+// with one such socket; the local link makes and removes its veth pair; the gateway lists the
+// devices for the MACs its interfaces take (accepted_macs).
 #pragma once
 
 #include <libmnl/libmnl.h>
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <array>
 #include <ctime>
+#include <string>
 #include <vector>
 
 #include "userspace/base/ip.h"
@@ -46,6 +48,9 @@ struct Link {
     uint32_t flags = 0;
     bool ether = false;  // an Ethernet device: mac is its address
     std::array<uint8_t, 6> mac{};
+    uint32_t master = 0;  // its bridge, bond, team or VRF (IFLA_MASTER); 0: none
+    uint32_t lower = 0;   // in this namespace, the device it is stacked on (IFLA_LINK); 0: none
+    std::array<char, 16> kind{};  // "macvlan", "vlan", "bridge", ... (IFLA_INFO_KIND); "": none
 };
 
 void parse_route(const nlmsghdr *nlh, Route &r);
@@ -54,6 +59,26 @@ bool parse_neigh(const nlmsghdr *nlh, Neigh &n);
 // Updates `d` with what the message carries (events may leave attributes out); false for
 // messages of other families (e.g. AF_BRIDGE port notifications).
 bool parse_link(const nlmsghdr *nlh, Link &d);
+
+class Requests;
+// Every device of the namespace (an RTM_GETLINK dump). Returns 0, the kernel's -errno, or
+// Requests::kSocketError.
+int dump_links(Requests &rq, std::vector<Link> &out);
+
+// The Ethernet addresses device `ifindex` takes frames for as the kernel does (not those it
+// bridges), each once: its own first, then in order those of the devices above it that are up,
+// to kUpperDepth levels: its master if that is a bridge, bond or team, and the macvlans and
+// VLANs stacked on it. Not a macvtap's (a guest's MAC), a VRF's, a veth peer's, nor a
+// tunnel's over it. `devices`: every device above it, taken or not, whose change may change
+// the answer. Empty when it is not an Ethernet device, or not in `links`.
+constexpr int kUpperDepth = 3;
+struct Uppers {
+    std::vector<std::array<uint8_t, 6>> macs;
+    std::vector<uint32_t> devices;
+};
+Uppers accepted_macs(const std::vector<Link> &links, uint32_t ifindex);
+// "02:00:00:00:00:01".
+std::string mac_str(const std::array<uint8_t, 6> &mac);
 
 class Requests {
 public:
@@ -86,7 +111,12 @@ public:
             for (auto *h = reinterpret_cast<const nlmsghdr *>(rbuf_.data()); mnl_nlmsg_ok(h, left);
                  h = mnl_nlmsg_next(h, &left)) {
                 if (h->nlmsg_seq != req->nlmsg_seq)
-                    continue;  // the late answer to a request that timed out
+                    continue;                       // the late answer to a request that timed out
+                if (h->nlmsg_type == NLMSG_DONE) {  // the end of a dump, which has no ack
+                    if (mnl_nlmsg_get_payload_len(h) < sizeof(int))
+                        return 0;
+                    return *static_cast<const int *>(mnl_nlmsg_get_payload(h));
+                }
                 if (h->nlmsg_type == NLMSG_ERROR) {
                     if (mnl_nlmsg_get_payload_len(h) < sizeof(nlmsgerr))
                         return -EPROTO;
