@@ -69,9 +69,12 @@ XESP_ABI_FIELD(xesp_policy_val, flags, 13, 1);
 XESP_ABI_FIELD(xesp_policy_val, pad, 14, 2);
 
 // ---- Interfaces and local addresses ----
-static_assert(sizeof(xesp_iface) == 8);
+static_assert(sizeof(xesp_iface) == 36);
 XESP_ABI_FIELD(xesp_iface, role, 0, 4);
 XESP_ABI_FIELD(xesp_iface, xsk_base, 4, 4);
+XESP_ABI_FIELD(xesp_iface, macs, 8, 24);
+XESP_ABI_FIELD(xesp_iface, nmacs, 32, 1);
+XESP_ABI_FIELD(xesp_iface, pad, 33, 3);
 
 static_assert(sizeof(xesp_addr_key) == 20);
 XESP_ABI_FIELD(xesp_addr_key, family, 0, 4);

@@ -1,5 +1,5 @@
 /* The maps that both programs of the classifier's BPF object use: the XDP classifier
- * (xesp_xdp.bpf.c) and the tc egress program (xesp_tc.bpf.c). Each .bpf.c is compiled on its
+ * (xesp_xdp.bpf.c) and the tc programs (xesp_tc.bpf.c). Each .bpf.c is compiled on its
  * own and the objects are linked into one (`bpftool gen object`, libbpf's static linker; see
  * cmake/BpfSkeleton.cmake). The maps here are __weak: every file that includes this header
  * defines them, and the link keeps one of each, which both programs then share (one map,
@@ -52,6 +52,34 @@ static __always_inline int is_local_addr(__u8 family, const __be32 *addr)
     for (int i = 0; i < 4; i++)
         k.addr[i] = addr[i];
     return bpf_map_lookup_elem(&local_addrs, &k) != NULL;
+}
+
+/* ---- Interfaces ------------------------------------------------------------------------- */
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 256);
+    __type(key, __u32); /* ifindex */
+    __type(value, struct xesp_iface);
+} ifaces SEC(".maps") __weak;
+
+/* A unicast frame to an Ethernet address its interface does not take (struct xesp_iface):
+ * another station's. `eth` is the frame's start. */
+static __always_inline int other_host(const __u8 *eth, const void *end,
+                                      const struct xesp_iface *ifc)
+{
+    if (!ifc || !ifc->nmacs || (const void *)(eth + 6) > end || (eth[0] & 1))
+        return 0;
+#pragma unroll
+    for (int m = 0; m < XESP_IFACE_MACS; m++) {
+        __u8 diff = 0;
+#pragma unroll
+        for (int i = 0; i < 6; i++)
+            diff |= eth[i] ^ ifc->macs[m][i];
+        if (!diff && m < ifc->nmacs)
+            return 0;
+    }
+    return 1;
 }
 
 /* ---- Counters (XESP_XDP_FOREACH_COUNTER) ------------------------------------------------- */

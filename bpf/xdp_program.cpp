@@ -400,19 +400,35 @@ Result<void> XdpProgram::remove_local_address(const IpAddr &a)
     return {};
 }
 
-Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot)
+// An interface's entry; more MACs than it holds, or none: no check.
+static xesp_iface iface_entry(IfaceRole role, uint32_t xsk_base,
+                              const std::vector<XdpProgram::Mac> &macs)
+{
+    xesp_iface v{};
+    v.role = uint32_t(role);
+    v.xsk_base = xsk_base;
+    if (macs.size() <= XdpProgram::kMaxIfaceMacs) {
+        for (size_t i = 0; i < macs.size(); i++)
+            std::memcpy(v.macs[i], macs[i].data(), sizeof v.macs[i]);
+        v.nmacs = uint8_t(macs.size());
+    }
+    return v;
+}
+
+Result<void> XdpProgram::set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot,
+                                        const std::vector<Mac> &macs)
 {
     if (slot >= kMaxIfaceSlots)
         return make_error("xdp: interface slot " + std::to_string(slot) + " out of range (" +
                           std::to_string(kMaxIfaceSlots) + " interfaces at most)");
-    xesp_iface v{uint32_t(role), slot * kMaxQueues};
+    xesp_iface v = iface_entry(role, slot * kMaxQueues, macs);
     return update(bpf_map__fd(skel_->maps.ifaces), &ifindex, &v, BPF_ANY,
                   ("xdp: set the role of " + ifname(int(ifindex))).c_str());
 }
 
-Result<void> XdpProgram::park_iface(uint32_t ifindex, IfaceRole role)
+Result<void> XdpProgram::park_iface(uint32_t ifindex, IfaceRole role, const std::vector<Mac> &macs)
 {
-    xesp_iface v{uint32_t(role), XESP_MAX_XSKS};
+    xesp_iface v = iface_entry(role, XESP_MAX_XSKS, macs);
     return update(bpf_map__fd(skel_->maps.ifaces), &ifindex, &v, BPF_ANY,
                   ("xdp: park " + ifname(int(ifindex))).c_str());
 }
@@ -502,6 +518,12 @@ Result<void> XdpProgram::remove_iface(uint32_t ifindex)
     if (bpf_map_delete_elem(bpf_map__fd(skel_->maps.ifaces), &ifindex) != 0 && errno != ENOENT)
         return bpf_error("xdp: forget interface " + ifname(int(ifindex)), errno);
     return {};
+}
+
+bool XdpProgram::has_iface(uint32_t ifindex) const
+{
+    xesp_iface v;
+    return bpf_map_lookup_elem(bpf_map__fd(skel_->maps.ifaces), &ifindex, &v) == 0;
 }
 
 static Result<uint32_t> xsk_key(uint32_t queue, uint32_t slot)

@@ -125,13 +125,20 @@ public:
     Result<void> remove_local_address(const IpAddr &a);
     // An interface's role, and its slot: the range of XSKMAP entries its queues' sockets take
     // (slot < kMaxIfaceSlots). Interfaces without an entry take the default role and slot 0.
+    // `macs`: the Ethernet addresses it takes frames for (struct xesp_iface); a unicast frame
+    // to another is dropped where it would be handed over. None: no check.
     static constexpr uint32_t kMaxIfaceSlots = XESP_MAX_XSKS / XESP_MAX_QUEUES;
     static constexpr uint32_t kMaxQueues = XESP_MAX_QUEUES;
-    Result<void> set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot = 0);
+    static constexpr size_t kMaxIfaceMacs = XESP_IFACE_MACS;
+    using Mac = std::array<uint8_t, 6>;
+    Result<void> set_iface_role(uint32_t ifindex, IfaceRole role, uint32_t slot = 0,
+                                const std::vector<Mac> &macs = {});
     Result<void> remove_iface(uint32_t ifindex);
+    bool has_iface(uint32_t ifindex) const;
     // An entry whose queues have no socket (a range past the XSKMAP's end): what the program
     // would redirect from that interface is dropped, as by a program an earlier daemon left.
-    Result<void> park_iface(uint32_t ifindex, IfaceRole role);
+    // A tun-mode interface has one too, for its MACs: the XDP program is not on it.
+    Result<void> park_iface(uint32_t ifindex, IfaceRole role, const std::vector<Mac> &macs = {});
 
     // The AF_XDP socket of RX queue `queue` of the interface in `slot` (fd of a bound socket).
     Result<void> set_xsk(uint32_t queue, int xsk_fd, uint32_t slot = 0);

@@ -208,7 +208,8 @@ int xesp_tc_egress(struct __sk_buff *skb)
  * kernel cut it first), for the gateway to cut, encrypt and send; UDP goes to the local link
  * instead (below). Without a TUN (no gateway running, or a killed one's index left behind) it
  * is dropped and counted, never routed on in the clear; without a socket behind the local
- * link, its XDP program drops it. Blocked plaintext is dropped; the rest (bypass, no policy,
+ * link, its XDP program drops it. What it would send to either but is unicast to another
+ * station's MAC (struct xesp_iface) is dropped too. Blocked plaintext is dropped; the rest (bypass, no policy,
  * the gateway's own traffic, ND for the link, what is not IP) goes on to the kernel. */
 SEC("tc")
 int xesp_tc_protected(struct __sk_buff *skb)
@@ -250,7 +251,12 @@ int xesp_tc_protected(struct __sk_buff *skb)
     spd_init(&r);
     spd_lookup(&f, XESP_DIR_OUT, &r);
     if (r.found && (r.flags & XESP_POL_F_TMPL) && r.action == XESP_ACTION_ALLOW) {
-        __u32 zero = 0;
+        __u32 zero = 0, ifindex = skb->ifindex;
+        if (other_host((const __u8 *)(long)skb->data, (const void *)(long)skb->data_end,
+                       bpf_map_lookup_elem(&ifaces, &ifindex))) {
+            count(XESP_CTR_DROP_OTHER_HOST); /* the interface's MACs: see struct xesp_iface */
+            return TC_ACT_SHOT;
+        }
         /* UDP goes as in xdp mode: through the local link's XDP program to an AF_XDP
          * socket, a burst per wakeup, where the TUN costs a read per datagram (most UDP
          * senders make no GSO packets; those that do are cut by the kernel on the way). It

@@ -15,6 +15,10 @@
  *   (ff02::/16, fe80::/10) or the gateway;
  *   traffic for the gateway, the unmatched ...... pass to the kernel
  *
+ *   any of the redirects above, but unicast to
+ *   another station's MAC than the interface
+ *   takes (struct xesp_iface) ................... drop (the kernel would not route it)
+ *
  * A redirect carries a struct xesp_meta in the metadata area (see xesp_xdp_abi.h). Its
  * fallback is XDP_DROP: a queue without a socket drops protected traffic instead of letting
  * the kernel forward it in the clear.
@@ -60,13 +64,6 @@ struct {
     __type(key, struct xesp_sa_key);
     __type(value, struct xesp_sa_val);
 } sas SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 256);
-    __type(key, __u32); /* ifindex */
-    __type(value, struct xesp_iface);
-} ifaces SEC(".maps");
 
 /* What a classify step decided: not its kind of packet, or a final verdict. */
 enum step { STEP_CONTINUE = 0, STEP_DONE = 1 };
@@ -119,6 +116,10 @@ static __always_inline __u32 iface_role(__u32 ifindex)
  * packet from the kernel when no socket is bound: fail closed. */
 static __always_inline int redirect(struct xdp_md *ctx, struct xesp_meta *m, __u32 ctr)
 {
+    __u32 ifindex = ctx->ingress_ifindex, queue = ctx->rx_queue_index;
+    struct xesp_iface *ifc = bpf_map_lookup_elem(&ifaces, &ifindex);
+    if (other_host((const __u8 *)(long)ctx->data, (const void *)(long)ctx->data_end, ifc))
+        return drop(XESP_CTR_DROP_OTHER_HOST);
     count(ctr);
     if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m)) == 0) {
         struct xesp_meta *dst = (void *)(long)ctx->data_meta;
@@ -127,8 +128,6 @@ static __always_inline int redirect(struct xdp_md *ctx, struct xesp_meta *m, __u
     } else {
         count(XESP_CTR_META_FAILED);
     }
-    __u32 ifindex = ctx->ingress_ifindex, queue = ctx->rx_queue_index;
-    struct xesp_iface *ifc = bpf_map_lookup_elem(&ifaces, &ifindex);
     __u32 slot = (ifc ? ifc->xsk_base : 0) + queue;
     if (queue >= XESP_MAX_QUEUES)
         slot = XESP_MAX_XSKS; /* no such slot: dropped below */

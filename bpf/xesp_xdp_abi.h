@@ -130,9 +130,21 @@ struct xesp_policy_val {
 #define XESP_MAX_QUEUES 64
 #define XESP_MAX_XSKS 1024 /* 16 interfaces of XESP_MAX_QUEUES queues */
 
+/* The Ethernet addresses an interface takes frames for: its own and its upper devices' that
+ * are up (a macvlan or VRRP address, a VLAN with an address of its own, its bridge or bond;
+ * rtnl::accepted_macs). A unicast frame to any other (a promiscuous NIC, a switch flooding)
+ * is another station's, which the kernel would not route (PACKET_OTHERHOST): where the
+ * classifier would hand it to the gateway, it drops it (drop-other-host); what it would pass
+ * goes to the kernel as before. With nmacs 0 (the local link, whose frames carry the next
+ * hop's address; a device that is not Ethernet; more addresses than fit) there is no check. */
+#define XESP_IFACE_MACS 4
+
 struct xesp_iface {
     __u32 role;     /* XESP_ROLE_* */
     __u32 xsk_base; /* first xsks slot: slot number * XESP_MAX_QUEUES */
+    __u8 macs[XESP_IFACE_MACS][6];
+    __u8 nmacs; /* how many of macs hold one */
+    __u8 pad[3];
 };
 
 /* The gateway's own addresses. Plaintext to them is never encapsulated; the exceptions for
@@ -229,6 +241,7 @@ struct xesp_sock_mark {
     X(DROP_PUBLIC_PLAINTEXT, "drop-public-plaintext") /* to protect, from a public side */         \
     X(DROP_VLAN_DEPTH, "drop-vlan-depth")             /* more than two VLAN tags */                \
     X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth")     /* too many extension headers to see */      \
+    X(DROP_OTHER_HOST, "drop-other-host") /* to hand over, but to another station's MAC */         \
     X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */            \
     X(PASS_EGRESS_OWN, "pass-egress-own")             /* tc egress: IKE, ESP of the gateway's */   \
     X(EGRESS_LOCAL, "egress-local")   /* tc egress: the kernel's own, to encrypt */                \

@@ -173,6 +173,18 @@ def fixtures():
 
     # plaintext, protected side
     add("plain4_protect_tcp", eth() / IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
+    # ... to another station's MAC (a promiscuous NIC, a switch flooding), to a multicast MAC,
+    # to the second MAC the interface takes (a macvlan's, see test_xdp.cpp's kUpperMac)
+    other = dict(src=MACS["src"], dst="02:00:00:00:00:77")
+    add("plain4_protect_other_mac", Ether(**other) / IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
+    add("plain4_protect_multicast_mac", Ether(src=MACS["src"], dst="01:00:5e:00:00:01") /
+        IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
+    add("plain4_protect_upper_mac", Ether(src=MACS["src"], dst="02:00:00:00:00:03") /
+        IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
+    add("plain4_unmatched_other_mac", Ether(**other) / IP(src="10.9.0.1", dst="8.8.8.8") / udp())
+    add("esp4_known_other_mac", Ether(**other) / IP(src=PEER4, dst=GW4) / esp(SA_RAW4))
+    add("ike4_500_other_mac", Ether(**other) / IP(src=PEER4, dst=GW4) / UDP(sport=500, dport=500) /
+        Raw(b"\x11" * 28))
     add("plain4_protect_ip_options", eth() / IP(src="10.1.0.5", dst="10.2.0.7",
         options=[IPOption_Router_Alert()]) / tcp())
     add("plain4_protect_vlan_udp", eth() / Dot1Q(vlan=10) / IP(src="10.1.0.5", dst="10.2.0.7") / udp())

@@ -41,6 +41,11 @@ namespace {
 
 constexpr uint32_t kLoIfindex = 1;             // test_run's default device
 constexpr uint32_t kGoneIfindex = 0x7ffffff0;  // no device has it
+// The Ethernet addresses the interface of the fixtures takes (make_fixtures.py): its own, the
+// frames' destination, and an upper device's (a macvlan).
+constexpr XdpProgram::Mac kFixtureMac = {0x02, 0, 0, 0, 0, 0x02};
+constexpr XdpProgram::Mac kUpperMac = {0x02, 0, 0, 0, 0, 0x03};
+const std::vector<XdpProgram::Mac> kIfaceMacs = {kFixtureMac, kUpperMac};
 
 // ---- Running one frame ----------------------------------------------------------------
 
@@ -270,6 +275,16 @@ const Expect kTable[] = {
     {"nd6_ns_to_gateway_hlim64", Prot, V::Pass, C::PASS_LOCAL},
     {"nd6_ns_to_gateway_hlim64", Pub, V::Drop, C::DROP_IN_UNPROTECTED},
     {"plain4_protect_tcp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
+    // A unicast frame to a MAC the interface does not take: another station's, which the
+    // kernel would not route either. Dropped where it would be handed over; what would pass
+    // still goes to the kernel (which drops it too, unless a device of its own takes it).
+    {"plain4_protect_other_mac", Prot, V::Drop, C::DROP_OTHER_HOST},
+    {"esp4_known_other_mac", Pub, V::Drop, C::DROP_OTHER_HOST},
+    {"esp4_known_other_mac", Prot, V::Drop, C::DROP_OTHER_HOST},
+    {"plain4_unmatched_other_mac", Prot, V::Pass, C::PASS_NO_POLICY},
+    {"ike4_500_other_mac", Pub, V::Pass, C::PASS_IKE},
+    {"plain4_protect_multicast_mac", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
+    {"plain4_protect_upper_mac", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
     {"plain4_protect_ip_options", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 38},
     {"plain4_protect_vlan_udp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 18, 38},
     {"plain4_protect_qinq", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 22, 42},
@@ -366,7 +381,7 @@ void check_row(XdpProgram &prog, const Expect &e)
     INFO("fixture " << e.name << (e.role == Pub ? " (public)" : " (protected)"));
     const XdpFixturePacket *p = packet(e.name);
     REQUIRE(p);
-    REQUIRE(prog.set_iface_role(kLoIfindex, e.role));
+    REQUIRE(prog.set_iface_role(kLoIfindex, e.role, 0, kIfaceMacs));
     XdpCounters before = counters(prog);
     RunResult r = run(prog, p->data, p->len);
     XdpCounters after = counters(prog);
@@ -421,6 +436,36 @@ TEST_CASE("fixtures: verdict, counters and metadata of each frame")
     auto prog = loaded();
     for (const Expect &e : kTable)
         check_row(*prog, e);
+}
+
+TEST_CASE("the MACs an interface takes: any of them, none is no check, nor are too many")
+{
+    auto prog = loaded();
+    auto verdict = [&](const char *name, const std::vector<XdpProgram::Mac> &macs) {
+        INFO(name << " with " << macs.size() << " MAC(s)");
+        REQUIRE(prog->set_iface_role(kLoIfindex, Prot, 0, macs));
+        XdpCounters before = counters(*prog);
+        const XdpFixturePacket *p = packet(name);
+        REQUIRE(p);
+        CHECK(run(*prog, p->data, p->len).retval == XDP_DROP);
+        return describe(before, counters(*prog));
+    };
+    const char *handed = "rx+1 redirect-encap+1 xsk-missing+1 ";
+    const char *other = "rx+1 drop-other-host+1 ";
+    CHECK(verdict("plain4_protect_tcp", {kUpperMac, kFixtureMac}) == std::string(handed));
+    CHECK(verdict("plain4_protect_upper_mac", {kUpperMac}) == std::string(handed));
+    CHECK(verdict("plain4_protect_tcp", {kUpperMac}) == std::string(other));
+    CHECK(verdict("plain4_protect_other_mac", {}) == std::string(handed));
+    std::vector<XdpProgram::Mac> many(XdpProgram::kMaxIfaceMacs, kUpperMac);
+    CHECK(verdict("plain4_protect_other_mac", many) == std::string(other));
+    many.push_back(kUpperMac);  // more than an entry holds: no check
+    CHECK(verdict("plain4_protect_other_mac", many) == std::string(handed));
+    // A parked entry (tun mode's, or a daemon's that is gone) keeps the check.
+    REQUIRE(prog->park_iface(kLoIfindex, Prot, kIfaceMacs));
+    XdpCounters before = counters(*prog);
+    const XdpFixturePacket *p = packet("plain4_protect_other_mac");
+    CHECK(run(*prog, p->data, p->len).retval == XDP_DROP);
+    CHECK(describe(before, counters(*prog)) == other);
 }
 
 TEST_CASE("metadata: the flow hash of an SA is the same on every path, per flow for plaintext")
@@ -756,6 +801,15 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
         {"plain4_dccp_other_port", kOk, "pass-no-policy+1 "},
     };
     check_rows(rest);
+    // The MACs the interface takes, as tun mode writes them: a frame to another station's
+    // that it would send to the TUN is dropped; the rest is as it was.
+    REQUIRE(prog->park_iface(kLoIfindex, Prot, kIfaceMacs));
+    const std::vector<Row> other = {
+        {"plain4_protect_other_mac", kShot, "drop-other-host+1 "},
+        {"plain4_unmatched_other_mac", kOk, "pass-no-policy+1 "},
+    };
+    check_rows(other);
+    check_rows(rest);
     // Protected: dropped while there is no TUN (no gateway), then sent to it.
     check_rows({{"plain4_protect_tcp", kShot, "drop-tun-gone+1 "},
                 {"plain6_protect_tcp", kShot, "drop-tun-gone+1 "},
@@ -765,8 +819,13 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
     check_rows({{"plain4_protect_tcp", kRedirect, "tun-encap+1 "},
                 {"plain6_protect_tcp", kRedirect, "tun-encap+1 "},
                 {"nd6_ns_to_protected", kRedirect, "tun-encap+1 "},
-                {"plain4_protect_vlan_udp", kRedirect, "tun-encap+1 "}});
+                {"plain4_protect_vlan_udp", kRedirect, "tun-encap+1 "},
+                {"plain4_protect_multicast_mac", kRedirect, "tun-encap+1 "},
+                {"plain4_protect_upper_mac", kRedirect, "tun-encap+1 "}});
     check_rows(rest);
+    check_rows(other);
+    REQUIRE(prog->remove_iface(kLoIfindex));  // no entry: no check
+    check_rows({{"plain4_protect_other_mac", kRedirect, "tun-encap+1 "}});
     REQUIRE(prog->set_tun_link(0));
     CHECK(ingress("plain4_protect_tcp") == kShot);
     // A TUN that went without a word (its daemon killed with -9) leaves its index behind: what
@@ -942,7 +1001,7 @@ TEST_CASE("with a socket bound to the queue, ESP, protected plaintext and report
     for (const Expect &e : kTable) {
         INFO(e.name);
         const XdpFixturePacket *p = packet(e.name);
-        REQUIRE(prog->set_iface_role(kLoIfindex, e.role));
+        REQUIRE(prog->set_iface_role(kLoIfindex, e.role, 0, kIfaceMacs));
         XdpCounters before = counters(*prog);
         RunResult r = run(*prog, p->data, p->len);
         XdpCounters after = counters(*prog);

@@ -466,21 +466,83 @@ check "forged ESP is dropped and counted (in-icv-fail)" forge
 
 # Plaintext from the public side that a policy says must come protected: dropped and counted,
 # never delivered to hostA.
-unprotected() {
-    local mac before after got
-    mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
-    before=$(stat gwA 'xdp.drop-in-unprotected')
-    sink_start hostA "$HOSTA_IP4" 2 || return 1
-    "$TOPO" exec wire "$PY" -c "
+# frames_to NODE IF MAC SRC DST N COUNTER SINK: N UDP datagrams to port 5300, SRC to DST, sent
+# from NODE's IF in frames to MAC; sets DROPPED (how much gwA's COUNTER rose) and GOT (what the
+# sink on node SINK, bound to DST, received).
+frames_to() {
+    local before after
+    before=$(stat gwA "xdp.$7")
+    sink_start "$8" "$5" 2 || return 1
+    "$TOPO" exec "$1" "$PY" -c "
 from scapy.all import Ether, IP, UDP, Raw, sendp
-p = Ether(dst='$mac')/IP(src='$HOSTB_IP4', dst='$HOSTA_IP4')/UDP(sport=5300, dport=5300)/Raw(b'spoofed')
-sendp(p, iface='$WIRE_A_IF', count=5, verbose=False)" 2>/dev/null || return 1
-    sink_count got
-    after=$(stat gwA 'xdp.drop-in-unprotected')
-    echo "drop-in-unprotected $before -> $after, hostA received $got"
-    [ $((after - before)) -ge 5 ] && [ "$got" = 0 ]
+p = Ether(dst='$3')/IP(src='$4', dst='$5')/UDP(sport=5300, dport=5300)/Raw(b'frame')
+sendp(p, iface='$2', count=$6, verbose=False)" 2>/dev/null || return 1
+    sink_count GOT
+    after=$(stat gwA "xdp.$7")
+    DROPPED=$((after - before))
+    echo "to $3 from $1: $7 +$DROPPED, $8 got $GOT of $6"
+}
+unprotected() {
+    local mac
+    mac=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PUB_IF/address)
+    frames_to wire "$WIRE_A_IF" "$mac" "$HOSTB_IP4" "$HOSTA_IP4" 5 drop-in-unprotected hostA &&
+        [ "$DROPPED" -ge 5 ] && [ "$GOT" = 0 ]
 }
 check "plaintext on the public side for a protected flow: dropped by XDP, counted" unprotected
+
+# A unicast frame to another station's MAC (a promiscuous NIC, a switch flooding) is not gwA's
+# to forward, as the kernel would not route it: dropped where it would be encrypted, counted.
+# A MAC of a device stacked on the interface (a macvlan, as for VRRP) is gwA's own, and so is
+# a changed MAC, from the link event on.
+# to_mac MAC: 20 frames of a protected flow from hostA to hostB, to that MAC.
+to_mac() {
+    frames_to hostA "$HOSTA_IF" "$1" "$HOSTA_IP4" "$HOSTB_IP4" 20 drop-other-host hostB
+}
+taken() { [ "$DROPPED" = 0 ] && [ "$GOT" = 20 ]; }
+refused() { [ "$DROPPED" -ge 20 ] && [ "$GOT" = 0 ]; }
+# macs_shown yes|no MAC: within 5 s, gwA's `iface list` shows MAC among its protected
+# interface's MACs, or does not.
+macs_shown() {
+    local i shown
+    for i in $(seq 50); do
+        shown=no
+        cli gwA iface list | grep "^$GWA_PROT_IF " | grep -q "macs .*$2" && shown=yes
+        [ "$shown" = "$1" ] && return 0
+        sleep 0.1
+    done
+    echo "$2 among $GWA_PROT_IF's MACs: $shown after 5 s"
+    return 1
+}
+other_mac() { to_mac 02:00:00:00:00:77 && refused; }
+check "a frame to another station's MAC: dropped and counted, nothing reaches hostB" other_mac
+upper_mac() {
+    local mv=02:00:00:00:00:79 rc=0
+    "$TOPO" exec gwA ip link add link "$GWA_PROT_IF" name xesp-mv0 address $mv \
+        type macvlan mode bridge || return 1
+    { macs_shown no $mv && to_mac $mv && refused; } || rc=1  # down: the kernel's is not either
+    "$TOPO" exec gwA ip link set xesp-mv0 up
+    { macs_shown yes $mv && to_mac $mv && taken; } || rc=1
+    "$TOPO" exec gwA ip link set xesp-mv0 down
+    { macs_shown no $mv && to_mac $mv && refused; } || rc=1
+    "$TOPO" exec gwA ip link set xesp-mv0 up
+    "$TOPO" exec gwA ip link del xesp-mv0
+    { macs_shown no $mv && to_mac $mv && refused; } || rc=1
+    return $rc
+}
+check "a macvlan's MAC on gwA's protected interface is gwA's while it is up, and only then" \
+    upper_mac
+new_mac() {
+    local old rc=0
+    old=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PROT_IF/address)
+    "$TOPO" exec gwA ip link set dev "$GWA_PROT_IF" address 02:00:00:00:00:78 || return 1
+    { macs_shown yes 02:00:00:00:00:78 && to_mac 02:00:00:00:00:78 && taken; } || rc=1
+    { to_mac "$old" && refused; } || rc=1
+    "$TOPO" exec gwA ip link set dev "$GWA_PROT_IF" address "$old" || return 1
+    { macs_shown yes "$old" && to_mac "$old" && taken; } || rc=1
+    return $rc
+}
+check "gwA's protected interface takes a new MAC: frames to it are gwA's, to the old refused" \
+    new_mac
 
 # A router between the gateways with a smaller next link answers gwA's DF ESP packets with
 # "fragmentation needed" / "packet too big" (scapy plays the router on the wire). gwA lowers
@@ -740,8 +802,10 @@ mode_change() {
 step "mode change in place under a flow ($PROT_MODE to $other_mode): nothing in the clear" \
     mode_change $other_mode
 check "... the tunnel carries a ping in $other_mode mode" ping_from hostA "$HOSTB_IP4" -c 2
+check "... a frame to another station's MAC is refused in $other_mode mode too" other_mac
 step "mode change back ($other_mode to $PROT_MODE): nothing in the clear" mode_change "$PROT_MODE"
 check "... the tunnel carries a ping in $PROT_MODE mode again" ping_from hostA "$HOSTB_IP4" -c 2
+check "... and refused in $PROT_MODE mode again" other_mac
 
 # kill -9 under traffic: not one plaintext packet of the flow reaches the wire; after a restart
 # from the state file the flow resumes.
@@ -834,6 +898,7 @@ resume() {
     ping_from hostA "$HOSTB_IP4" -c 3
 }
 check "after the restart the flow resumes (gwB accepts the sequence numbers)" resume
+check "after the restart a frame to another station's MAC is refused" other_mac
 check "the restarted daemon has its interfaces back" bash -c "[ \$(XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | wc -l) = 2 ]"
 check "... the protected one in $PROT_MODE mode" bash -c "XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list | grep -q '^$GWA_PROT_IF role protected mode $PROT_MODE '"
 [ "$PROT_MODE" = tun ] &&

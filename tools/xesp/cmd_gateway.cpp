@@ -59,7 +59,7 @@ std::string with_rate(uint64_t now, const json *prev_obj, const char *key, doubl
 }
 
 // `iface list -j`: the interfaces of `xesp stats -j` the operator added (not the local link),
-// each {name, role, mode, ifindex, queues, mtu[, warning]}.
+// each {name, role, mode, ifindex, queues, mtu, macs[, warning]}.
 json iface_list_json(const json &stats)
 {
     json out = json::array();

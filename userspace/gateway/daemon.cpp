@@ -257,9 +257,12 @@ private:
         std::string out;
         for (const auto &i : gw_.ifaces())
             if (!i.local) {
+                std::string macs;
+                for (const auto &m : i.macs)
+                    macs += (macs.empty() ? "" : ",") + rtnl::mac_str(m);
                 out += i.name + " role " + iface_role_name(i.role) + " mode " +
                        iface_mode_name(i.mode) + " queues " + std::to_string(i.queues) + " mtu " +
-                       std::to_string(i.mtu) + "\n";
+                       std::to_string(i.mtu) + " macs " + (macs.empty() ? "-" : macs) + "\n";
                 if (!i.warning.empty())
                     out += "  warning: " + i.warning + "\n";
             }

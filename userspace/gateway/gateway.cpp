@@ -604,6 +604,10 @@ void Gateway::housekeeping()
         rx_kernel();
     hops_->poll(ready & kHopsFd);
     uint64_t now = now_ns();
+    if (hops_->take_link_change())
+        macs_due_ = true;
+    if (macs_due_ && now >= macs_at_ns_)
+        refresh_macs(now);
     // A bounded number per round: a flood of ICMP must not hold up the data path.
     PmtuReport report;
     for (int i = 0; i < 64 && (ready & kPmtuFd) && pmtu_.receive(&report); i++)

@@ -59,6 +59,7 @@
 #include "userspace/gateway/local_link.h"
 #include "userspace/kernel/nexthop.h"
 #include "userspace/kernel/pmtu.h"
+#include "userspace/kernel/rtnl.h"
 #include "userspace/control/report.h"
 #include "userspace/offload/tun.h"
 #include "userspace/pipeline/ordered_pool.h"
@@ -150,6 +151,9 @@ struct GatewayIface {
     uint32_t mtu = 0;
     bool local = false;   // the gateway's end of its local link (local_link.h)
     std::string warning;  // protected: unfinished checksums, with the fix (or "")
+    // The Ethernet addresses its classifier entry takes frames for (struct xesp_iface), as
+    // the last link event left them; none: no check (the local link; no Ethernet; too many).
+    std::vector<XdpProgram::Mac> macs;
 };
 
 class Gateway {
@@ -294,6 +298,10 @@ private:
     void close_ports();
     void relink_engine();
     void refresh_local_addresses();
+    std::vector<XdpProgram::Mac> iface_macs(const GatewayIface &i);
+    std::vector<XdpProgram::Mac> iface_macs(const GatewayIface &i, const rtnl::Uppers &u,
+                                            bool quiet);
+    void refresh_macs(uint64_t now);
     EngineOptions engine_options(bool local = true) const;
     uint32_t link_mtu() const;
     void rx_one(Port &port);
@@ -432,6 +440,9 @@ private:
     size_t tun_next_ = 0;
     IcmpLimiter icmp_limit_;
     uint64_t last_refresh_ns_ = 0;
+    // The interfaces' MACs are to be read again (refresh_macs()), not before macs_at_ns_.
+    bool macs_due_ = false;
+    uint64_t macs_at_ns_ = 0;
 };
 
 }  // namespace xesp

@@ -5,11 +5,12 @@
 #include <net/if.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
-#include "userspace/gateway/iface_checksum.h"
 #include "userspace/base/log.h"
+#include "userspace/gateway/iface_checksum.h"
 
 namespace xesp {
 
@@ -151,15 +152,15 @@ Result<void> Gateway::change_mode(std::vector<GatewayIface>::iterator it, const 
             if (back) {
                 if (XdpProgram::attached_to(ifindex))
                     (void)XdpProgram::detach(ifindex);
-                (void)prog_->remove_iface(old.ifindex);
+                (void)prog_->park_iface(old.ifindex, old.role, old.macs);  // tun mode's entry
             }
         }
         ifaces_.push_back(old);
         return r;
     }
     if (old.mode == IfaceMode::Xdp) {
-        // Its XDP program went once the tc program was on; its role and sockets go now.
-        (void)prog_->remove_iface(old.ifindex);
+        // Its XDP program went once the tc program was on, and tun mode has its entry; its
+        // sockets go now.
         if (auto p = rebuild_ports(); !p)
             log(LogLevel::Warning, "%s: %s", old.name.c_str(), p.error().message.c_str());
     } else {
@@ -230,13 +231,14 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local, bool left)
     i.slot = uint32_t(free - taken.begin());
 
     refresh_local_addresses();
+    i.macs = iface_macs(i);
     // What an earlier daemon left drops what is protected: a failure below leaves a program
     // on, parked (leave_iface()), rather than hand the interface to the kernel.
-    if (auto r = prog_->set_iface_role(i.ifindex, role, i.slot); !r)
+    if (auto r = prog_->set_iface_role(i.ifindex, role, i.slot, i.macs); !r)
         return make_error("iface add " + name + ": " + r.error().message);
     if (auto r = prog_->attach(int(i.ifindex)); !r) {
         if (left)  // the program on it may be one of ours, parked: its entry stays so
-            (void)prog_->park_iface(i.ifindex, role);
+            (void)prog_->park_iface(i.ifindex, role, i.macs);
         else
             (void)prog_->remove_iface(i.ifindex);
         return make_error("iface add " + name + ": " + r.error().message);
@@ -244,7 +246,7 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local, bool left)
     if (role == IfaceRole::Public)
         if (auto r = prog_->attach_egress(int(i.ifindex)); !r) {
             if (left) {
-                (void)prog_->park_iface(i.ifindex, role);
+                (void)prog_->park_iface(i.ifindex, role, i.macs);
             } else {
                 (void)XdpProgram::detach(int(i.ifindex));
                 (void)prog_->remove_iface(i.ifindex);
@@ -308,6 +310,93 @@ Result<void> Gateway::del_iface(const std::string &name)
     return {};
 }
 
+namespace {
+
+constexpr uint64_t kRetryNs = 1'000'000'000;  // a device list that could not be read
+
+// Every device of the namespace, or why not, said in the log.
+bool read_links(std::vector<rtnl::Link> &links, const char *why)
+{
+    rtnl::Requests rq;
+    int err = rq.open(1) ? rtnl::dump_links(rq, links) : rtnl::Requests::kSocketError;
+    if (err)
+        log(LogLevel::Warning, "cannot list the devices %s (%s)", why,
+            err < 0 ? std::strerror(-err) : "netlink socket");
+    return err == 0;
+}
+
+}  // namespace
+
+// The Ethernet addresses the classifier lets `i` take frames for (struct xesp_iface): none
+// for the local link, whose frames carry the next hop's, nor when they cannot be read or do
+// not fit (no check; the log says so, unless `quiet`).
+std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i, const rtnl::Uppers &u,
+                                                 bool quiet)
+{
+    if (i.local)
+        return {};
+    if (u.macs.size() > XdpProgram::kMaxIfaceMacs) {
+        if (!quiet)
+            log(LogLevel::Warning,
+                "%s: takes frames for %zu Ethernet addresses (its upper devices'), more than "
+                "the %zu the classifier holds: frames to other stations' MACs are not checked",
+                i.name.c_str(), u.macs.size(), XdpProgram::kMaxIfaceMacs);
+        return {};
+    }
+    return u.macs;
+}
+
+// At `iface add`; the devices to watch for changes are read again at the next housekeeping.
+std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
+{
+    macs_due_ = true;
+    std::vector<rtnl::Link> links;
+    if (i.local)
+        return {};
+    if (!read_links(links, ("for " + i.name + "'s MACs: they are not checked").c_str()))
+        return {};
+    return iface_macs(i, rtnl::accepted_macs(links, i.ifindex), false);
+}
+
+// A watched device changed (a MAC set, a macvlan or VLAN added, removed, up or down, a bridge
+// joined): the classifier's entries take the interfaces' Ethernet addresses as they are now,
+// and the devices above them are the ones watched. Until then a frame to a new address is
+// dropped where it would be handed over (fail closed); a failure is tried again in a second.
+void Gateway::refresh_macs(uint64_t now)
+{
+    std::vector<rtnl::Link> links;
+    if (!read_links(links, "after a device change; again in a second")) {
+        macs_at_ns_ = now + kRetryNs;
+        return;
+    }
+    macs_due_ = false;
+    std::vector<uint32_t> watched;
+    for (auto &i : ifaces_) {
+        if (i.local)
+            continue;
+        watched.push_back(i.ifindex);
+        auto u = rtnl::accepted_macs(links, i.ifindex);
+        watched.insert(watched.end(), u.devices.begin(), u.devices.end());
+        if (u.macs.empty())
+            continue;  // gone: what it held stays until `iface del`
+        auto macs = iface_macs(i, u, i.macs.empty());
+        if (macs == i.macs)
+            continue;
+        auto r = i.mode == IfaceMode::Tun ? prog_->park_iface(i.ifindex, i.role, macs)
+                                          : prog_->set_iface_role(i.ifindex, i.role, i.slot, macs);
+        if (!r) {
+            log(LogLevel::Warning, "%s", r.error().message.c_str());
+            macs_due_ = true;
+            macs_at_ns_ = now + kRetryNs;
+            continue;
+        }
+        i.macs = std::move(macs);
+        log(LogLevel::Info, "%s: takes frames for %zu Ethernet address(es) now%s", i.name.c_str(),
+            i.macs.size(), i.macs.empty() ? ": no check" : "");
+    }
+    hops_->watch_links(std::move(watched));
+}
+
 bool Gateway::leftover(const std::string &name)
 {
     const int ifindex = int(if_nametoindex(name.c_str()));
@@ -330,7 +419,7 @@ Result<void> Gateway::leave_iface(const std::string &name)
         close_unused_tun();
         relink_engine();
     } else {
-        if (auto r = prog_->park_iface(gone.ifindex, gone.role); !r) {
+        if (auto r = prog_->park_iface(gone.ifindex, gone.role, gone.macs); !r) {
             ifaces_.push_back(gone);
             return r;
         }
@@ -353,6 +442,7 @@ void Gateway::forget_iface(std::vector<GatewayIface>::iterator it)
     if (gone.mode == IfaceMode::Tun) {
         if (auto r = XdpProgram::detach_protected(int(gone.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
+        (void)prog_->remove_iface(gone.ifindex);
         close_unused_tun();
         return;
     }
@@ -377,6 +467,7 @@ Result<void> Gateway::release_leftover(const std::string &name)
         // Tun mode: the tc program goes; the kernel forwards what it would take.
         if (auto r = XdpProgram::detach_protected(ifindex); !r)
             return make_error("iface del " + name + ": " + r.error().message);
+        (void)prog_->remove_iface(uint32_t(ifindex));  // its MACs
         tidy_leftover_tun();
         log(LogLevel::Info,
             "%s: detached the tun-mode program an earlier daemon left; the kernel forwards "

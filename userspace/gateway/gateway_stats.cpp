@@ -71,6 +71,10 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
                        {"ifindex", i.ifindex},
                        {"queues", i.queues},
                        {"mtu", i.mtu}});
+        json macs = json::array();
+        for (const auto &m : i.macs)
+            macs.push_back(rtnl::mac_str(m));
+        ifs.back()["macs"] = macs;
         if (!i.warning.empty())
             ifs.back()["warning"] = i.warning;
     }

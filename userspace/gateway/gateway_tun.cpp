@@ -114,7 +114,20 @@ Result<void> Gateway::attach_tun_mode(GatewayIface i)
     if (opened)
         if (auto r = open_tun(); !r)
             return make_error(what + ": " + r.error().message);
+    // Its entry holds the MACs it takes frames for, before the tc program reads it; from xdp
+    // mode, the XDP program's entry has them until that program is off (it would drop what it
+    // hands over if parked now).
+    i.macs = iface_macs(i);
+    const bool entry = !prog_->has_iface(i.ifindex);
+    if (entry)
+        if (auto r = prog_->park_iface(i.ifindex, i.role, i.macs); !r) {
+            if (opened)
+                close_tun();
+            return make_error(what + ": " + r.error().message);
+        }
     if (auto r = prog_->attach_protected(int(i.ifindex)); !r) {
+        if (entry)
+            (void)prog_->remove_iface(i.ifindex);
         if (opened)
             close_tun();  // a TUN taken over stays: an earlier program may still send to it
         return make_error(what + ": " + r.error().message);
@@ -125,6 +138,9 @@ Result<void> Gateway::attach_tun_mode(GatewayIface i)
     if (XdpProgram::attached_to(int(i.ifindex)))
         if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
+    if (!entry)
+        if (auto r = prog_->park_iface(i.ifindex, i.role, i.macs); !r)
+            log(LogLevel::Warning, "%s: %s", i.name.c_str(), r.error().message.c_str());
     ifaces_.push_back(i);
     relink_engine();  // ICMP errors for its hosts come from its address
     log(LogLevel::Info,
