@@ -456,8 +456,16 @@ TEST_CASE("the MACs an interface takes: any of them, none is no check, nor are t
     CHECK(verdict("plain4_protect_upper_mac", {kUpperMac}) == std::string(handed));
     CHECK(verdict("plain4_protect_tcp", {kUpperMac}) == std::string(other));
     CHECK(verdict("plain4_protect_other_mac", {}) == std::string(handed));
-    std::vector<XdpProgram::Mac> many(XdpProgram::kMaxIfaceMacs, kUpperMac);
+    // Each place of a full entry is looked at.
+    std::vector<XdpProgram::Mac> many;
+    for (uint8_t i = 0; i < XdpProgram::kMaxIfaceMacs; i++)
+        many.push_back({0x02, 0, 0, 0, 0x10, i});
     CHECK(verdict("plain4_protect_other_mac", many) == std::string(other));
+    for (size_t i = 0; i < many.size(); i++) {
+        auto with = many;
+        with[i] = kFixtureMac;
+        CHECK(verdict("plain4_protect_tcp", with) == std::string(handed));
+    }
     many.push_back(kUpperMac);  // more than an entry holds: no check
     CHECK(verdict("plain4_protect_other_mac", many) == std::string(handed));
     // A parked entry (tun mode's, or a daemon's that is gone) keeps the check.

@@ -525,6 +525,7 @@ upper_mac() {
     "$TOPO" exec gwA ip link set xesp-mv0 down
     { macs_shown no $mv && to_mac $mv && refused; } || rc=1
     "$TOPO" exec gwA ip link set xesp-mv0 up
+    macs_shown yes $mv || rc=1
     "$TOPO" exec gwA ip link del xesp-mv0
     { macs_shown no $mv && to_mac $mv && refused; } || rc=1
     return $rc

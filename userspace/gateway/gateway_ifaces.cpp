@@ -313,6 +313,7 @@ Result<void> Gateway::del_iface(const std::string &name)
 namespace {
 
 constexpr uint64_t kRetryNs = 1'000'000'000;  // a device list that could not be read
+constexpr uint64_t kGapNs = 100'000'000;      // between two lists: a burst of events, one
 
 // Every device of the namespace, or why not, said in the log.
 bool read_links(std::vector<rtnl::Link> &links, const char *why)
@@ -362,6 +363,7 @@ std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
 // joined): the classifier's entries take the interfaces' Ethernet addresses as they are now,
 // and the devices above them are the ones watched. Until then a frame to a new address is
 // dropped where it would be handed over (fail closed); a failure is tried again in a second.
+// A tenth of a second at least between two lists, whatever the rate of events.
 void Gateway::refresh_macs(uint64_t now)
 {
     std::vector<rtnl::Link> links;
@@ -370,6 +372,7 @@ void Gateway::refresh_macs(uint64_t now)
         return;
     }
     macs_due_ = false;
+    macs_at_ns_ = now + kGapNs;
     std::vector<uint32_t> watched;
     for (auto &i : ifaces_) {
         if (i.local)

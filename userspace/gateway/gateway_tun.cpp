@@ -139,8 +139,11 @@ Result<void> Gateway::attach_tun_mode(GatewayIface i)
         if (auto r = XdpProgram::detach(int(i.ifindex)); !r)
             log(LogLevel::Warning, "%s", r.error().message.c_str());
     if (!entry)
-        if (auto r = prog_->park_iface(i.ifindex, i.role, i.macs); !r)
+        if (auto r = prog_->park_iface(i.ifindex, i.role, i.macs); !r) {
             log(LogLevel::Warning, "%s: %s", i.name.c_str(), r.error().message.c_str());
+            i.macs.clear();  // not what the entry holds: the next look writes it again
+            macs_due_ = true;
+        }
     ifaces_.push_back(i);
     relink_engine();  // ICMP errors for its hosts come from its address
     log(LogLevel::Info,

@@ -133,7 +133,8 @@ bool parse_link(const nlmsghdr *nlh, Link &d)
         const nlattr *info[IFLA_INFO_MAX + 1] = {};
         Attrs nested{info, IFLA_INFO_MAX};
         mnl_attr_parse_nested(tb[IFLA_LINKINFO], store_attr, &nested);
-        if (info[IFLA_INFO_KIND] && mnl_attr_validate(info[IFLA_INFO_KIND], MNL_TYPE_STRING) == 0)
+        if (info[IFLA_INFO_KIND] &&
+            mnl_attr_validate(info[IFLA_INFO_KIND], MNL_TYPE_NUL_STRING) == 0)
             std::strncpy(d.kind.data(), mnl_attr_get_str(info[IFLA_INFO_KIND]), d.kind.size() - 1);
     }
     // A veth's peer in another namespace carries that namespace's id, and its index there.
@@ -149,6 +150,7 @@ int dump_links(Requests &rq, std::vector<Link> &out)
     nlmsghdr *nlh = rq.request(RTM_GETLINK, NLM_F_DUMP);
     auto *ifi = static_cast<ifinfomsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
     ifi->ifi_family = AF_UNSPEC;
+    mnl_attr_put_u32(nlh, IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS);  // a tenth of the bytes
     bool interrupted = false;
     int err = rq.round_trip(nlh, [&](const nlmsghdr *h) {
         interrupted |= (h->nlmsg_flags & NLM_F_DUMP_INTR) != 0;
@@ -205,11 +207,14 @@ Uppers accepted_macs(const std::vector<Link> &links, uint32_t ifindex)
     for (int depth = 0; depth < kUpperDepth && !level.empty(); depth++) {
         next.clear();
         for (const Node &n : level) {
+            // A macvlan passes up only frames to its own MAC: not a VLAN's above it, nor its
+            // bridge's.
+            const bool passes = n.takes && (n.l->ifindex == ifindex || !kind_is(*n.l, {"macvlan"}));
             if (auto m = by_index.find(n.l->master); n.l->master && m != by_index.end())
-                take(m->second, n.takes && kind_is(*m->second, {"bridge", "bond", "team"}));
+                take(m->second, passes && kind_is(*m->second, {"bridge", "bond", "team"}));
             auto [first, last] = stacked.equal_range(n.l->ifindex);
             for (auto it = first; it != last; ++it)
-                take(it->second, n.takes && kind_is(*it->second, {"macvlan", "vlan"}));
+                take(it->second, passes && kind_is(*it->second, {"macvlan", "vlan"}));
         }
         level.swap(next);
     }
