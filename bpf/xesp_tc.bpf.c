@@ -209,8 +209,9 @@ int xesp_tc_egress(struct __sk_buff *skb)
  * instead (below). Without a TUN (no gateway running, or a killed one's index left behind) it
  * is dropped and counted, never routed on in the clear; without a socket behind the local
  * link, its XDP program drops it. What it would send to either but is unicast to another
- * station's MAC (struct xesp_iface) is dropped too. Blocked plaintext is dropped; the rest (bypass, no policy,
- * the gateway's own traffic, ND for the link, what is not IP) goes on to the kernel. */
+ * station's MAC (struct xesp_iface) is dropped too. Blocked plaintext is dropped; the rest
+ * (bypass, no policy, the gateway's own traffic, ND for the link, what is not IP) goes on to
+ * the kernel. */
 SEC("tc")
 int xesp_tc_protected(struct __sk_buff *skb)
 {

@@ -68,9 +68,10 @@ int dump_links(Requests &rq, std::vector<Link> &out);
 // The Ethernet addresses device `ifindex` takes frames for as the kernel does (not those it
 // bridges), each once: its own first, then in order those of the devices above it that are up,
 // to kUpperDepth levels: its master if that is a bridge, bond or team, and the macvlans and
-// VLANs stacked on it (on a macvlan, none: it passes up only frames to its own MAC). Not a macvtap's (a guest's MAC), a VRF's, a veth peer's, nor a
-// tunnel's over it. `devices`: every device above it, taken or not, whose change may change
-// the answer. Empty when it is not an Ethernet device, or not in `links`.
+// VLANs stacked on it (on a macvlan, none: it passes up only frames to its own MAC). Not a
+// macvtap's (a guest's MAC), a VRF's, a veth peer's, nor a tunnel's over it. `devices`: every
+// device above it, taken or not, whose change may change the answer. Empty when it is not an
+// Ethernet device, or not in `links`.
 constexpr int kUpperDepth = 3;
 struct Uppers {
     std::vector<std::array<uint8_t, 6>> macs;
@@ -111,8 +112,9 @@ public:
             for (auto *h = reinterpret_cast<const nlmsghdr *>(rbuf_.data()); mnl_nlmsg_ok(h, left);
                  h = mnl_nlmsg_next(h, &left)) {
                 if (h->nlmsg_seq != req->nlmsg_seq)
-                    continue;                       // the late answer to a request that timed out
-                if (h->nlmsg_type == NLMSG_DONE) {  // the end of a dump, which has no ack
+                    continue;  // the late answer to a request that timed out
+                // The end of a dump, which has no acknowledgement.
+                if (h->nlmsg_type == NLMSG_DONE) {
                     if (h->nlmsg_flags & NLM_F_DUMP_INTR)
                         return -EINTR;  // what changed under it may be missing
                     if (mnl_nlmsg_get_payload_len(h) < sizeof(int))
