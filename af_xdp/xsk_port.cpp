@@ -141,6 +141,7 @@ struct XskPort::State {
     bool busy_poll = false;
     uint32_t fill_target = 0;
     uint32_t fill_held = 0;
+    uint32_t skip = 0;  // XskPortOptions::skip
     uint32_t tx_size = 0;
     uint32_t comp_size = 0;
     uint32_t tx_outstanding = 0;
@@ -207,6 +208,9 @@ Result<void> check_options(const Umem &umem, const XskPortOptions &o, const std:
                           ")");
     if (umem.spent())
         return make_error(at + ": the Umem's sockets were all closed; make a new Umem");
+    if (o.skip > kFrameHeadroom)
+        return make_error(at + ": skip " + std::to_string(o.skip) + " is larger than a frame's " +
+                          std::to_string(kFrameHeadroom) + " bytes of headroom");
     return {};
 }
 
@@ -301,6 +305,7 @@ Result<XskPort> XskPort::open(Umem &umem, FramePool &pool, const std::string &if
     s->queue = o.queue;
     s->ifname = ifname;
     s->fill_target = o.fill_target ? o.fill_target : umem.fill_size();
+    s->skip = o.skip;
     s->tx_size = o.tx_size;
     s->comp_size = umem.comp_size();
 
@@ -414,7 +419,8 @@ size_t XskPort::rx_burst(Pkt *pkts, size_t max)
     for (uint32_t i = 0; i < n; ++i) {
         const xdp_desc *d = xsk_ring_cons__rx_desc(&s.rx, idx + i);
         uint64_t base = Umem::frame_base(d->addr);
-        pkts[i] = Pkt{s.area + base, kFrameSize, uint32_t(d->addr - base), d->len};
+        uint32_t skip = std::min(s.skip, d->len);
+        pkts[i] = Pkt{s.area + base, kFrameSize, uint32_t(d->addr - base) + skip, d->len - skip};
     }
     xsk_ring_cons__release(&s.rx, n);
     s.fill_held -= n;

@@ -50,6 +50,10 @@ struct XskPortOptions {
     bool busy_poll = false;
     uint32_t busy_poll_usecs = 20;
     uint32_t busy_poll_budget = 64;
+    // Bytes an XDP program put at the start of each frame (its metadata, where the kernel
+    // has no bpf_xdp_adjust_meta): rx_burst hands out the rest, so that they sit in front
+    // of the packet as meta() expects them. At most kFrameHeadroom.
+    uint32_t skip = 0;
 };
 
 struct XskStats {

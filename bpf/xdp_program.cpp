@@ -100,6 +100,29 @@ Result<void> update_map_entries(int fd, const void *keys, size_t key_size, const
     return {};
 }
 
+namespace {
+
+// Whether the kernel lets an XDP program call bpf_xdp_adjust_meta: some refuse it ("program of
+// this type cannot use helper"), which libbpf_probe_bpf_helper() does not recognise. Anything
+// but that refusal counts as yes, so that the load itself says what is wrong.
+bool has_adjust_meta()
+{
+    const bpf_insn insns[] = {
+        {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_2, .imm = -8},
+        {.code = BPF_JMP | BPF_CALL, .imm = BPF_FUNC_xdp_adjust_meta},
+        {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = XDP_PASS},
+        {.code = BPF_JMP | BPF_EXIT},
+    };
+    int fd = bpf_prog_load(BPF_PROG_TYPE_XDP, nullptr, "GPL", insns, 4, nullptr);
+    if (fd >= 0) {
+        close(fd);
+        return true;
+    }
+    return errno != EINVAL;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
 {
     std::unique_ptr<XdpProgram> p(new XdpProgram());
@@ -112,6 +135,11 @@ Result<std::unique_ptr<XdpProgram>> XdpProgram::load(const XdpOptions &options)
         return bpf_error("xdp: size the SA map", err);
     if (int err = bpf_map__set_max_entries(p->skel_->maps.policies, options.max_policy_entries))
         return bpf_error("xdp: size the policy map", err);
+    // Some kernels refuse bpf_xdp_adjust_meta to XDP programs; the metadata then goes in
+    // front of the frame (see meta_in_frame in xesp_xdp.bpf.c).
+    bool in_frame = options.meta_in_frame || !has_adjust_meta();
+    p->skel_->rodata->meta_in_frame = in_frame ? 1 : 0;
+    p->frame_skip_ = in_frame ? uint32_t(sizeof(xesp_meta)) : 0;
     if (int err = xesp_xdp__load(p->skel_))
         return bpf_error("xdp: load the program (the verifier log is on stderr)", err);
     return p;

@@ -61,6 +61,9 @@ struct XdpOptions {
     bool fib_lookup = true;                         // next hop in ENCAP metadata
     uint32_t max_sas = 262144;                      // 100,000 tunnels: 200,000 SAs
     uint32_t max_policy_entries = 262144;           // policies plus their portless shadows
+    // The metadata of a redirected frame goes in front of the frame itself (frame_skip())
+    // even where the kernel has bpf_xdp_adjust_meta; without it, it always does.
+    bool meta_in_frame = false;
 };
 
 // n entries into the BPF map fd, their keys and values each laid out one after the other:
@@ -81,6 +84,10 @@ public:
     XdpProgram &operator=(const XdpProgram &) = delete;
 
     int prog_fd() const;
+    // Bytes of metadata at the start of each frame the program redirects to a socket, for
+    // its reader to skip (XskPortOptions::skip): sizeof(xesp_meta) where the metadata cannot
+    // go in the area in front of the frame (XdpOptions::meta_in_frame), else 0.
+    uint32_t frame_skip() const { return frame_skip_; }
     int egress_prog_fd() const;  // the tc egress program
     int xsks_fd() const;
     int sas_fd() const;
@@ -212,6 +219,7 @@ private:
     uint32_t live_table_ = 0;
     uint64_t flipped_ns_ = 0;  // when the live index last flipped (CLOCK_MONOTONIC)
     uint64_t publishes_ = 0;
+    uint32_t frame_skip_ = 0;
 };
 
 }  // namespace xesp

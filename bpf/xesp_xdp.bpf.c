@@ -48,6 +48,10 @@
 
 const volatile __u32 default_role = XESP_ROLE_PROTECTED; /* interfaces not in `ifaces` */
 const volatile __u32 fib_lookup_enabled = 1;             /* next hop for ENCAP metadata */
+/* Set where the kernel has no bpf_xdp_adjust_meta for XDP programs: the metadata then goes in
+ * front of the frame itself, as its first bytes, and the socket's reader skips them
+ * (XskPortOptions::skip). The verifier sees only the branch taken. */
+const volatile __u32 meta_in_frame = 0;
 
 /* ---- Maps (and those the egress program uses too: shared_maps.h) ---------------------- */
 
@@ -121,7 +125,16 @@ static __always_inline int redirect(struct xdp_md *ctx, struct xesp_meta *m, __u
     if (other_host((const __u8 *)(long)ctx->data, (const void *)(long)ctx->data_end, ifc))
         return drop(XESP_CTR_DROP_OTHER_HOST);
     count(ctr);
-    if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m)) == 0) {
+    if (meta_in_frame) {
+        /* A frame without its metadata in front would lose its first bytes to the reader:
+         * dropped, never handed over. */
+        if (bpf_xdp_adjust_head(ctx, -(int)sizeof(*m)) != 0)
+            return drop(XESP_CTR_META_FAILED);
+        struct xesp_meta *dst = (void *)(long)ctx->data;
+        if ((void *)(dst + 1) > (void *)(long)ctx->data_end)
+            return drop(XESP_CTR_META_FAILED);
+        __builtin_memcpy(dst, m, sizeof(*m));
+    } else if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m)) == 0) {
         struct xesp_meta *dst = (void *)(long)ctx->data_meta;
         if ((void *)(dst + 1) <= (void *)(long)ctx->data)
             __builtin_memcpy(dst, m, sizeof(*m));

@@ -219,7 +219,7 @@ struct xesp_sock_mark {
     X(REDIRECT_ENCAP, "redirect-encap")                                                            \
     X(REDIRECT_REPORT, "redirect-report") /* ICMP too big about ESP, to a host */                  \
     X(XSK_MISSING, "xsk-missing")         /* no socket on the queue: dropped */                    \
-    X(META_FAILED, "meta-failed")         /* redirected without metadata */                        \
+    X(META_FAILED, "meta-failed")         /* without metadata (dropped if in the frame) */         \
     X(PASS_NON_IP, "pass-non-ip")         /* ARP, LLDP, ... */                                     \
     X(PASS_MALFORMED, "pass-malformed")   /* bad headers, not ESP for us: kernel's */              \
     X(PASS_IKE, "pass-ike")                                                                        \

@@ -43,6 +43,9 @@ namespace {
 
 int g_passed = 0;
 int g_failed = 0;
+// Bytes of metadata at the start of each received frame: sizeof(xsk_test_meta) where the
+// kernel refuses bpf_xdp_adjust_meta (see xsk_redirect.bpf.c), else 0.
+uint32_t g_skip = 0;
 
 bool check(bool ok, const std::string &what)
 {
@@ -281,6 +284,7 @@ std::vector<XskPort> open_ports(Umem &umem, FramePool &pool, const char *ifname,
     std::vector<XskPort> ports;
     for (uint32_t q = 0; q < count; ++q) {
         o.queue = q;
+        o.skip = g_skip;
         auto port = XskPort::open(umem, pool, ifname, o);
         if (!port)
             fatal("open: " + port.error().message);
@@ -360,7 +364,7 @@ void case_rx(Env &env, std::vector<XskPort> &ports, std::vector<Rx> &got, uint32
             continue;
         }
         dup += seen[size_t(seq)]++ > 0;
-        misplaced += r.pkt.l3 != kFrameHeadroom || r.pkt.frame_len != kFrameSize;
+        misplaced += r.pkt.l3 != kFrameHeadroom + g_skip || r.pkt.frame_len != kFrameSize;
         auto *m = static_cast<xsk_test_meta *>(meta(r.pkt, sizeof(xsk_test_meta)));
         if (!m || m->magic != XSK_TEST_META_MAGIC || m->rx_queue != ports[r.port].queue())
             ++bad_meta;
@@ -371,9 +375,11 @@ void case_rx(Env &env, std::vector<XskPort> &ports, std::vector<Rx> &got, uint32
     }
     check(bad == 0 && dup == 0, "rx: every frame intact and once (" + std::to_string(bad) +
                                     " damaged, " + std::to_string(dup) + " duplicated)");
-    check(misplaced == 0, "rx: the frame starts at kFrameHeadroom in a kFrameSize frame");
-    check(bad_meta == 0, "rx: bpf_xdp_adjust_meta metadata readable through meta() (" +
-                             std::to_string(bad_meta) + " frames without)");
+    check(misplaced == 0, "rx: the frame starts at kFrameHeadroom (past the metadata where it is "
+                          "in the frame) in a kFrameSize frame");
+    check(bad_meta == 0,
+          std::string("rx: metadata (") + (g_skip ? "in the frame" : "bpf_xdp_adjust_meta") +
+              ") readable through meta() (" + std::to_string(bad_meta) + " frames without)");
     if (env.xps) {
         size_t on[2] = {0, 0};
         for (auto &r : got)
@@ -526,6 +532,7 @@ void case_starvation(Env &env, const char *ifname)
     auto ports = open_ports(*umem, pool, ifname, env.xsks_fd, o, 1);
     o.queue = 1;
     o.busy_poll = true;
+    o.skip = g_skip;
     auto busy = XskPort::open(*umem, pool, ifname, o);
     if (!check(bool(busy), "starvation: a port with busy polling opens" +
                                (busy ? std::string() : ": " + busy.error().message)))
@@ -664,6 +671,12 @@ void main_cases(Env &env, int bench_secs, const char *peer_netns, const char *pe
             check(zc.error().code.value() == EOPNOTSUPP,
                   "open: zero-copy refused with EOPNOTSUPP: " + zc.error().message);
     }
+    {
+        auto wide = XskPort::open(*umem, pool, env.ifname, {.skip = kFrameHeadroom + 1});
+        check(!wide && wide.error().message.find("skip") != std::string::npos,
+              "open: a skip beyond the frame's headroom is refused" +
+                  (wide ? std::string() : ": " + wide.error().message));
+    }
     auto ports = open_ports(*umem, pool, env.ifname, env.xsks_fd, {.fill_target = 1024}, 2);
     check(ports[0].mode() == ports[1].mode(),
           std::string("open: auto mode bound in ") + xsk_mode_name(ports[0].mode()) + " mode");
@@ -727,9 +740,24 @@ int main(int argc, char **argv)
         fatal(std::string("no interface ") + ifname);
 
     XdpAttach xdp;
-    xdp.skel = xsk_redirect__open_and_load();
-    if (!xdp.skel)
-        fatal(std::string("load xsk_redirect.bpf.o: ") + std::strerror(errno));
+    // Where the kernel refuses bpf_xdp_adjust_meta to XDP programs, the load fails: the
+    // metadata then goes in the frame.
+    for (uint32_t in_frame = 0; in_frame < 2 && !xdp.skel; in_frame++) {
+        xdp.skel = xsk_redirect__open();
+        if (!xdp.skel)
+            fatal(std::string("open xsk_redirect.bpf.o: ") + std::strerror(errno));
+        xdp.skel->rodata->meta_in_frame = in_frame;
+        if (int err = xsk_redirect__load(xdp.skel)) {
+            xsk_redirect__destroy(xdp.skel);
+            xdp.skel = nullptr;
+            if (in_frame)
+                fatal(std::string("load xsk_redirect.bpf.o: ") + std::strerror(-err));
+            continue;
+        }
+        g_skip = in_frame ? uint32_t(sizeof(xsk_test_meta)) : 0;
+    }
+    std::printf("metadata %s\n",
+                g_skip ? "in the frame (no bpf_xdp_adjust_meta here)" : "from bpf_xdp_adjust_meta");
     int ifindex = int(if_nametoindex(ifname));
     if (int err = bpf_xdp_attach(ifindex, bpf_program__fd(xdp.skel->progs.xsk_redirect),
                                  XDP_FLAGS_DRV_MODE, nullptr))

@@ -14,6 +14,10 @@ struct {
     __type(value, __u32);
 } xsks SEC(".maps");
 
+/* Set where the kernel refuses bpf_xdp_adjust_meta to XDP programs: the metadata is then the
+ * frame's first bytes, which the sockets skip (XskPortOptions::skip). */
+const volatile __u32 meta_in_frame = 0;
+
 SEC("xdp")
 int xsk_redirect(struct xdp_md *ctx)
 {
@@ -24,7 +28,15 @@ int xsk_redirect(struct xdp_md *ctx)
 
     if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(XSK_TEST_ETHERTYPE))
         return XDP_PASS;
-    if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct xsk_test_meta)) == 0) {
+    if (meta_in_frame) {
+        if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct xsk_test_meta)) != 0)
+            return XDP_DROP;
+        struct xsk_test_meta *m = (void *)(long)ctx->data;
+        if ((void *)(m + 1) > (void *)(long)ctx->data_end)
+            return XDP_DROP;
+        m->magic = XSK_TEST_META_MAGIC;
+        m->rx_queue = queue;
+    } else if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct xsk_test_meta)) == 0) {
         struct xsk_test_meta *m = (void *)(long)ctx->data_meta;
         if ((void *)(m + 1) <= (void *)(long)ctx->data) {
             m->magic = XSK_TEST_META_MAGIC;

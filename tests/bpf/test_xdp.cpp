@@ -77,14 +77,20 @@ RunResult run(const XdpProgram &prog, const uint8_t *pkt, size_t len, uint32_t r
     if (repeat > 1)
         return r;  // the metadata area grows with every repetition of the same frame
     // data_out holds the metadata area followed by the frame; ctx_out.data is the
-    // metadata's length.
+    // metadata's length. With the metadata in the frame (XdpProgram::frame_skip()), the
+    // frame has grown by its size instead.
     size_t meta_len = ctx_out.data - ctx_out.data_meta;
     REQUIRE(meta_len <= opts.data_size_out);
+    if (prog.frame_skip() && opts.data_size_out == len + prog.frame_skip()) {
+        REQUIRE(meta_len == 0);
+        meta_len = prog.frame_skip();
+    }
     if (meta_len == sizeof(xesp_meta)) {
         r.has_meta = true;
         std::memcpy(&r.meta, out.data(), sizeof(xesp_meta));
     } else {
         REQUIRE(meta_len == 0);
+        REQUIRE(opts.data_size_out == len);
     }
     r.data.assign(out.begin() + long(meta_len), out.begin() + long(opts.data_size_out));
     return r;
@@ -434,6 +440,17 @@ TEST_CASE("every fixture frame has a row and every row a frame")
 TEST_CASE("fixtures: verdict, counters and metadata of each frame")
 {
     auto prog = loaded();
+    for (const Expect &e : kTable)
+        check_row(*prog, e);
+}
+
+// As on kernels that refuse bpf_xdp_adjust_meta to XDP programs, where it is the default.
+TEST_CASE("fixtures, with the metadata as the first bytes of the frame")
+{
+    XdpOptions opt;
+    opt.meta_in_frame = true;
+    auto prog = loaded(opt);
+    REQUIRE(prog->frame_skip() == sizeof(xesp_meta));
     for (const Expect &e : kTable)
         check_row(*prog, e);
 }

@@ -69,6 +69,9 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const Config &config,
     if (!prog)
         return prog.error();
     g->prog_ = std::move(*prog);
+    if (g->prog_->frame_skip())
+        log(LogLevel::Notice, "the kernel refuses bpf_xdp_adjust_meta to XDP programs: the "
+                              "classifier's verdict goes at the start of each frame instead");
     g->sync_ = std::make_unique<ClassifierSync>(*g->prog_);
     auto hops = NextHops::open();
     if (!hops)

@@ -78,6 +78,7 @@ Result<void> Gateway::rebuild_ports()
             po.rx_size = options_.ring_size;
             po.tx_size = options_.ring_size;
             po.busy_poll = options_.busy_poll;
+            po.skip = prog_->frame_skip();
             auto x = XskPort::open(*umem_, *pool_, i.name, po);
             if (!x) {
                 close_ports();
