@@ -5,7 +5,11 @@
 // frame_headroom so that the link-layer header starts at kFrameHeadroom, which leaves the ESP
 // engine all of kFrameHeadroom in front of the packet to grow into, in place. Metadata from
 // bpf_xdp_adjust_meta sits right before the packet, in that headroom (see meta() in
-// xsk_port.h): read it before the packet grows over it.
+// xsk_port.h): read it before the packet grows over it. Where the XDP program puts its
+// metadata at the frame's start instead (XskPortOptions::skip), copy mode writes metadata
+// and frame from kFrameHeadroom on, so the link-layer header starts `skip` bytes later and the
+// room to grow at the end is as much smaller; zero-copy leaves the frame where it was and the
+// metadata in the headroom, as above.
 //
 //   chunk base                          base + kFrameHeadroom               base + kFrameSize
 //   | ...headroom... | meta (<= 32 B) | Ethernet | IP ...              |  room to grow  |

@@ -29,7 +29,8 @@ struct HelperNeed {
 
 constexpr HelperNeed kHelpers[] = {
     {BPF_PROG_TYPE_XDP, BPF_FUNC_loop, "the bpf_loop helper (the policy walk)", "5.17"},
-    {BPF_PROG_TYPE_XDP, BPF_FUNC_xdp_adjust_meta, "the bpf_xdp_adjust_meta helper", "4.15"},
+    // bpf_xdp_adjust_meta (4.15) is not needed: without it the verdict goes in the frame.
+    {BPF_PROG_TYPE_XDP, BPF_FUNC_xdp_adjust_head, "the bpf_xdp_adjust_head helper", "4.10"},
     {BPF_PROG_TYPE_XDP, BPF_FUNC_redirect_map, "the bpf_redirect_map helper", "4.14"},
     {BPF_PROG_TYPE_XDP, BPF_FUNC_fib_lookup, "the bpf_fib_lookup helper in XDP", "4.18"},
     {BPF_PROG_TYPE_SCHED_CLS, BPF_FUNC_get_socket_cookie, "the bpf_get_socket_cookie helper in tc",

@@ -124,7 +124,6 @@ static __always_inline int redirect(struct xdp_md *ctx, struct xesp_meta *m, __u
     struct xesp_iface *ifc = bpf_map_lookup_elem(&ifaces, &ifindex);
     if (other_host((const __u8 *)(long)ctx->data, (const void *)(long)ctx->data_end, ifc))
         return drop(XESP_CTR_DROP_OTHER_HOST);
-    count(ctr);
     if (meta_in_frame) {
         /* A frame without its metadata in front would lose its first bytes to the reader:
          * dropped, never handed over. */
@@ -141,6 +140,7 @@ static __always_inline int redirect(struct xdp_md *ctx, struct xesp_meta *m, __u
     } else {
         count(XESP_CTR_META_FAILED);
     }
+    count(ctr);
     __u32 slot = (ifc ? ifc->xsk_base : 0) + queue;
     if (queue >= XESP_MAX_QUEUES)
         slot = XESP_MAX_XSKS; /* no such slot: dropped below */

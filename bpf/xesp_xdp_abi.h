@@ -208,9 +208,12 @@ struct xesp_sock_mark {
 
 /* ---- Counters: one per-CPU array slot each ---------------------------------------------
  * Every packet counts `rx` and exactly one verdict counter (redirect-*, pass-*, drop-*);
- * xsk-missing and meta-failed count alongside a redirect verdict. drop-egress-plaintext,
- * pass-egress-own and egress-local are counted by the tc egress program, outside `rx`;
- * drop-unreadable by both tc programs (xesp_tc.bpf.c).
+ * xsk-missing counts alongside a redirect verdict, and so does meta-failed where the metadata
+ * goes in the area in front of the frame; where it goes in the frame (meta_in_frame in
+ * xesp_xdp.bpf.c), meta-failed is a verdict, a drop. drop-egress-plaintext, pass-egress-own
+ * and egress-local are counted by the tc egress program, outside `rx`; drop-unreadable by
+ * both tc programs (xesp_tc.bpf.c). New counters go at the end: a counter's index is its key
+ * in the map, which a program of an older build, left attached, still uses.
  *
  *   X(enumerator suffix, name shown to the operator) */
 #define XESP_XDP_FOREACH_COUNTER(X)                                                                \

@@ -364,7 +364,9 @@ void case_rx(Env &env, std::vector<XskPort> &ports, std::vector<Rx> &got, uint32
             continue;
         }
         dup += seen[size_t(seq)]++ > 0;
-        misplaced += r.pkt.l3 != kFrameHeadroom + g_skip || r.pkt.frame_len != kFrameSize;
+        // Metadata at the frame's start: copy mode writes both from kFrameHeadroom on.
+        uint32_t at = kFrameHeadroom + (ports[r.port].mode() == XskMode::Copy ? g_skip : 0);
+        misplaced += r.pkt.l3 != at || r.pkt.frame_len != kFrameSize;
         auto *m = static_cast<xsk_test_meta *>(meta(r.pkt, sizeof(xsk_test_meta)));
         if (!m || m->magic != XSK_TEST_META_MAGIC || m->rx_queue != ports[r.port].queue())
             ++bad_meta;
