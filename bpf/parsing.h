@@ -317,6 +317,15 @@ static __always_inline int is_group_dst(const struct flow *f)
     return (top >> 28) == 0xe || top == 0xffffffff;
 }
 
+/* A packet to a unicast address in a multicast or broadcast frame (`eth` is the frame's
+ * start): the kernel takes such a frame (PACKET_MULTICAST, PACKET_BROADCAST) but forwards
+ * none of them, as ip_forward() and ip6_forward() want PACKET_HOST. */
+static __always_inline int unicast_in_group_frame(const __u8 *eth, const void *end,
+                                                  const struct flow *f)
+{
+    return (const void *)(eth + 1) <= end && (eth[0] & 1) && !is_group_dst(f);
+}
+
 /* Source and destination ports of the protocols that have them; a transport header too short
  * to hold them makes the packet portless, as a fragment. */
 static __always_inline void parse_ports(struct cursor *c, struct flow *f)

@@ -258,6 +258,11 @@ int xesp_tc_protected(struct __sk_buff *skb)
             count(XESP_CTR_DROP_OTHER_HOST); /* the interface's MACs: see struct xesp_iface */
             return TC_ACT_SHOT;
         }
+        if (unicast_in_group_frame((const __u8 *)(long)skb->data, (const void *)(long)skb->data_end,
+                                   &f)) {
+            count(XESP_CTR_DROP_GROUP_MAC);
+            return TC_ACT_SHOT;
+        }
         /* UDP goes as in xdp mode: through the local link's XDP program to an AF_XDP
          * socket, a burst per wakeup, where the TUN costs a read per datagram (most UDP
          * senders make no GSO packets; those that do are cut by the kernel on the way). It

@@ -199,6 +199,12 @@ static __always_inline int classify_esp(struct xdp_md *ctx, struct cursor *c, vo
         count(XESP_CTR_DROP_ENCAP_MISMATCH);
         return STEP_DONE;
     }
+    /* ESP to a host behind us (transport mode), in a frame the kernel would not forward. */
+    if (!local && unicast_in_group_frame((const __u8 *)(long)ctx->data,
+                                         (const void *)(long)ctx->data_end, f)) {
+        count(XESP_CTR_DROP_GROUP_MAC);
+        return STEP_DONE;
+    }
 
     struct xesp_meta m = {
         .magic = XESP_META_MAGIC,
@@ -336,6 +342,9 @@ static __always_inline int check_unprotected(struct xdp_md *ctx, const struct fl
         return drop(XESP_CTR_DROP_IN_UNPROTECTED);
     if (unsure)
         return drop(XESP_CTR_DROP_PORTS_UNKNOWN);
+    if (report &&
+        unicast_in_group_frame((const __u8 *)(long)ctx->data, (const void *)(long)ctx->data_end, f))
+        return drop(XESP_CTR_DROP_GROUP_MAC); /* a too-big the kernel would not forward */
     if (report)
         return redirect_report(ctx, f);
     return pass(r.found ? XESP_CTR_PASS_BYPASS : pass_ctr);
@@ -354,6 +363,9 @@ static __always_inline int classify_plain(struct xdp_md *ctx, struct flow *f, in
              * for a protected flow that shows up on the public side was injected there. */
             if (iface_role(f->ingress_ifindex) == XESP_ROLE_PUBLIC)
                 return drop(XESP_CTR_DROP_PUBLIC_PLAINTEXT);
+            if (unicast_in_group_frame((const __u8 *)(long)ctx->data,
+                                       (const void *)(long)ctx->data_end, f))
+                return drop(XESP_CTR_DROP_GROUP_MAC);
             struct xesp_meta m = {
                 .magic = XESP_META_MAGIC,
                 .kind = XESP_META_ENCAP,

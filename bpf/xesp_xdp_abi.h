@@ -244,14 +244,15 @@ struct xesp_sock_mark {
     X(DROP_PUBLIC_PLAINTEXT, "drop-public-plaintext") /* to protect, from a public side */         \
     X(DROP_VLAN_DEPTH, "drop-vlan-depth")             /* more than two VLAN tags */                \
     X(DROP_IPV6_EXT_DEPTH, "drop-ipv6-ext-depth")     /* too many extension headers to see */      \
-    X(DROP_OTHER_HOST, "drop-other-host") /* to hand over, but to another station's MAC */         \
     X(DROP_EGRESS_PLAINTEXT, "drop-egress-plaintext") /* tc egress: the kernel's own */            \
     X(PASS_EGRESS_OWN, "pass-egress-own")             /* tc egress: IKE, ESP of the gateway's */   \
     X(EGRESS_LOCAL, "egress-local")   /* tc egress: the kernel's own, to encrypt */                \
     X(TUN_ENCAP, "tun-encap")         /* tc ingress, tun mode: to protect, to the gateway's TUN */ \
     X(DROP_TUN_GONE, "drop-tun-gone") /* tc ingress, tun mode: to protect, and no TUN (stopped) */ \
     X(DROP_UNREADABLE, "drop-unreadable") /* both tc programs: IP headers they cannot read */      \
-    X(TUN_UDP_LINK, "tun-udp-link") /* tc ingress, tun mode: UDP to protect, to the local link */
+    X(TUN_UDP_LINK, "tun-udp-link") /* tc ingress, tun mode: UDP to protect, to the local link */  \
+    X(DROP_OTHER_HOST, "drop-other-host") /* to hand over, but to another station's MAC */         \
+    X(DROP_GROUP_MAC, "drop-group-mac")   /* to forward, but in a multicast or broadcast frame */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,

@@ -179,6 +179,17 @@ def fixtures():
     add("plain4_protect_other_mac", Ether(**other) / IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
     add("plain4_protect_multicast_mac", Ether(src=MACS["src"], dst="01:00:5e:00:00:01") /
         IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
+    # to a unicast address in a multicast or broadcast frame; to a group address in one
+    bcast = dict(src=MACS["src"], dst="ff:ff:ff:ff:ff:ff")
+    add("plain6_protect_multicast_mac", Ether(src=MACS["src"], dst="33:33:00:00:00:01") /
+        IPv6(src="fd00:1::5", dst="fd00:2::7") / udp())
+    add("plain4_protect_vlan_broadcast_mac", Ether(**bcast) / Dot1Q(vlan=10) /
+        IP(src="10.1.0.5", dst="10.2.0.7") / udp())
+    add("plain4_mcast_protect", Ether(src=MACS["src"], dst="01:00:5e:01:02:03") /
+        IP(src="10.1.0.5", dst="239.1.2.3") / udp())
+    add("esp4_known_broadcast_mac", Ether(**bcast) / IP(src=PEER4, dst=GW4) / esp(SA_RAW4))
+    add("esp4_dir_in_host_broadcast_mac", Ether(**bcast) / IP(src="10.2.0.7", dst=HOST4) /
+        esp(SA_IN_HOST4))
     add("plain4_protect_upper_mac", Ether(src=MACS["src"], dst="02:00:00:00:00:03") /
         IP(src="10.1.0.5", dst="10.2.0.7") / tcp())
     add("plain4_unmatched_other_mac", Ether(**other) / IP(src="10.9.0.1", dst="8.8.8.8") / udp())
@@ -257,6 +268,8 @@ def fixtures():
     host_esp6 = IPv6(src="fd00:1::5", dst="fd00:2::7", plen=1460) / esp(0x6000)
     add("too_big4_for_host", eth() / IP(src=ROUTER4, dst="10.1.0.5") /
         ICMP(type=3, code=4, nexthopmtu=1300) / host_esp4)
+    add("too_big4_for_host_broadcast_mac", Ether(src=MACS["src"], dst="ff:ff:ff:ff:ff:ff") /
+        IP(src=ROUTER4, dst="10.1.0.5") / ICMP(type=3, code=4, nexthopmtu=1300) / host_esp4)
     add("too_big4_natt_for_host", eth() / IP(src=ROUTER4, dst="10.1.0.5") /
         ICMP(type=3, code=4, nexthopmtu=1300) /
         IP(src="10.1.0.5", dst="10.2.0.7", flags="DF", len=1500) /

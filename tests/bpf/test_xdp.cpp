@@ -173,6 +173,7 @@ void load_config(XdpProgram &prog)
     REQUIRE(prog.add_policy(14, policy("::/0", "2001:db8::1/128", In, 300, true)));
     REQUIRE(prog.add_policy(
         15, policy("10.1.0.0/16", "10.4.0.0/16", Out, 100, true, Action::Allow, 33, 5000)));
+    REQUIRE(prog.add_policy(16, policy("10.1.0.0/16", "239.0.0.0/8", Out, 100, true)));
 }
 
 // The classifier with nothing in its maps, the host's routes left out.
@@ -289,7 +290,15 @@ const Expect kTable[] = {
     {"esp4_known_other_mac", Prot, V::Drop, C::DROP_OTHER_HOST},
     {"plain4_unmatched_other_mac", Prot, V::Pass, C::PASS_NO_POLICY},
     {"ike4_500_other_mac", Pub, V::Pass, C::PASS_IKE},
-    {"plain4_protect_multicast_mac", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
+    // A packet to a unicast address in a multicast or broadcast frame: the kernel takes the
+    // frame but forwards none of them.
+    {"plain4_protect_multicast_mac", Prot, V::Drop, C::DROP_GROUP_MAC},
+    {"plain6_protect_multicast_mac", Prot, V::Drop, C::DROP_GROUP_MAC},
+    {"plain4_protect_vlan_broadcast_mac", Prot, V::Drop, C::DROP_GROUP_MAC},
+    {"esp4_dir_in_host_broadcast_mac", Pub, V::Drop, C::DROP_GROUP_MAC},
+    // To a group address, or ESP to the gateway itself: the kernel takes those frames.
+    {"plain4_mcast_protect", Prot, V::Encap, C::REDIRECT_ENCAP, 16, 14, 34},
+    {"esp4_known_broadcast_mac", Pub, V::Decap, C::REDIRECT_DECAP, 101, 14, 34},
     {"plain4_protect_upper_mac", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34},
     {"plain4_protect_ip_options", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 38},
     {"plain4_protect_vlan_udp", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 18, 38},
@@ -344,6 +353,7 @@ const Expect kTable[] = {
     {"too_big4_for_host", Pub, V::Report, C::REDIRECT_REPORT, 0, 14, 34},
     {"too_big4_natt_for_host", Pub, V::Report, C::REDIRECT_REPORT, 0, 14, 34},
     {"too_big6_for_host", Pub, V::Report, C::REDIRECT_REPORT, 0, 14, 54, F6},
+    {"too_big4_for_host_broadcast_mac", Pub, V::Drop, C::DROP_GROUP_MAC},
     {"too_big4_for_host", Prot, V::Pass, C::PASS_NO_POLICY},
     {"too_big4_quotes_tcp", Pub, V::Pass, C::PASS_NO_POLICY},
     {"too_big4_port_unreachable", Pub, V::Pass, C::PASS_NO_POLICY},
@@ -845,7 +855,9 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
                 {"plain6_protect_tcp", kRedirect, "tun-encap+1 "},
                 {"nd6_ns_to_protected", kRedirect, "tun-encap+1 "},
                 {"plain4_protect_vlan_udp", kRedirect, "tun-encap+1 "},
-                {"plain4_protect_multicast_mac", kRedirect, "tun-encap+1 "},
+                {"plain4_protect_multicast_mac", kShot, "drop-group-mac+1 "},
+                {"plain6_protect_multicast_mac", kShot, "drop-group-mac+1 "},
+                {"plain4_mcast_protect", kRedirect, "tun-encap+1 "},
                 {"plain4_protect_upper_mac", kRedirect, "tun-encap+1 "}});
     check_rows(rest);
     check_rows(other);

@@ -515,6 +515,14 @@ macs_shown() {
 }
 other_mac() { to_mac 02:00:00:00:00:77 && refused; }
 check "a frame to another station's MAC: dropped and counted, nothing reaches hostB" other_mac
+# A packet to another host in a broadcast frame: the kernel takes the frame but forwards no
+# such packet (ip_forward() wants PACKET_HOST), and neither does gwA.
+group_mac() {
+    frames_to hostA "$HOSTA_IF" ff:ff:ff:ff:ff:ff "$HOSTA_IP4" "$HOSTB_IP4" 20 drop-group-mac hostB &&
+        refused
+}
+check "a packet to another host in a broadcast frame: dropped and counted, nothing reaches hostB" \
+    group_mac
 upper_mac() {
     local mv=02:00:00:00:00:79 rc=0
     "$TOPO" exec gwA ip link add link "$GWA_PROT_IF" name xesp-mv0 address $mv \

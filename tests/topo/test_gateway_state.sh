@@ -238,11 +238,12 @@ leftover_kept() {
     }
     ! cli gwA iface list | grep -q '^xs-left ' || return 1
     # ... which drops what it would hand over (no socket behind its entry), counted.
-    local before after
+    local before after mac
+    mac=$("$TOPO" exec gwA cat /sys/class/net/xs-left/address) || return 1
     before=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" xs-left xsk-missing) || return 1
     "$TOPO" exec gwA "$PY" -c "
 from scapy.all import Ether, IP, UDP, sendp
-sendp(Ether(dst='ff:ff:ff:ff:ff:ff') / IP(src='10.1.0.9', dst='10.2.0.2') / UDP(dport=5300) /
+sendp(Ether(dst='$mac') / IP(src='10.1.0.9', dst='10.2.0.2') / UDP(dport=5300) /
       b'left', iface='xs-leftp', count=20, verbose=False)" || return 1
     after=$("$TOPO" exec gwA "$PY" "$HERE/xdp_counter.py" xs-left xsk-missing) || return 1
     echo "xsk-missing on xs-left: $before -> $after"
