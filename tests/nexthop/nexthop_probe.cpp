@@ -125,6 +125,34 @@ std::string send(NextHops &nh, std::istringstream &in)
     return r ? "sent" : "error " + r.error().message;
 }
 
+// The MACs a device takes frames for, from the device list NextHops keeps, and how many
+// times it listed the devices whole; or those of a list read now ("dump").
+std::string macs(NextHops &nh, const std::string &ifname, bool dump)
+{
+    nh.poll();
+    uint32_t ifindex = if_nametoindex(ifname.c_str());
+    if (!ifindex)
+        return "error no device '" + ifname + "'";
+    std::vector<rtnl::Link> dumped;
+    const std::vector<rtnl::Link> *links = &dumped;
+    int err = 0;
+    if (dump) {
+        rtnl::Requests rq;
+        err = rq.open(1) ? rtnl::dump_links(rq, dumped) : rtnl::Requests::kSocketError;
+    } else {
+        links = nh.links(err);
+    }
+    if (err)
+        return "error listing the devices: " + std::to_string(err);
+    std::string out = "macs";
+    const char *sep = " ";
+    for (const auto &m : rtnl::accepted_macs(*links, ifindex).macs) {
+        out += sep + rtnl::mac_str(m);
+        sep = ",";
+    }
+    return dump ? out : out + " lists=" + std::to_string(nh.stats().link_lists);
+}
+
 std::string stats(const NextHops &nh)
 {
     const auto &s = nh.stats();
@@ -161,6 +189,9 @@ int main(int argc, char **argv)
             out = a ? lookup(**nh, *a) : "error bad address '" + arg + "'";
         } else if (cmd == "send") {
             out = send(**nh, in);
+        } else if (cmd == "macs" || cmd == "macs-dump") {
+            in >> arg;
+            out = macs(**nh, arg, cmd == "macs-dump");
         } else if (cmd == "stats") {
             out = stats(**nh);
         } else if (cmd == "quit") {

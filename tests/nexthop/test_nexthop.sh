@@ -18,7 +18,9 @@
 # MAC (gratuitous ARP), a deleted neighbour and a device MTU/MAC change are picked up from
 # events; the refresh leaves a permanent neighbour permanent; send_via_kernel delivers a
 # hand-made UDP packet over IPv4 and IPv6 while the neighbour is being resolved, and reports
-# EMSGSIZE for a packet over the MTU.
+# EMSGSIZE for a packet over the MTU; the device list (links()) is read whole once and then
+# kept from link events: macvlans added, down, deleted and given a new MAC show in the MACs a
+# device takes, as in a list read afresh.
 #
 # Usage: test_nexthop.sh PROBE_BINARY
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns or veth).
@@ -163,6 +165,26 @@ ip -n "$GW" link set gw0 address 02:00:00:00:00:20
 await "device MAC change" "hop gw0 1300 02:00:00:00:00:20 02:00:00:00:01:99" lookup 10.0.0.2
 ask stats
 same "device changes patch the entries (no flush)" "$flushes" "${REPLY##*flushes=}"
+
+# ---- The device list (links()): listed whole once, then kept from the link events ---------
+gw0_mac=$(ip -n "$GW" -o link show gw0 | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
+ask macs gw0
+same "the MACs gw0 takes: its own, from one list of the devices" "macs $gw0_mac lists=1" "$REPLY"
+for i in 1 2; do
+    ip -n "$GW" link add link gw0 name mv$i address 02:00:00:00:00:3$i type macvlan mode private
+    ip -n "$GW" link set mv$i up
+done
+await "two macvlans' MACs, from the events" \
+    "macs $gw0_mac,02:00:00:00:00:31,02:00:00:00:00:32 lists=1" macs gw0
+ip -n "$GW" link set mv1 down
+ip -n "$GW" link del mv2
+await "one down, one deleted: from the events" "macs $gw0_mac lists=1" macs gw0
+ip -n "$GW" link set mv1 address 02:00:00:00:00:33
+ip -n "$GW" link set mv1 up
+await "a new MAC, up again" "macs $gw0_mac,02:00:00:00:00:33 lists=1" macs gw0
+ask macs-dump gw0
+same "... as a list read now has them" "macs $gw0_mac,02:00:00:00:00:33" "$REPLY"
+ip -n "$GW" link del mv1
 
 # ---- send_via_kernel ----------------------------------------------------------------------
 ip -n "$GW" route replace 10.9.0.0/24 via 10.0.0.2 dev gw0

@@ -314,17 +314,18 @@ Result<void> Gateway::del_iface(const std::string &name)
 namespace {
 
 constexpr uint64_t kRetryNs = 1'000'000'000;  // a device list that could not be read
-constexpr uint64_t kGapNs = 100'000'000;      // between two lists: a burst of events, one
+constexpr uint64_t kGapNs = 100'000'000;      // between two looks: a burst of events, one
 
-// Every device of the namespace, or why not, said in the log.
-bool read_links(std::vector<rtnl::Link> &links, const char *why)
+// Every device of the namespace (NextHops keeps the list from link events), or nullptr and
+// why not, said in the log.
+const std::vector<rtnl::Link> *read_links(NextHops &hops, const char *why)
 {
-    rtnl::Requests rq;
-    int err = rq.open(1) ? rtnl::dump_links(rq, links) : rtnl::Requests::kSocketError;
-    if (err)
+    int err = 0;
+    const auto *links = hops.links(err);
+    if (!links)
         log(LogLevel::Warning, "cannot list the devices %s (%s)", why,
             err < 0 ? std::strerror(-err) : "netlink socket");
-    return err == 0;
+    return links;
 }
 
 }  // namespace
@@ -352,23 +353,25 @@ std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i, const rt
 std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
 {
     macs_due_ = true;
-    std::vector<rtnl::Link> links;
     if (i.local)
         return {};
-    if (!read_links(links, ("for " + i.name + "'s MACs: they are not checked").c_str()))
+    const auto *links =
+        read_links(*hops_, ("for " + i.name + "'s MACs: they are not checked").c_str());
+    if (!links)
         return {};
-    return iface_macs(i, rtnl::accepted_macs(links, i.ifindex), false);
+    return iface_macs(i, rtnl::accepted_macs(*links, i.ifindex), false);
 }
 
 // A watched device changed (a MAC set, a macvlan or VLAN added, removed, up or down, a bridge
 // joined): the classifier's entries take the interfaces' Ethernet addresses as they are now,
 // and the devices above them are the ones watched. Until then a frame to a new address is
 // dropped where it would be handed over (fail closed); a failure is tried again in a second.
-// A tenth of a second at least between two lists, whatever the rate of events.
+// A tenth of a second at least between two looks, whatever the rate of events. The device
+// list is NextHops', kept from the link events: listed whole once, not at each look.
 void Gateway::refresh_macs(uint64_t now)
 {
-    std::vector<rtnl::Link> links;
-    if (!read_links(links, "after a device change; again in a second")) {
+    const auto *links = read_links(*hops_, "after a device change; again in a second");
+    if (!links) {
         macs_at_ns_ = now + kRetryNs;
         return;
     }
@@ -379,7 +382,7 @@ void Gateway::refresh_macs(uint64_t now)
         if (i.local)
             continue;
         watched.push_back(i.ifindex);
-        auto u = rtnl::accepted_macs(links, i.ifindex);
+        auto u = rtnl::accepted_macs(*links, i.ifindex);
         watched.insert(watched.end(), u.devices.begin(), u.devices.end());
         if (u.macs.empty())
             continue;  // gone: what it held stays until `iface del`

@@ -183,4 +183,25 @@ bool NextHops::take_link_change()
     return std::exchange(s_->link_changed, false);
 }
 
+const std::vector<rtnl::Link> *NextHops::links(int &err)
+{
+    State &s = *s_;
+    err = 0;
+    if (s.links_whole)
+        return &s.links;
+    rtnl::Requests rq;
+    if (!rq.open(1)) {
+        err = rtnl::Requests::kSocketError;
+        return nullptr;
+    }
+    err = -EINTR;
+    for (int i = 0; i < 3 && err == -EINTR; i++)  // devices changed under it: again
+        err = rtnl::dump_links(rq, s.links);
+    if (err)
+        return nullptr;
+    ++s.stats.link_lists;
+    s.links_whole = true;
+    return &s.links;
+}
+
 }  // namespace xesp

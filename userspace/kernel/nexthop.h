@@ -39,6 +39,7 @@
 
 #include "userspace/base/ip.h"
 #include "userspace/base/result.h"
+#include "userspace/kernel/rtnl.h"
 
 namespace xesp {
 
@@ -77,6 +78,7 @@ public:
         uint64_t neigh_probes = 0;    // NTF_USE requests sent
         uint64_t flushes = 0;         // table forgotten: route change, full, lost events
         uint64_t event_overruns = 0;  // the event socket lost events (ENOBUFS)
+        uint64_t link_lists = 0;      // whole device lists read (links())
     };
 
     // Netlink sockets (a query socket; an event socket on the neighbour, IPv4 route, IPv6
@@ -121,6 +123,12 @@ public:
     // lost. True once after such a change.
     void watch_links(std::vector<uint32_t> ifindexes);
     bool take_link_change();
+    // Every device of the namespace as the link events poll() read left it: listed whole
+    // (an RTM_GETLINK dump) at the first call and again after events were lost, else kept
+    // from the events, so that a device change costs that device, not a list of thousands.
+    // nullptr if the list could not be read, with the kernel's -errno or
+    // rtnl::Requests::kSocketError in `err`.
+    const std::vector<rtnl::Link> *links(int &err);
 
 private:
     struct State;

@@ -4,6 +4,7 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "userspace/kernel/nexthop_state.h"
@@ -85,6 +86,31 @@ void NextHops::State::note_link(const nlmsghdr *nlh)
             link_changed = true;
 }
 
+// The device list of links(), as the event leaves it.
+void NextHops::State::keep_link(const nlmsghdr *nlh)
+{
+    if (!links_whole || mnl_nlmsg_get_payload_len(nlh) < sizeof(ifinfomsg))
+        return;
+    const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(nlh));
+    if (ifi->ifi_family != AF_UNSPEC)
+        return;  // a bridge port's notification (AF_BRIDGE): the device stays
+    auto ifindex = uint32_t(ifi->ifi_index);
+    auto it = std::find_if(links.begin(), links.end(),
+                           [&](const rtnl::Link &l) { return l.ifindex == ifindex; });
+    if (nlh->nlmsg_type == RTM_DELLINK) {
+        if (it != links.end())
+            links.erase(it);
+        return;
+    }
+    rtnl::Link l = it != links.end() ? *it : rtnl::Link{};
+    if (!parse_link(nlh, l))
+        return;
+    if (it != links.end())
+        *it = l;
+    else
+        links.push_back(l);
+}
+
 void NextHops::State::read_events()
 {
     for (int r = 0; r < kEventReads; ++r) {
@@ -95,6 +121,7 @@ void NextHops::State::read_events()
             // Events were dropped: nothing we hold can be trusted.
             ++stats.event_overruns;
             link_changed = true;
+            links_whole = false;
             devs.clear();
             flush_due = true;
             continue;
@@ -115,6 +142,7 @@ void NextHops::State::read_events()
             case RTM_NEWLINK:
             case RTM_DELLINK:
                 note_link(h);
+                keep_link(h);
                 on_link(h);
                 break;
             }

@@ -101,6 +101,11 @@ struct NextHops::State {
     std::vector<Dev> devs;
     std::vector<uint32_t> watched;  // watch_links()
     bool link_changed = false;
+    // links(): every device, kept from the events while links_whole (which lost events end).
+    // Events queued before the list are applied after it; each carries a device's whole state,
+    // and those that follow them too, so the list ends as the devices are.
+    std::vector<rtnl::Link> links;
+    bool links_whole = false;
 
     uint64_t round = 0;
     uint32_t cursor = nexthop::kNone;  // the refresh round in progress, or none
@@ -108,6 +113,7 @@ struct NextHops::State {
     nexthop::Clock::time_point next_round;
 
     void note_link(const nlmsghdr *nlh);
+    void keep_link(const nlmsghdr *nlh);
     std::vector<char> ebuf = std::vector<char>(nexthop::kRecvBufferSize);
 
     Stats stats;
