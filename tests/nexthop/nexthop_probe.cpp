@@ -13,6 +13,7 @@
 // Usage: nexthop_probe [--refresh-ms N]
 #include <net/if.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -153,6 +154,40 @@ std::string macs(NextHops &nh, const std::string &ifname, bool dump)
     return dump ? out : out + " lists=" + std::to_string(nh.stats().link_lists);
 }
 
+// The device list NextHops keeps against one read now, device by device: "match N", or the
+// first difference.
+std::string links_match(NextHops &nh)
+{
+    nh.poll();
+    int err = 0;
+    const std::vector<rtnl::Link> *kept = nh.links(err);
+    std::vector<rtnl::Link> now;
+    rtnl::Requests rq;
+    if (!kept || !rq.open(1) || rtnl::dump_links(rq, now) != 0)
+        return "error listing the devices";
+    for (const auto &n : now) {
+        auto k = std::find_if(kept->begin(), kept->end(),
+                              [&](const rtnl::Link &l) { return l.ifindex == n.ifindex; });
+        std::string at = "differ " + std::to_string(n.ifindex) + " ";
+        if (k == kept->end())
+            return at + "missing";
+        if ((k->flags & IFF_UP) != (n.flags & IFF_UP))
+            return at + "up";
+        if (k->ether != n.ether || k->mac != n.mac)
+            return at + "mac";
+        if (k->master != n.master)
+            return at + "master";
+        if (k->lower != n.lower)
+            return at + "lower";
+        if (k->kind != n.kind)
+            return at + "kind";
+    }
+    if (kept->size() != now.size())
+        return "differ " + std::to_string(kept->size()) + " kept, " + std::to_string(now.size()) +
+               " now";
+    return "match " + std::to_string(now.size());
+}
+
 std::string stats(const NextHops &nh)
 {
     const auto &s = nh.stats();
@@ -192,6 +227,8 @@ int main(int argc, char **argv)
         } else if (cmd == "macs" || cmd == "macs-dump") {
             in >> arg;
             out = macs(**nh, arg, cmd == "macs-dump");
+        } else if (cmd == "links-match") {
+            out = links_match(**nh);
         } else if (cmd == "stats") {
             out = stats(**nh);
         } else if (cmd == "quit") {

@@ -19,8 +19,9 @@
 # events; the refresh leaves a permanent neighbour permanent; send_via_kernel delivers a
 # hand-made UDP packet over IPv4 and IPv6 while the neighbour is being resolved, and reports
 # EMSGSIZE for a packet over the MTU; the device list (links()) is read whole once and then
-# kept from link events: macvlans added, down, deleted and given a new MAC show in the MACs a
-# device takes, as in a list read afresh.
+# kept from link events: macvlans added, down, deleted and given a new MAC, and a bridge joined
+# and left, show in the MACs a device takes, as in a list read afresh; after a device left for
+# another namespace, the kept list is still a list read now, device by device.
 #
 # Usage: test_nexthop.sh PROBE_BINARY
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns or veth).
@@ -185,6 +186,28 @@ await "a new MAC, up again" "macs $gw0_mac,02:00:00:00:00:33 lists=1" macs gw0
 ask macs-dump gw0
 same "... as a list read now has them" "macs $gw0_mac,02:00:00:00:00:33" "$REPLY"
 ip -n "$GW" link del mv1
+# A bridge joined and left: the master comes and goes with the events.
+gw1_mac=$(ip -n "$GW" -o link show gw1 | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
+ip -n "$GW" link add br7 address 02:00:00:00:00:37 type bridge
+ip -n "$GW" link set br7 up
+ip -n "$GW" link set gw1 master br7
+await "a bridge joined: its MAC, from the events" "macs $gw1_mac,02:00:00:00:00:37 lists=1" \
+    macs gw1
+ip -n "$GW" link set gw1 nomaster
+await "... and left" "macs $gw1_mac lists=1" macs gw1
+ip -n "$GW" link del br7
+# A device that leaves for another namespace leaves what is stacked on it, and its veth peer,
+# with no event: neither has a lower device here any more.
+ip -n "$GW" link add xv0 type veth peer name xv1
+ip -n "$GW" link add link xv0 name mvx type macvlan
+ip -n "$GW" link set xv0 netns "$FAR"
+ask links-match
+case $REPLY in
+"match "*) pass "the kept list is, device by device, a list read now ($REPLY)" ;;
+*) fail "the kept list is, device by device, a list read now" "$REPLY" ;;
+esac
+ip -n "$GW" link del mvx
+ip -n "$FAR" link del xv0
 
 # ---- send_via_kernel ----------------------------------------------------------------------
 ip -n "$GW" route replace 10.9.0.0/24 via 10.0.0.2 dev gw0

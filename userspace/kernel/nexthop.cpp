@@ -188,7 +188,7 @@ const std::vector<rtnl::Link> *NextHops::links(int &err)
     State &s = *s_;
     err = 0;
     if (s.links_whole)
-        return &s.links;
+        return s.drained_links();
     rtnl::Requests rq;
     if (!rq.open(1)) {
         err = rtnl::Requests::kSocketError;
@@ -201,7 +201,7 @@ const std::vector<rtnl::Link> *NextHops::links(int &err)
         return nullptr;
     ++s.stats.link_lists;
     s.links_whole = true;
-    return &s.links;
+    return s.drained_links();
 }
 
 }  // namespace xesp

@@ -94,12 +94,33 @@ void NextHops::State::keep_link(const nlmsghdr *nlh)
     const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(nlh));
     if (ifi->ifi_family != AF_UNSPEC)
         return;  // a bridge port's notification (AF_BRIDGE): the device stays
+    // A wireless extension's event carries its name and that only, not the master, lower
+    // device and kind every other link message has.
+    bool wireless = false;
+    mnl_attr_parse(
+        nlh, sizeof(ifinfomsg),
+        [](const nlattr *a, void *data) {
+            if (mnl_attr_get_type(a) == IFLA_WIRELESS)
+                *static_cast<bool *>(data) = true;
+            return MNL_CB_OK;
+        },
+        &wireless);
+    if (wireless)
+        return;
     auto ifindex = uint32_t(ifi->ifi_index);
     auto it = std::find_if(links.begin(), links.end(),
                            [&](const rtnl::Link &l) { return l.ifindex == ifindex; });
     if (nlh->nlmsg_type == RTM_DELLINK) {
         if (it != links.end())
             links.erase(it);
+        // Gone from here, perhaps to another namespace: what was stacked on it stays with no
+        // event, and a list would show no lower device in this one (IFLA_LINK_NETNSID).
+        for (rtnl::Link &l : links) {
+            if (l.lower == ifindex)
+                l.lower = 0;
+            if (l.master == ifindex)
+                l.master = 0;
+        }
         return;
     }
     rtnl::Link l = it != links.end() ? *it : rtnl::Link{};
@@ -111,14 +132,29 @@ void NextHops::State::keep_link(const nlmsghdr *nlh)
         links.push_back(l);
 }
 
-void NextHops::State::read_events()
+// The list of links() once the events queued so far are applied: as the devices are now. A
+// flood leaves the rest to poll(), and the caller hears of a change again.
+const std::vector<rtnl::Link> *NextHops::State::drained_links()
+{
+    bool done = false;
+    for (int i = 0; i < 16 && !done; i++)
+        done = read_events();
+    if (!done)
+        link_changed = true;
+    return &links;
+}
+
+bool NextHops::State::read_events()
 {
     for (int r = 0; r < kEventReads; ++r) {
         ssize_t n = mnl_socket_recvfrom(events, ebuf.data(), ebuf.size());
         if (n < 0) {
-            if (errno != ENOBUFS)
-                break;  // EAGAIN: nothing more
-            // Events were dropped: nothing we hold can be trusted.
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return true;  // nothing more
+            if (errno == EINTR)
+                continue;
+            // Events were dropped (ENOBUFS), or one cut short (ENOSPC, a truncated datagram):
+            // nothing we hold can be trusted.
             ++stats.event_overruns;
             link_changed = true;
             links_whole = false;
@@ -148,6 +184,7 @@ void NextHops::State::read_events()
             }
         }
     }
+    return false;
 }
 
 // ---- Refresh ------------------------------------------------------------------------------

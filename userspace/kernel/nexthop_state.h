@@ -102,8 +102,9 @@ struct NextHops::State {
     std::vector<uint32_t> watched;  // watch_links()
     bool link_changed = false;
     // links(): every device, kept from the events while links_whole (which lost events end).
-    // Events queued before the list are applied after it; each carries a device's whole state,
-    // and those that follow them too, so the list ends as the devices are.
+    // Events queued before the list are applied after it, up to the last one, before the list
+    // is handed out: each carries a device's whole state, and those that follow it too, so the
+    // list ends as the devices are.
     std::vector<rtnl::Link> links;
     bool links_whole = false;
 
@@ -114,6 +115,7 @@ struct NextHops::State {
 
     void note_link(const nlmsghdr *nlh);
     void keep_link(const nlmsghdr *nlh);
+    const std::vector<rtnl::Link> *drained_links();
     std::vector<char> ebuf = std::vector<char>(nexthop::kRecvBufferSize);
 
     Stats stats;
@@ -140,7 +142,7 @@ struct NextHops::State {
     // Events and the refresh round (nexthop_events.cpp).
     void on_neigh(const nlmsghdr *nlh);
     void on_link(const nlmsghdr *nlh);
-    void read_events();
+    bool read_events();  // true: the socket has no more
     void refresh();
 
     // The sockets (nexthop_sockets.cpp).
