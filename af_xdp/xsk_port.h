@@ -122,9 +122,10 @@ private:
     std::unique_ptr<State> s_;
 };
 
-// The `len` bytes an XDP program put in front of the frame with bpf_xdp_adjust_meta, for a Pkt
-// as rx_burst handed it out (before l3 moves). nullptr if they cannot fit there. The RX
-// descriptor does not say whether metadata was written: check a magic value, and clear it.
+// The `len` bytes an XDP program put in front of the frame with bpf_xdp_adjust_meta, or at its
+// start where rx_burst skipped them (XskPortOptions::skip), for a Pkt as rx_burst handed it
+// out (before l3 moves). nullptr if they cannot fit there. The RX descriptor does not say
+// whether metadata was written: check a magic value, and clear it.
 inline const void *meta(const Pkt &p, size_t len)
 {
     uint32_t start = p.l3 - p.l2_len;  // where the frame's link-layer header starts

@@ -157,10 +157,13 @@ struct xesp_addr_key {
 
 /* ---- Metadata in front of a redirected frame (bpf_xdp_adjust_meta) ---------------------
  *
- * Userspace finds it at xsk_umem__get_data(frame) - sizeof(struct xesp_meta). The RX
- * descriptor does not say whether it is there, hence the magic; userspace clears it after
- * reading, because frames are reused. A frame without the magic is classified again in
- * userspace. */
+ * Userspace finds it at xsk_umem__get_data(frame) - sizeof(struct xesp_meta). Where the
+ * kernel refuses bpf_xdp_adjust_meta, it is the frame's first bytes instead (meta_in_frame in
+ * xesp_xdp.bpf.c), which the socket's reader skips (XskPortOptions::skip): it then sits in
+ * the same place. The RX descriptor does not say whether it is there, hence the magic;
+ * userspace clears it after reading, because frames are reused. A frame without the magic is
+ * classified again in userspace (with the metadata in the frame there is none: a frame that
+ * cannot take it is dropped). */
 
 #define XESP_META_MAGIC 0xe5e5
 

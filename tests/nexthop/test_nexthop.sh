@@ -206,8 +206,12 @@ case $REPLY in
 "match "*) pass "the kept list is, device by device, a list read now ($REPLY)" ;;
 *) fail "the kept list is, device by device, a list read now" "$REPLY" ;;
 esac
+# ... and coming back, it is their lower device again, with no event for them either.
+ip -n "$FAR" link set xv0 netns "$GW"
+await "a device back from another namespace: the kept list is a list read now" \
+    "match 6" links-match
 ip -n "$GW" link del mvx
-ip -n "$FAR" link del xv0
+ip -n "$GW" link del xv0
 
 # ---- send_via_kernel ----------------------------------------------------------------------
 ip -n "$GW" route replace 10.9.0.0/24 via 10.0.0.2 dev gw0

@@ -187,21 +187,29 @@ const std::vector<rtnl::Link> *NextHops::links(int &err)
 {
     State &s = *s_;
     err = 0;
-    if (s.links_whole)
-        return s.drained_links();
-    rtnl::Requests rq;
-    if (!rq.open(1)) {
-        err = rtnl::Requests::kSocketError;
-        return nullptr;
+    // Events lost while the queue drains make the list untrustworthy again: one more list.
+    for (int tries = 0; tries < 2; tries++) {
+        if (!s.links_whole) {
+            rtnl::Requests rq;
+            if (!rq.open(1)) {
+                err = rtnl::Requests::kSocketError;
+                return nullptr;
+            }
+            err = -EINTR;
+            for (int i = 0; i < 3 && err == -EINTR; i++)  // devices changed under it: again
+                err = rtnl::dump_links(rq, s.links);
+            if (err)
+                return nullptr;
+            ++s.stats.link_lists;
+            s.links_whole = true;
+            s.links_orphaned = false;
+        }
+        const auto *links = s.drained_links();
+        if (s.links_whole)
+            return links;
     }
-    err = -EINTR;
-    for (int i = 0; i < 3 && err == -EINTR; i++)  // devices changed under it: again
-        err = rtnl::dump_links(rq, s.links);
-    if (err)
-        return nullptr;
-    ++s.stats.link_lists;
-    s.links_whole = true;
-    return s.drained_links();
+    err = -ENOBUFS;
+    return nullptr;
 }
 
 }  // namespace xesp

@@ -123,11 +123,12 @@ public:
     // lost. True once after such a change.
     void watch_links(std::vector<uint32_t> ifindexes);
     bool take_link_change();
-    // Every device of the namespace as the link events poll() read left it: listed whole
-    // (an RTM_GETLINK dump) at the first call and again after events were lost, else kept
-    // from the events, so that a device change costs that device, not a list of thousands.
-    // nullptr if the list could not be read, with the kernel's -errno or
-    // rtnl::Requests::kSocketError in `err`.
+    // Every device of the namespace as the link events left it, those queued so far applied
+    // first: listed whole (an RTM_GETLINK dump) at the first call and again after events were
+    // lost, else kept from the events, so that a device change costs its event, not a list
+    // of thousands from the kernel. nullptr if the list could not be read (events lost
+    // twice over counts too), with the kernel's -errno or rtnl::Requests::kSocketError in
+    // `err`.
     const std::vector<rtnl::Link> *links(int &err);
 
 private:

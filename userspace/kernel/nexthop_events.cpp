@@ -116,11 +116,20 @@ void NextHops::State::keep_link(const nlmsghdr *nlh)
         // Gone from here, perhaps to another namespace: what was stacked on it stays with no
         // event, and a list would show no lower device in this one (IFLA_LINK_NETNSID).
         for (rtnl::Link &l : links) {
-            if (l.lower == ifindex)
+            if (l.lower == ifindex) {
                 l.lower = 0;
+                links_orphaned = true;
+            }
             if (l.master == ifindex)
                 l.master = 0;
         }
+        return;
+    }
+    // A device new here, perhaps one coming back: what was stacked on it names it again, with
+    // no event. Listed whole at the next links().
+    if (it == links.end() && links_orphaned) {
+        links_whole = false;
+        link_changed = true;
         return;
     }
     rtnl::Link l = it != links.end() ? *it : rtnl::Link{};

@@ -107,6 +107,7 @@ struct NextHops::State {
     // list ends as the devices are.
     std::vector<rtnl::Link> links;
     bool links_whole = false;
+    bool links_orphaned = false;  // a device left with others stacked on it (keep_link())
 
     uint64_t round = 0;
     uint32_t cursor = nexthop::kNone;  // the refresh round in progress, or none
