@@ -181,11 +181,49 @@ std::string links_match(NextHops &nh)
             return at + "lower";
         if (k->kind != n.kind)
             return at + "kind";
+        if (k->name != n.name)
+            return at + "name";
     }
     if (kept->size() != now.size())
         return "differ " + std::to_string(kept->size()) + " kept, " + std::to_string(now.size()) +
                " now";
     return "match " + std::to_string(now.size());
+}
+
+// `watch DEV... [names NAME...]`: the devices (by name, here now) and the names to watch.
+std::string watch(NextHops &nh, std::istringstream &in)
+{
+    std::vector<uint32_t> ifindexes;
+    std::vector<std::string> names;
+    std::string w;
+    bool by_name = false;
+    while (in >> w) {
+        if (w == "names") {
+            by_name = true;
+        } else if (by_name) {
+            names.push_back(w);
+        } else {
+            uint32_t ifindex = if_nametoindex(w.c_str());
+            if (!ifindex)
+                return "error no device '" + w + "'";
+            ifindexes.push_back(ifindex);
+        }
+    }
+    nh.watch_links(std::move(ifindexes), std::move(names));
+    return "watching";
+}
+
+// What the events since the last look said of the watched devices: "gone [IFINDEX...]
+// changed=0|1 unknown=0|1".
+std::string gone(NextHops &nh)
+{
+    nh.poll();
+    bool unknown = false;
+    std::string out = "gone";
+    for (uint32_t ifindex : nh.take_links_gone(unknown))
+        out += " " + std::to_string(ifindex);
+    out += " changed=" + std::to_string(int(nh.take_link_change()));
+    return out + " unknown=" + std::to_string(int(unknown));
 }
 
 std::string stats(const NextHops &nh)
@@ -227,6 +265,10 @@ int main(int argc, char **argv)
         } else if (cmd == "macs" || cmd == "macs-dump") {
             in >> arg;
             out = macs(**nh, arg, cmd == "macs-dump");
+        } else if (cmd == "watch") {
+            out = watch(**nh, in);
+        } else if (cmd == "gone") {
+            out = gone(**nh);
         } else if (cmd == "links-match") {
             out = links_match(**nh);
         } else if (cmd == "stats") {

@@ -21,7 +21,9 @@
 # EMSGSIZE for a packet over the MTU; the device list (links()) is read whole once and then
 # kept from link events: macvlans added, down, deleted and given a new MAC, and a bridge joined
 # and left, show in the MACs a device takes, as in a list read afresh; after a device left for
-# another namespace, the kept list is still a list read now, device by device.
+# another namespace, the kept list is still a list read now, device by device; a watched device
+# that leaves and comes straight back is told as gone, a new device of a watched name as a
+# change.
 #
 # Usage: test_nexthop.sh PROBE_BINARY
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns or veth).
@@ -212,6 +214,31 @@ await "a device back from another namespace: the kept list is a list read now" \
     "match 6" links-match
 ip -n "$GW" link del mvx
 ip -n "$GW" link del xv0
+# A watched device that leaves and comes straight back, under the same index, is told as gone
+# (each once); a device new here under a watched name is told as a change.
+ip -n "$GW" link add xg0 type veth peer name xg1
+xg0=$(ip netns exec "$GW" cat /sys/class/net/xg0/ifindex)
+ask watch xg0 names xn0
+ask gone  # xg0's own coming, if its event is read only now
+ask gone
+same "watching: nothing gone yet" "gone changed=0 unknown=0" "$REPLY"
+ip -n "$GW" link set xg0 netns "$FAR"
+ip -n "$FAR" link set xg0 netns "$GW"
+same "... it is back under the same index" "$xg0" "$(ip netns exec "$GW" cat /sys/class/net/xg0/ifindex)"
+ask gone
+same "a watched device away and back at once: told as gone" "gone $xg0 changed=1 unknown=0" "$REPLY"
+ask gone
+same "... once" "gone changed=0 unknown=0" "$REPLY"
+ip -n "$GW" link add xn0 type veth peer name xn1
+ask gone
+same "a device of a watched name made: told as a change" "gone changed=1 unknown=0" "$REPLY"
+ask links-match
+case $REPLY in
+"match "*) pass "the kept list has the devices' names as a list read now ($REPLY)" ;;
+*) fail "the kept list has the devices' names as a list read now" "$REPLY" ;;
+esac
+ip -n "$GW" link del xn0
+ip -n "$GW" link del xg0
 
 # ---- send_via_kernel ----------------------------------------------------------------------
 ip -n "$GW" route replace 10.9.0.0/24 via 10.0.0.2 dev gw0

@@ -173,14 +173,21 @@ const NextHops::Stats &NextHops::stats() const
     return s_->stats;
 }
 
-void NextHops::watch_links(std::vector<uint32_t> ifindexes)
+void NextHops::watch_links(std::vector<uint32_t> ifindexes, std::vector<std::string> names)
 {
     s_->watched = std::move(ifindexes);
+    s_->watched_names = std::move(names);
 }
 
 bool NextHops::take_link_change()
 {
     return std::exchange(s_->link_changed, false);
+}
+
+std::vector<uint32_t> NextHops::take_links_gone(bool &unknown)
+{
+    unknown = std::exchange(s_->links_gone_unknown, false);
+    return std::exchange(s_->links_gone, {});
 }
 
 const std::vector<rtnl::Link> *NextHops::links(int &err)

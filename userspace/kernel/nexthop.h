@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "userspace/base/ip.h"
@@ -120,9 +121,14 @@ public:
 
     // Devices the caller watches (its interfaces and the devices above them): poll() notes
     // each link event about one of them, or one stacked on or enslaved to one, and events
-    // lost. True once after such a change.
-    void watch_links(std::vector<uint32_t> ifindexes);
+    // lost; and each about a device of one of `names` (one new here, or renamed to one).
+    // True once after such a change.
+    void watch_links(std::vector<uint32_t> ifindexes, std::vector<std::string> names = {});
     bool take_link_change();
+    // The watched devices that left this namespace (deleted, or moved to another) since the
+    // last call, each once, even one back by now under the same index. `unknown`: events
+    // were lost meanwhile, so that a device may have left and come back unseen.
+    std::vector<uint32_t> take_links_gone(bool &unknown);
     // Every device of the namespace as the link events left it, those queued so far applied
     // first: listed whole (an RTM_GETLINK dump) at the first call and again after events were
     // lost, else kept from the events, so that a device change costs its event, not a list

@@ -75,14 +75,22 @@ void NextHops::State::on_link(const nlmsghdr *nlh)
     }
 }
 
-// A change of a watched device, or of one stacked on or enslaved to one (watch_links()).
+// A change of a watched device, or of one stacked on or enslaved to one, or of a device of a
+// watched name (watch_links()); a watched device gone.
 void NextHops::State::note_link(const nlmsghdr *nlh)
 {
     Dev d;
-    if (watched.empty() || !parse_link(nlh, d))
+    if ((watched.empty() && watched_names.empty()) || !parse_link(nlh, d))
         return;
-    for (uint32_t w : watched)
+    for (uint32_t w : watched) {
         if (w == d.ifindex || w == d.lower || w == d.master)
+            link_changed = true;
+        if (w == d.ifindex && nlh->nlmsg_type == RTM_DELLINK &&
+            std::find(links_gone.begin(), links_gone.end(), w) == links_gone.end())
+            links_gone.push_back(w);
+    }
+    for (const std::string &n : watched_names)
+        if (n == d.name.data())
             link_changed = true;
 }
 
@@ -166,6 +174,7 @@ bool NextHops::State::read_events()
             // nothing we hold can be trusted.
             ++stats.event_overruns;
             link_changed = true;
+            links_gone_unknown = true;
             links_whole = false;
             devs.clear();
             flush_due = true;

@@ -100,7 +100,10 @@ struct NextHops::State {
 
     std::vector<Dev> devs;
     std::vector<uint32_t> watched;  // watch_links()
+    std::vector<std::string> watched_names;
     bool link_changed = false;
+    std::vector<uint32_t> links_gone;  // take_links_gone()
+    bool links_gone_unknown = false;
     // links(): every device, kept from the events while links_whole (which lost events end).
     // Events queued before the list are applied after it, up to the last one, before the list
     // is handed out: each carries a device's whole state, and those that follow it too, so the

@@ -121,6 +121,10 @@ bool parse_link(const nlmsghdr *nlh, Link &d)
     d.ifindex = uint32_t(ifi->ifi_index);
     d.flags = ifi->ifi_flags;
     get_u32(tb[IFLA_MTU], d.mtu);
+    if (tb[IFLA_IFNAME] && mnl_attr_validate(tb[IFLA_IFNAME], MNL_TYPE_NUL_STRING) == 0) {
+        d.name = {};
+        std::strncpy(d.name.data(), mnl_attr_get_str(tb[IFLA_IFNAME]), d.name.size() - 1);
+    }
     if (tb[IFLA_ADDRESS]) {
         d.ether = ifi->ifi_type == ARPHRD_ETHER && mnl_attr_get_payload_len(tb[IFLA_ADDRESS]) == 6;
         if (d.ether)

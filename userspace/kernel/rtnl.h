@@ -51,6 +51,7 @@ struct Link {
     uint32_t master = 0;  // its bridge, bond, team or VRF (IFLA_MASTER); 0: none
     uint32_t lower = 0;   // in this namespace, the device it is stacked on (IFLA_LINK); 0: none
     std::array<char, 16> kind{};  // "macvlan", "vlan", "bridge", ... (IFLA_INFO_KIND); "": none
+    std::array<char, 16> name{};  // IFLA_IFNAME
 };
 
 void parse_route(const nlmsghdr *nlh, Route &r);
