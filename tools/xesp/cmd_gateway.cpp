@@ -59,7 +59,7 @@ std::string with_rate(uint64_t now, const json *prev_obj, const char *key, doubl
 }
 
 // `iface list -j`: the interfaces of `xesp stats -j` the operator added (not the local link),
-// each {name, role, mode, ifindex, queues, mtu, macs[, warning]}.
+// each {name, role, mode, ifindex, queues, mtu, macs[, warning][, absent]}.
 json iface_list_json(const json &stats)
 {
     json out = json::array();
@@ -128,9 +128,13 @@ void print_stats(const json &s, const json *prev, double secs)
 {
     std::printf("interfaces:");
     for (const auto &i : s["ifaces"])
-        std::printf("  %s (%s, %s mode, %u queues, MTU %u)", i.value("name", "").c_str(),
-                    i.value("role", "").c_str(), i.value("mode", "xdp").c_str(),
-                    i.value("queues", 0u), i.value("mtu", 0u));
+        if (i.value("absent", false))
+            std::printf("  %s (%s, %s mode, absent)", i.value("name", "").c_str(),
+                        i.value("role", "").c_str(), i.value("mode", "xdp").c_str());
+        else
+            std::printf("  %s (%s, %s mode, %u queues, MTU %u)", i.value("name", "").c_str(),
+                        i.value("role", "").c_str(), i.value("mode", "xdp").c_str(),
+                        i.value("queues", 0u), i.value("mtu", 0u));
     std::printf("%s\n", s["ifaces"].empty() ? "  none (xesp iface add DEV role ...)" : "");
     std::printf("engine: encrypted %s  decrypted %s  dropped %s  too-big %s\n",
                 with_rate(num(s, "encrypted"), prev, "encrypted", secs).c_str(),

@@ -94,9 +94,10 @@ public:
             const bool mode_given = w.size() == 6;
             return changed_ifaces("iface add " + w[1], w[1], [&] {
                 // Without `mode`, an interface added already keeps its own: adding it again
-                // is refused as it is in that mode, not turned back to the default.
+                // is refused as it is in that mode, not turned back to the default (in
+                // another role, as added already).
                 for (const GatewayIface &i : gw_.ifaces())
-                    if (!mode_given && i.name == spec.name && !i.local)
+                    if (!mode_given && i.name == spec.name && !i.local && i.role == spec.role)
                         spec.mode = i.mode;
                 return gw_.add_iface(spec);
             });
@@ -238,7 +239,7 @@ private:
         Result<void> undone;
         std::optional<IfaceSpec> now;
         data_.call([&] {
-            undone = before ? gw_.add_iface(*before)
+            undone = before ? gw_.add_iface(*before, true)
                      : left ? gw_.leave_iface(name)
                             : gw_.del_iface(name);
             spec_of(&now);
@@ -261,8 +262,12 @@ private:
                 for (const auto &m : i.macs)
                     macs += (macs.empty() ? "" : ",") + rtnl::mac_str(m);
                 out += i.name + " role " + iface_role_name(i.role) + " mode " +
-                       iface_mode_name(i.mode) + " queues " + std::to_string(i.queues) + " mtu " +
-                       std::to_string(i.mtu) + " macs " + (macs.empty() ? "-" : macs) + "\n";
+                       iface_mode_name(i.mode);
+                if (i.absent)
+                    out += " absent: attached when a device of that name is here\n";
+                else
+                    out += " queues " + std::to_string(i.queues) + " mtu " + std::to_string(i.mtu) +
+                           " macs " + (macs.empty() ? "-" : macs) + "\n";
                 if (!i.warning.empty())
                     out += "  warning: " + i.warning + "\n";
             }
@@ -478,7 +483,7 @@ Result<void> run_daemon(const DaemonOptions &o)
     if (!server)
         return server.error();
     for (const auto &spec : st->ifaces)
-        if (auto r = (*gw)->add_iface(spec); !r)
+        if (auto r = (*gw)->add_iface(spec, true); !r)
             log(LogLevel::Error, "%s (from the state file)", r.error().message.c_str());
     handler.save_now();
     // Loading many tunnels leaves the heap with free room behind it (the parsed batch, the

@@ -154,6 +154,11 @@ struct GatewayIface {
     // The Ethernet addresses its classifier entry takes frames for (struct xesp_iface), as
     // the last link event left them; none: no check (the local link; no Ethernet; too many).
     std::vector<XdpProgram::Mac> macs;
+    // Gone from the namespace under the daemon (deleted, or moved to another): kept by name,
+    // with no index, entry, slot or socket, and attached again as it was when a device of that
+    // name is here (gateway_links.cpp). `tried`: the index of one it failed on, not tried again.
+    bool absent = false;
+    uint32_t tried = 0;
 };
 
 class Gateway {
@@ -190,7 +195,8 @@ public:
     // in tun mode, attaches the tc program and opens the TUN device (gateway_tun.cpp). The
     // first public interface also brings up the local link (local_link.h). A protected
     // interface added again with the other mode changes mode in place (change_mode()).
-    Result<void> add_iface(const IfaceSpec &spec);
+    // `absent_ok` (a state file's, an undo's): a device not here is kept by name, absent.
+    Result<void> add_iface(const IfaceSpec &spec, bool absent_ok = false);
     Result<void> del_iface(const std::string &name);
     // Forgets an interface but leaves its program on, as a stop does: the undo of an `iface
     // add` over what an earlier daemon left (leftover()), which dropped what is protected and
@@ -302,6 +308,9 @@ private:
     std::vector<XdpProgram::Mac> iface_macs(const GatewayIface &i, const rtnl::Uppers &u,
                                             bool quiet);
     void refresh_macs(uint64_t now);
+    void lose_iface(uint32_t ifindex);
+    void return_iface(const std::string &name, uint32_t ifindex);
+    bool iface_unbound(const GatewayIface &i) const;
     EngineOptions engine_options(bool local = true) const;
     uint32_t link_mtu() const;
     void rx_one(Port &port);

@@ -98,7 +98,7 @@ Result<void> Gateway::rebuild_ports()
     return {};
 }
 
-Result<void> Gateway::add_iface(const IfaceSpec &spec)
+Result<void> Gateway::add_iface(const IfaceSpec &spec, bool absent_ok)
 {
     const std::string &name = spec.name;
     const IfaceRole role = spec.role;
@@ -110,6 +110,12 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec)
     for (auto it = ifaces_.begin(); it != ifaces_.end(); ++it) {
         if (it->name != name)
             continue;
+        if (it->absent && it->role == role && it->mode != spec.mode) {  // taken when back
+            log(LogLevel::Info, "%s: mode %s when it is back, was %s", name.c_str(),
+                iface_mode_name(spec.mode), iface_mode_name(it->mode));
+            it->mode = spec.mode;
+            return {};
+        }
         if (!it->local && it->role == role && role == IfaceRole::Protected && it->mode != spec.mode)
             return change_mode(it, spec);
         return make_error("iface add " + name + ": " +
@@ -117,7 +123,20 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec)
                                ? std::string("the gateway's own local link")
                                : std::string("already added as ") +
                                      (it->role == IfaceRole::Public ? "public" : "protected") +
-                                     "; `xesp iface del " + name + "` first to change its role"));
+                                     (it->absent ? " (absent)" : "") + "; `xesp iface del " + name +
+                                     "` first to change its role"));
+    }
+    if (absent_ok && !if_nametoindex(name.c_str())) {
+        GatewayIface i;
+        i.name = name;
+        i.role = role;
+        i.mode = spec.mode;
+        i.absent = true;
+        ifaces_.push_back(i);
+        macs_due_ = true;  // its name is watched from the next look on
+        log(LogLevel::Warning, "%s: not in this network namespace: attached as %s when it is",
+            name.c_str(), iface_role_name(role));
+        return {};
     }
     if (auto r = attach_iface(spec, false, leftover(name)); !r)
         return r;
@@ -223,7 +242,7 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local, bool left)
     i.queues = std::min(rx_queues(name), XdpProgram::kMaxQueues);
     std::vector<bool> taken(XdpProgram::kMaxIfaceSlots);
     for (const auto &o : ifaces_)
-        if (o.mode == IfaceMode::Xdp)
+        if (o.mode == IfaceMode::Xdp && !o.absent)
             taken[o.slot] = true;
     auto free = std::find(taken.begin(), taken.end(), false);
     if (free == taken.end())
@@ -299,6 +318,11 @@ Result<void> Gateway::del_iface(const std::string &name)
         return make_error("iface del " + name +
                           ": the gateway's own local link, not an "
                           "interface to detach");
+    if (it->absent) {
+        ifaces_.erase(it);
+        log(LogLevel::Info, "%s: forgotten (it was absent)", name.c_str());
+        return {};
+    }
     const bool sockets = it->mode == IfaceMode::Xdp;
     forget_iface(it);
     auto r = sockets ? rebuild_ports() : Result<void>{};
@@ -408,7 +432,7 @@ void Gateway::shutdown(bool detach)
     close_tun();                     // tun mode: the tc program drops what it would send
     std::string names;
     for (const auto &i : ifaces_) {
-        if (i.local)
+        if (i.local || i.absent)
             continue;
         names += (names.empty() ? "" : ", ") + i.name;
         if (!detach)

@@ -1,5 +1,9 @@
 // Gateway, its interfaces following the devices under them: the Ethernet addresses each takes
-// frames for, read again when a watched device changes.
+// frames for, read again when a watched device changes; an interface whose device left the
+// namespace kept by name, and attached again when a device of that name is back.
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "userspace/base/log.h"
@@ -64,24 +68,65 @@ std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
 // dropped where it would be handed over (fail closed); a failure is tried again in a second.
 // A tenth of a second at least between two looks, whatever the rate of events. The device
 // list is NextHops', kept from the link events: listed whole once, not at each look.
+//
+// An interface whose device left goes absent first (lose_iface()), and one absent whose name
+// is back is attached again (return_iface()), before the MACs are looked at.
 void Gateway::refresh_macs(uint64_t now)
 {
+    bool unknown = false;
+    for (uint32_t ifindex : hops_->take_links_gone(unknown))
+        lose_iface(ifindex);
     const auto *links = read_links(*hops_, "after a device change; again in a second");
     if (!links) {
         macs_at_ns_ = now + kRetryNs;
         return;
     }
+    // Left with no event seen (events lost; or before its index was watched), or perhaps left
+    // and came back unseen (events lost): what was on it is checked.
+    std::vector<uint32_t> gone;
+    for (const auto &i : ifaces_) {
+        if (i.local || i.absent)
+            continue;
+        bool here = std::any_of(links->begin(), links->end(),
+                                [&](const rtnl::Link &l) { return l.ifindex == i.ifindex; });
+        if (!here || (unknown && iface_unbound(i)))
+            gone.push_back(i.ifindex);
+    }
+    for (uint32_t ifindex : gone)
+        lose_iface(ifindex);
+    std::vector<std::pair<std::string, uint32_t>> back;
+    for (const auto &i : ifaces_) {
+        if (!i.absent)
+            continue;
+        for (const rtnl::Link &l : *links)
+            if (i.name == l.name.data() && l.ifindex != i.tried)
+                back.emplace_back(i.name, l.ifindex);
+    }
+    if (!back.empty()) {
+        for (const auto &[name, ifindex] : back)
+            return_iface(name, ifindex);  // reads the list again: `links` may have moved
+        links = read_links(*hops_, "after a device change; again in a second");
+        if (!links) {
+            macs_at_ns_ = now + kRetryNs;
+            return;
+        }
+    }
     macs_due_ = false;
     macs_at_ns_ = now + kGapNs;
     std::vector<uint32_t> watched;
+    std::vector<std::string> names;
     for (auto &i : ifaces_) {
         if (i.local)
             continue;
+        if (i.absent) {
+            names.push_back(i.name);
+            continue;
+        }
         watched.push_back(i.ifindex);
         auto u = rtnl::accepted_macs(*links, i.ifindex);
         watched.insert(watched.end(), u.devices.begin(), u.devices.end());
         if (u.macs.empty())
-            continue;  // gone: what it held stays until `iface del`
+            continue;  // not Ethernet
         auto macs = iface_macs(i, u, i.macs.empty());
         if (macs == i.macs)
             continue;
@@ -97,7 +142,91 @@ void Gateway::refresh_macs(uint64_t now)
         log(LogLevel::Info, "%s: takes frames for %zu Ethernet address(es) now%s", i.name.c_str(),
             i.macs.size(), i.macs.empty() ? ": no check" : "");
     }
-    hops_->watch_links(std::move(watched));
+    hops_->watch_links(std::move(watched), std::move(names));
+}
+
+// Whether what the daemon put on an interface is gone from it: its sockets unbound (the kernel
+// unbinds them when the device leaves the namespace, and says so with ENETDOWN), or in tun mode
+// its tc program off (a move to another namespace takes it).
+bool Gateway::iface_unbound(const GatewayIface &i) const
+{
+    if (i.mode == IfaceMode::Tun)
+        return !XdpProgram::protected_attached(int(i.ifindex));
+    for (const auto &p : ports_) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (p->ifindex == i.ifindex &&
+            getsockopt(p->x.fd(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err)
+            return true;
+    }
+    return false;
+}
+
+// The device of an interface left this namespace under the daemon (deleted, or moved to
+// another), perhaps to come back under the same index: what the daemon put on it went with it
+// (a move takes its tc programs and unbinds its sockets, though an XDP program stays on it).
+// The interface is kept by name, absent: its entry, slot and sockets go, and it is attached
+// again as it was when a device of that name is here. Meanwhile the kernel has the device; what
+// is protected and reaches a public interface is still dropped by its egress guard.
+void Gateway::lose_iface(uint32_t ifindex)
+{
+    auto it = std::find_if(ifaces_.begin(), ifaces_.end(), [&](const GatewayIface &i) {
+        return !i.local && !i.absent && i.ifindex == ifindex;
+    });
+    if (it == ifaces_.end())
+        return;
+    (void)prog_->remove_iface(ifindex);
+    GatewayIface &i = *it;
+    const bool sockets = i.mode == IfaceMode::Xdp;
+    const std::string name = i.name;
+    GatewayIface absent;
+    absent.name = i.name;
+    absent.role = i.role;
+    absent.mode = i.mode;
+    absent.absent = true;
+    i = absent;
+    Result<void> r;
+    if (sockets)
+        r = rebuild_ports();
+    else
+        close_unused_tun();
+    relink_engine();
+    log(LogLevel::Warning,
+        "%s: gone from this network namespace (deleted, or moved to another): its sockets are "
+        "closed; attached again as %s when a device of that name is here (`xesp iface del %s` "
+        "forgets it)",
+        name.c_str(), iface_role_name(absent.role), name.c_str());
+    if (!r)
+        log(LogLevel::Error,
+            "no socket reopened after %s went: %s; what the classifier would hand over is "
+            "dropped until the next interface change",
+            name.c_str(), r.error().message.c_str());
+}
+
+// A device of an absent interface's name is here (index `ifindex`): attached as the interface
+// was. If that fails it stays absent, and is not tried on that device again.
+void Gateway::return_iface(const std::string &name, uint32_t ifindex)
+{
+    auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
+                           [&](const GatewayIface &i) { return i.absent && i.name == name; });
+    if (it == ifaces_.end())
+        return;
+    GatewayIface was = *it;
+    ifaces_.erase(it);
+    auto r = attach_iface({was.name, was.role, was.mode}, false, leftover(name));
+    if (!r) {
+        was.tried = ifindex;
+        ifaces_.push_back(was);
+        log(LogLevel::Error,
+            "%s: here again (index %u), but not attached: %s; tried again on a device of that "
+            "name made anew, or at `xesp iface del` and `add`",
+            name.c_str(), ifindex, r.error().message.c_str());
+        return;
+    }
+    if (was.role == IfaceRole::Public && !local_link_)
+        open_local_link();
+    log(LogLevel::Info, "%s: here again (index %u): attached as %s, as before", name.c_str(),
+        ifindex, iface_role_name(was.role));
 }
 
 }  // namespace xesp

@@ -77,6 +77,8 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
         ifs.back()["macs"] = macs;
         if (!i.warning.empty())
             ifs.back()["warning"] = i.warning;
+        if (i.absent)
+            ifs.back()["absent"] = true;
     }
     j["ifaces"] = ifs;
     j["link_mtu"] = s.link_mtu;

@@ -228,7 +228,7 @@ void Gateway::tidy_leftover_tun()
 void Gateway::close_unused_tun()
 {
     if (std::none_of(ifaces_.begin(), ifaces_.end(),
-                     [](const GatewayIface &i) { return i.mode == IfaceMode::Tun; }))
+                     [](const GatewayIface &i) { return i.mode == IfaceMode::Tun && !i.absent; }))
         close_tun();
 }
 

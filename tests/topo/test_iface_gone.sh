@@ -1,0 +1,236 @@
+#!/bin/bash
+# Interfaces whose devices leave gwA's namespace under the daemon, and come back.
+#
+#   hostA ---- gwA ===== wire ===== gwB ---- hostB        gone0 -- gone1: a veth pair inside
+#              gwa-prot, gwa-pub (xesp daemon)                    gwA; gone0 protected
+#
+# A device moved to another namespace keeps its XDP program but loses its tc programs, and its
+# AF_XDP sockets are unbound; a deleted one loses all. Asserts, with the protected interfaces
+# in $XESP_PROT_MODE (xdp or tun):
+#   - gwA's public interface moved away and straight back: attached again (its egress guard
+#     back), hostA pings hostB through the tunnel, and the gateway's own traffic for a
+#     protected flow is encrypted, none of it in the clear on the wire;
+#   - the same for gwA's protected interface;
+#   - gone0 deleted: `iface list` shows it absent (`-j` too), its classifier entry is gone;
+#     made anew: attached again, with the new device's MAC;
+#   - while absent, `iface add` in the other mode is taken, and applies when it is back;
+#   - a restart keeps it absent from the state file, and attaches it once it is made;
+#   - `iface del` of an absent interface forgets it: made again, it is left alone.
+#
+# Usage: bash test_iface_gone.sh XESP
+# Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns/veth/XDP).
+set -u
+
+XESP=${1:?usage: test_iface_gone.sh XESP}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOPO=$HERE/../../tools/xesp-topo
+PY=/usr/bin/python3
+export XESP_TOPO_PREFIX=xesp-v$$-
+PARK=${XESP_TOPO_PREFIX}park
+
+source "$HERE/lib.sh"
+source "$HERE/gateway_lib.sh"
+other_mode=xdp
+[ "$PROT_MODE" = xdp ] && other_mode=tun
+
+start=$SECONDS
+check "topology up" "$TOPO" up
+ip netns add "$PARK" || exit 1
+trap 'ip netns del "$PARK" 2>/dev/null; cleanup' EXIT
+step "daemons up, interfaces added ($PROT_MODE mode)" up_pair
+check "hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 2
+
+# away_and_back DEV ADDR4 ADDR6: gwA's DEV to another namespace and at once back, with its
+# addresses (a move takes them) and, for the public one, the routes over it.
+away_and_back() {
+    local dev=$1
+    "$TOPO" exec gwA ip link set "$dev" netns "$PARK" &&
+        ip -n "$PARK" link set "$dev" netns "$NS_GWA" &&
+        "$TOPO" exec gwA ip link set "$dev" up &&
+        "$TOPO" exec gwA ip addr add "$2/24" dev "$dev" &&
+        "$TOPO" exec gwA ip addr add "$3/64" dev "$dev" nodad || return 1
+    if [ "$dev" = "$GWA_PUB_IF" ]; then
+        "$TOPO" exec gwA ip route add "$SITE_B4" via "$GWB_PUB_IP4" &&
+            "$TOPO" exec gwA ip -6 route add "$SITE_B6" via "$GWB_PUB_IP6" || return 1
+    fi
+}
+
+# logged N TEXT: the daemon's log holds TEXT at least N times, within 5 s.
+logged() {
+    for _ in $(seq 50); do
+        [ "$(grep -cF -- "$2" "$WORK/gwA.log")" -ge "$1" ] && return 0
+        sleep 0.1
+    done
+    echo "log: $(tail -n 5 "$WORK/gwA.log")"
+    return 1
+}
+
+egress_guard() {
+    "$TOPO" exec gwA tc filter show dev "$GWA_PUB_IF" egress | grep -q xesp_tc_egress
+}
+
+# Five datagrams from gwA's inside address to hostB: hostB gets them, the wire no plaintext.
+own_encrypted() {
+    local got n marker=own$RANDOM
+    sink_start hostB "$HOSTB_IP4" 2 || return 1
+    FILTERS=("contains $marker")
+    got=$(wire_counts "$TOPO" exec gwA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('$GWA_PROT_IP4', 0))
+for i in range(5):
+    s.sendto(b'$marker', ('$HOSTB_IP4', 5300))
+    time.sleep(0.02)")
+    sink_count n
+    echo "hostB got $n of 5; plaintext on the wire: $got"
+    [ "$n" = 5 ] && [ "$got" = "0 " ]
+}
+
+# Ten datagrams hostA -> hostB: all arrive, none in the clear on the wire.
+hosts_encrypted() {
+    local got n marker=host$RANDOM
+    sink_start hostB "$HOSTB_IP4" 2 || return 1
+    FILTERS=("contains $marker")
+    got=$(wire_counts "$TOPO" exec hostA "$PY" -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(10):
+    s.sendto(b'$marker', ('$HOSTB_IP4', 5300))
+    time.sleep(0.02)")
+    sink_count n
+    echo "hostB got $n of 10; plaintext on the wire: $got"
+    [ "$n" = 10 ] && [ "$got" = "0 " ]
+}
+
+# ---- gwA's public interface away and back -------------------------------------------------------
+check "the public interface moved away and back at once" away_and_back "$GWA_PUB_IF" \
+    "$GWA_PUB_IP4" "$GWA_PUB_IP6"
+check "... the daemon saw it go and attached it again" logged 1 "$GWA_PUB_IF: here again"
+check "... its egress guard is back" egress_guard
+check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
+check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
+check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
+    own_encrypted
+
+# ---- gwA's protected interface away and back ----------------------------------------------------
+check "the protected interface moved away and back at once" away_and_back "$GWA_PROT_IF" \
+    "$GWA_PROT_IP4" "$GWA_PROT_IP6"
+check "... the daemon saw it go and attached it again" logged 1 "$GWA_PROT_IF: here again"
+check "... its $PROT_MODE-mode program is on it" prot_attached gwA "$GWA_PROT_IF"
+check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
+check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
+
+# ---- a protected interface deleted, and made anew ---------------------------------------------
+make_gone0() {
+    "$TOPO" exec gwA ip link add gone0 type veth peer name gone1 &&
+        "$TOPO" exec gwA ip link set gone0 up && "$TOPO" exec gwA ip link set gone1 up
+}
+# listed MODE STATE: `iface list` shows gone0 in MODE, absent or (STATE "here") with a socket
+# per queue and its device's MAC; `-j` agrees.
+listed() {
+    local text json mac
+    text=$(cli gwA iface list) || return 1
+    json=$(cli gwA iface list -j) || return 1
+    echo "$text"
+    if [ "$2" = absent ]; then
+        echo "$text" | grep -q "^gone0 role protected mode $1 absent" || return 1
+        echo "$json" | "$PY" -c '
+import json, sys
+i = [i for i in json.load(sys.stdin) if i["name"] == "gone0"][0]
+sys.exit(0 if i.get("absent") is True and i["ifindex"] == 0 and not i["macs"] else 1)'
+    else
+        mac=$("$TOPO" exec gwA cat /sys/class/net/gone0/address)
+        echo "$text" | grep -q "^gone0 role protected mode $1 .*macs $mac" || return 1
+        echo "$json" | "$PY" -c '
+import json, sys
+i = [i for i in json.load(sys.stdin) if i["name"] == "gone0"][0]
+sys.exit(0 if "absent" not in i and i["ifindex"] > 0 else 1)'
+    fi
+}
+# until CMD...: CMD succeeds within 5 s.
+until_ok() {
+    for _ in $(seq 50); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    "$@"
+}
+# in_map IFINDEX: whether the classifier's `ifaces` map (that of gwA's public interface's
+# program) has an entry for IFINDEX.
+in_map() {
+    "$TOPO" exec gwA "$PY" -c '
+import json, subprocess, sys
+def run(*cmd):
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+prog = run("ip", "-j", "-d", "link", "show", "dev", sys.argv[1])[0]["xdp"]["prog"]["id"]
+for m in run("bpftool", "-j", "prog", "show", "id", str(prog))["map_ids"]:
+    if run("bpftool", "-j", "map", "show", "id", str(m))["name"] != "ifaces":
+        continue
+    keys = []
+    for e in run("bpftool", "-j", "map", "dump", "id", str(m)):
+        k = e.get("key", e.get("formatted", {}).get("key"))
+        keys.append(int.from_bytes(bytes(int(b, 16) for b in k), "little")
+                    if isinstance(k, list) else int(k))
+    print("ifaces map keys:", keys)
+    sys.exit(0 if int(sys.argv[2]) in keys else 1)
+sys.exit(2)' "$GWA_PUB_IF" "$1"
+}
+not_in_map() {
+    in_map "$1"
+    [ $? = 1 ]
+}
+mode_on() { # MODE: gone0 carries MODE's program, and not the other's
+    local PROT_MODE=$1
+    prot_attached gwA gone0 || return 1
+    if [ "$1" = xdp ]; then
+        ! "$TOPO" exec gwA tc filter show dev gone0 ingress | grep -q xesp
+    else
+        ! xdp_attached gwA gone0
+    fi
+}
+
+check "gone0 made and added" make_gone0
+check "... iface add gone0 role protected mode $PROT_MODE" \
+    cli gwA iface add gone0 role protected mode "$PROT_MODE"
+old_index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
+check "... its classifier entry is in the map" in_map "$old_index"
+check "gone0 deleted" "$TOPO" exec gwA ip link del gone0
+check "... iface list shows it absent" until_ok listed "$PROT_MODE" absent
+check "... its classifier entry is gone from the map" not_in_map "$old_index"
+check "... the log says so" logged 1 "gone0: gone from this network namespace"
+refused_public() {
+    local out
+    out=$(cli gwA iface add gone0 role public 2>&1) && return 1
+    echo "$out"
+    echo "$out" | grep -q 'already added as protected (absent)'
+}
+check "... iface add gone0 role public is refused: it is added already" refused_public
+check "gone0 made anew" make_gone0
+check "... attached again, with its new MAC" until_ok listed "$PROT_MODE" here
+check "... its $PROT_MODE-mode program is on it" mode_on "$PROT_MODE"
+
+check "gone0 deleted again" "$TOPO" exec gwA ip link del gone0
+check "... absent" until_ok listed "$PROT_MODE" absent
+check "... iface add in $other_mode mode while absent" \
+    cli gwA iface add gone0 role protected mode "$other_mode"
+check "... iface list shows the new mode, absent" listed "$other_mode" absent
+step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
+step "... restarted from the state file" start_gw gwA
+check "... gone0 kept absent, in $other_mode mode" listed "$other_mode" absent
+check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
+check "gone0 made anew" make_gone0
+check "... attached in $other_mode mode" until_ok listed "$other_mode" here
+check "... its $other_mode-mode program is on it, not the other" mode_on "$other_mode"
+
+check "gone0 deleted a third time" "$TOPO" exec gwA ip link del gone0
+check "... absent" until_ok listed "$other_mode" absent
+check "... iface del of it" cli gwA iface del gone0
+check "... gone from iface list" bash -c "! XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list |
+    grep -q '^gone0 '"
+check "gone0 made anew" make_gone0
+sleep 0.5
+check "... left alone: no program on it" bash -c "! '$TOPO' exec gwA ip -d link show gone0 |
+    grep -q prog/xdp && ! '$TOPO' exec gwA tc filter show dev gone0 ingress | grep -q xesp"
+check "the tunnel still carries hostA's pings" ping_from hostA "$HOSTB_IP4" -c 2
+
+finish
