@@ -213,8 +213,8 @@ std::string watch(NextHops &nh, std::istringstream &in)
     return "watching";
 }
 
-// What the events since the last look said of the watched devices: "gone [IFINDEX...]
-// changed=0|1 unknown=0|1".
+// What the events since the last look said of the watched devices and the addresses: "gone
+// [IFINDEX...] changed=0|1 urgent=0|1 unknown=0|1 addrs=0|1".
 std::string gone(NextHops &nh)
 {
     nh.poll();
@@ -222,8 +222,10 @@ std::string gone(NextHops &nh)
     std::string out = "gone";
     for (uint32_t ifindex : nh.take_links_gone(unknown))
         out += " " + std::to_string(ifindex);
-    out += " changed=" + std::to_string(int(nh.take_link_change()));
-    return out + " unknown=" + std::to_string(int(unknown));
+    bool urgent = false;
+    out += " changed=" + std::to_string(int(nh.take_link_change(&urgent)));
+    out += " urgent=" + std::to_string(int(urgent)) + " unknown=" + std::to_string(int(unknown));
+    return out + " addrs=" + std::to_string(int(nh.take_addr_change()));
 }
 
 std::string stats(const NextHops &nh)

@@ -179,9 +179,17 @@ void NextHops::watch_links(std::vector<uint32_t> ifindexes, std::vector<std::str
     s_->watched_names = std::move(names);
 }
 
-bool NextHops::take_link_change()
+bool NextHops::take_link_change(bool *urgent)
 {
+    const bool u = std::exchange(s_->link_urgent, false);
+    if (urgent)
+        *urgent = u;
     return std::exchange(s_->link_changed, false);
+}
+
+bool NextHops::take_addr_change()
+{
+    return std::exchange(s_->addr_changed, false);
 }
 
 std::vector<uint32_t> NextHops::take_links_gone(bool &unknown)

@@ -122,9 +122,12 @@ public:
     // Devices the caller watches (its interfaces and the devices above them): poll() notes
     // each link event about one of them, or one stacked on or enslaved to one, and events
     // lost; and each about a device of one of `names` (one new here, or renamed to one).
-    // True once after such a change.
+    // True once after such a change; `urgent`, if given, tells whether a watched device left
+    // or a device of a watched name came.
     void watch_links(std::vector<uint32_t> ifindexes, std::vector<std::string> names = {});
-    bool take_link_change();
+    bool take_link_change(bool *urgent = nullptr);
+    // True once after an address of the namespace was added or removed (or events were lost).
+    bool take_addr_change();
     // The watched devices that left this namespace (deleted, or moved to another) since the
     // last call, each once, even one back by now under the same index. `unknown`: events
     // were lost meanwhile, so that a device may have left and come back unseen.

@@ -86,12 +86,14 @@ void NextHops::State::note_link(const nlmsghdr *nlh)
         if (w == d.ifindex || w == d.lower || w == d.master)
             link_changed = true;
         if (w == d.ifindex && nlh->nlmsg_type == RTM_DELLINK &&
-            std::find(links_gone.begin(), links_gone.end(), w) == links_gone.end())
+            std::find(links_gone.begin(), links_gone.end(), w) == links_gone.end()) {
             links_gone.push_back(w);
+            link_urgent = true;
+        }
     }
     for (const std::string &n : watched_names)
         if (n == d.name.data())
-            link_changed = true;
+            link_changed = link_urgent = true;
 }
 
 // The device list of links(), as the event leaves it.
@@ -173,8 +175,9 @@ bool NextHops::State::read_events()
             // Events were dropped (ENOBUFS), or one cut short (ENOSPC, a truncated datagram):
             // nothing we hold can be trusted.
             ++stats.event_overruns;
-            link_changed = true;
+            link_changed = link_urgent = true;
             links_gone_unknown = true;
+            addr_changed = true;
             links_whole = false;
             devs.clear();
             flush_due = true;
@@ -198,6 +201,10 @@ bool NextHops::State::read_events()
                 note_link(h);
                 keep_link(h);
                 on_link(h);
+                break;
+            case RTM_NEWADDR:
+            case RTM_DELADDR:
+                addr_changed = true;
                 break;
             }
         }

@@ -49,7 +49,8 @@ Result<void> NextHops::State::open_sockets()
     events = mnl_socket_open2(NETLINK_ROUTE, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (!events || mnl_socket_bind(events, 0, MNL_SOCKET_AUTOPID) < 0)
         return sys_fail("nexthop: cannot open a netlink event socket");
-    for (int group : {RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_LINK}) {
+    for (int group : {RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_LINK,
+                      RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR}) {
         if (mnl_socket_setsockopt(events, NETLINK_ADD_MEMBERSHIP, &group, sizeof(group)) < 0)
             return sys_fail("nexthop: cannot join rtnetlink group " + std::to_string(group));
     }

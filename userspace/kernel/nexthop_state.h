@@ -102,6 +102,8 @@ struct NextHops::State {
     std::vector<uint32_t> watched;  // watch_links()
     std::vector<std::string> watched_names;
     bool link_changed = false;
+    bool link_urgent = false;
+    bool addr_changed = false;
     std::vector<uint32_t> links_gone;  // take_links_gone()
     bool links_gone_unknown = false;
     // links(): every device, kept from the events while links_whole (which lost events end).
