@@ -40,19 +40,37 @@ trap 'ip netns del "$PARK" 2>/dev/null; cleanup' EXIT
 step "daemons up, interfaces added ($PROT_MODE mode)" up_pair
 check "hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 2
 
-# away_and_back DEV ADDR4 ADDR6: gwA's DEV to another namespace and at once back, with its
-# addresses (a move takes them) and, for the public one, the routes over it.
-away_and_back() {
+# readdress DEV ADDR4 ADDR6: gwA's DEV up with its addresses (a move or a delete takes them)
+# and, for the public one, the routes over it.
+readdress() {
     local dev=$1
-    "$TOPO" exec gwA ip link set "$dev" netns "$PARK" &&
-        ip -n "$PARK" link set "$dev" netns "$NS_GWA" &&
-        "$TOPO" exec gwA ip link set "$dev" up &&
+    "$TOPO" exec gwA ip link set "$dev" up &&
         "$TOPO" exec gwA ip addr add "$2/24" dev "$dev" &&
         "$TOPO" exec gwA ip addr add "$3/64" dev "$dev" nodad || return 1
     if [ "$dev" = "$GWA_PUB_IF" ]; then
         "$TOPO" exec gwA ip route add "$SITE_B4" via "$GWB_PUB_IP4" &&
             "$TOPO" exec gwA ip -6 route add "$SITE_B6" via "$GWB_PUB_IP6" || return 1
     fi
+}
+# away_and_back DEV ADDR4 ADDR6: gwA's DEV to another namespace and at once back.
+away_and_back() {
+    "$TOPO" exec gwA ip link set "$1" netns "$PARK" &&
+        ip -n "$PARK" link set "$1" netns "$NS_GWA" && readdress "$@"
+}
+# remake_pub: gwA's public veth deleted (its end on the wire goes with it) and made anew under
+# the same names, in the wire's bridge. It has a new MAC: gwB forgets the old one, as a
+# gratuitous ARP would have it do.
+remake_pub() {
+    local q=${XESP_TOPO_QUEUES:-2}
+    "$TOPO" exec gwA ip link del "$GWA_PUB_IF" &&
+        ip link add "$GWA_PUB_IF" numtxqueues "$q" numrxqueues "$q" netns "$NS_GWA" type veth \
+            peer name "$WIRE_A_IF" numtxqueues "$q" numrxqueues "$q" netns "$NS_WIRE" &&
+        ip -n "$NS_WIRE" link set "$WIRE_A_IF" master "$WIRE_BR" &&
+        ip netns exec "$NS_WIRE" ethtool -K "$WIRE_A_IF" gro on >/dev/null &&
+        ip -n "$NS_WIRE" link set "$WIRE_A_IF" up &&
+        ip netns exec "$NS_GWA" ethtool -K "$GWA_PUB_IF" gro on >/dev/null &&
+        readdress "$GWA_PUB_IF" "$GWA_PUB_IP4" "$GWA_PUB_IP6" &&
+        "$TOPO" exec gwB ip neigh flush dev "$GWB_PUB_IF"
 }
 
 # logged N TEXT: the daemon's log holds TEXT at least N times, within 5 s.
@@ -107,6 +125,15 @@ check "the public interface moved away and back at once" away_and_back "$GWA_PUB
     "$GWA_PUB_IP4" "$GWA_PUB_IP6"
 check "... the daemon saw it go and attached it again" logged 1 "$GWA_PUB_IF: here again"
 check "... its egress guard is back" egress_guard
+check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
+check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
+check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
+    own_encrypted
+
+# ---- gwA's public interface deleted and made anew -----------------------------------------------
+check "the public interface deleted and made anew" remake_pub
+check "... the daemon saw it go and attached the new one" logged 2 "$GWA_PUB_IF: here again"
+check "... its egress guard is on it" egress_guard
 check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
 check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
@@ -209,6 +236,23 @@ check "gone0 made anew" make_gone0
 check "... attached again, with its new MAC" until_ok listed "$PROT_MODE" here
 check "... its $PROT_MODE-mode program is on it" mode_on "$PROT_MODE"
 
+# rename FROM TO: a running device cannot be renamed.
+rename() {
+    "$TOPO" exec gwA ip link set "$1" down && "$TOPO" exec gwA ip link set "$1" name "$2" &&
+        "$TOPO" exec gwA ip link set "$2" up
+}
+# kept_on DEV IFINDEX: DEV still has the $PROT_MODE-mode program, and its entry is in the map.
+kept_on() {
+    prot_attached gwA "$1" && in_map "$2"
+}
+index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
+check "gone0 renamed gone9" rename gone0 gone9
+check "... gone0 absent" until_ok listed "$PROT_MODE" absent
+check "... our program stays on gone9, its entry kept (parked)" kept_on gone9 "$index"
+check "gone9 renamed gone0 again" rename gone9 gone0
+check "... attached again" until_ok listed "$PROT_MODE" here
+check "... the log says so" logged 2 "gone0: here again"
+
 check "gone0 deleted again" "$TOPO" exec gwA ip link del gone0
 check "... absent" until_ok listed "$PROT_MODE" absent
 check "... iface add in $other_mode mode while absent" \
@@ -225,8 +269,13 @@ check "... its $other_mode-mode program is on it, not the other" mode_on "$other
 check "gone0 deleted a third time" "$TOPO" exec gwA ip link del gone0
 check "... absent" until_ok listed "$other_mode" absent
 check "... iface del of it" cli gwA iface del gone0
-check "... gone from iface list" bash -c "! XESP_SOCKET=$WORK/gwA.sock '$XESP' iface list |
-    grep -q '^gone0 '"
+not_listed() {
+    local text
+    text=$(cli gwA iface list) || return 1
+    echo "$text"
+    ! echo "$text" | grep -q '^gone0 '
+}
+check "... gone from iface list" not_listed
 check "gone0 made anew" make_gone0
 sleep 0.5
 check "... left alone: no program on it" bash -c "! '$TOPO' exec gwA ip -d link show gone0 |

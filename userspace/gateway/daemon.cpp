@@ -263,7 +263,10 @@ private:
                     macs += (macs.empty() ? "" : ",") + rtnl::mac_str(m);
                 out += i.name + " role " + iface_role_name(i.role) + " mode " +
                        iface_mode_name(i.mode);
-                if (i.absent)
+                if (i.absent && i.tried)
+                    out += " absent: a device of that name is here but was not attached (see "
+                           "the log)\n";
+                else if (i.absent)
                     out += " absent: attached when a device of that name is here\n";
                 else
                     out += " queues " + std::to_string(i.queues) + " mtu " + std::to_string(i.mtu) +

@@ -607,8 +607,14 @@ void Gateway::housekeeping()
         rx_kernel();
     hops_->poll(ready & kHopsFd);
     uint64_t now = now_ns();
-    if (hops_->take_link_change())
+    bool urgent = false;
+    if (hops_->take_link_change(&urgent)) {
         macs_due_ = true;
+        if (urgent)  // an interface's device left, or one of an absent one's name came
+            macs_at_ns_ = now;
+    }
+    if (hops_->take_addr_change())  // the local addresses now, not at the next round
+        last_refresh_ns_ = 0;
     if (macs_due_ && now >= macs_at_ns_)
         refresh_macs(now);
     // A bounded number per round: a flood of ICMP must not hold up the data path.

@@ -452,6 +452,7 @@ private:
     // The interfaces' MACs are to be read again (refresh_macs()), not before macs_at_ns_.
     bool macs_due_ = false;
     uint64_t macs_at_ns_ = 0;
+    bool gone_unknown_ = false;  // link events were lost: refresh_macs() checks the interfaces
 };
 
 }  // namespace xesp

@@ -321,7 +321,8 @@ Result<void> Gateway::del_iface(const std::string &name)
     if (it->absent) {
         ifaces_.erase(it);
         log(LogLevel::Info, "%s: forgotten (it was absent)", name.c_str());
-        return {};
+        // A device of that name it failed to come back on keeps our classifier, parked.
+        return leftover(name) ? release_leftover(name) : Result<void>{};
     }
     const bool sockets = it->mode == IfaceMode::Xdp;
     forget_iface(it);
@@ -351,6 +352,10 @@ Result<void> Gateway::leave_iface(const std::string &name)
                            [&](const GatewayIface &i) { return i.name == name && !i.local; });
     if (it == ifaces_.end())
         return make_error("iface " + name + ": not added");
+    if (it->absent) {
+        ifaces_.erase(it);
+        return {};
+    }
     const GatewayIface gone = *it;
     ifaces_.erase(it);
     if (gone.mode == IfaceMode::Tun) {

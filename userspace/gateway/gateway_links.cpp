@@ -53,6 +53,7 @@ std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i, const rt
 std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
 {
     macs_due_ = true;
+    macs_at_ns_ = 0;  // watched from the next housekeeping on: a move away and back is seen
     if (i.local)
         return {};
     const auto *links =
@@ -66,50 +67,55 @@ std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
 // joined): the classifier's entries take the interfaces' Ethernet addresses as they are now,
 // and the devices above them are the ones watched. Until then a frame to a new address is
 // dropped where it would be handed over (fail closed); a failure is tried again in a second.
-// A tenth of a second at least between two looks, whatever the rate of events. The device
-// list is NextHops', kept from the link events: listed whole once, not at each look.
+// A tenth of a second at least between two looks, whatever the rate of events (but for a
+// device gone or come back: housekeeping()). The device list is NextHops', kept from the link
+// events: listed whole once, not at each look.
 //
-// An interface whose device left goes absent first (lose_iface()), and one absent whose name
-// is back is attached again (return_iface()), before the MACs are looked at.
+// First, an interface whose device left (or was renamed) goes absent (lose_iface()), and one
+// absent whose name is here is attached again (return_iface()).
 void Gateway::refresh_macs(uint64_t now)
 {
+    const auto *links = read_links(*hops_, "after a device change; again in a second");
     bool unknown = false;
     for (uint32_t ifindex : hops_->take_links_gone(unknown))
         lose_iface(ifindex);
-    const auto *links = read_links(*hops_, "after a device change; again in a second");
+    gone_unknown_ |= unknown;
     if (!links) {
         macs_at_ns_ = now + kRetryNs;
         return;
     }
-    // Left with no event seen (events lost; or before its index was watched), or perhaps left
-    // and came back unseen (events lost): what was on it is checked.
+    // Left with no event seen (events lost; or before its index was watched), renamed, or
+    // perhaps left and came back unseen (events lost): what was on it is checked.
     std::vector<uint32_t> gone;
     for (const auto &i : ifaces_) {
         if (i.local || i.absent)
             continue;
-        bool here = std::any_of(links->begin(), links->end(),
-                                [&](const rtnl::Link &l) { return l.ifindex == i.ifindex; });
-        if (!here || (unknown && iface_unbound(i)))
+        auto l = std::find_if(links->begin(), links->end(),
+                              [&](const rtnl::Link &l) { return l.ifindex == i.ifindex; });
+        if (l == links->end() || i.name != l->name.data() || (gone_unknown_ && iface_unbound(i)))
             gone.push_back(i.ifindex);
     }
+    gone_unknown_ = false;
     for (uint32_t ifindex : gone)
         lose_iface(ifindex);
     std::vector<std::pair<std::string, uint32_t>> back;
-    for (const auto &i : ifaces_) {
+    for (auto &i : ifaces_) {
         if (!i.absent)
             continue;
-        for (const rtnl::Link &l : *links)
-            if (i.name == l.name.data() && l.ifindex != i.tried)
-                back.emplace_back(i.name, l.ifindex);
+        auto l = std::find_if(links->begin(), links->end(),
+                              [&](const rtnl::Link &l) { return i.name == l.name.data(); });
+        if (l == links->end())
+            i.tried = 0;  // a device of that name made, or moved back, is tried
+        else if (l->ifindex != i.tried)
+            back.emplace_back(i.name, l->ifindex);
     }
-    if (!back.empty()) {
-        for (const auto &[name, ifindex] : back)
-            return_iface(name, ifindex);  // reads the list again: `links` may have moved
+    for (const auto &[name, ifindex] : back)
+        return_iface(name, ifindex);  // events read meanwhile change the list
+    if (!back.empty())
         links = read_links(*hops_, "after a device change; again in a second");
-        if (!links) {
-            macs_at_ns_ = now + kRetryNs;
-            return;
-        }
+    if (!links) {
+        macs_at_ns_ = now + kRetryNs;
+        return;
     }
     macs_due_ = false;
     macs_at_ns_ = now + kGapNs;
@@ -120,6 +126,13 @@ void Gateway::refresh_macs(uint64_t now)
             continue;
         if (i.absent) {
             names.push_back(i.name);
+            // Come while another was attached, before its name was watched: look again.
+            if (std::any_of(links->begin(), links->end(), [&](const rtnl::Link &l) {
+                    return i.name == l.name.data() && l.ifindex != i.tried;
+                })) {
+                macs_due_ = true;
+                macs_at_ns_ = now;
+            }
             continue;
         }
         watched.push_back(i.ifindex);
@@ -163,11 +176,13 @@ bool Gateway::iface_unbound(const GatewayIface &i) const
 }
 
 // The device of an interface left this namespace under the daemon (deleted, or moved to
-// another), perhaps to come back under the same index: what the daemon put on it went with it
-// (a move takes its tc programs and unbinds its sockets, though an XDP program stays on it).
-// The interface is kept by name, absent: its entry, slot and sockets go, and it is attached
-// again as it was when a device of that name is here. Meanwhile the kernel has the device; what
-// is protected and reaches a public interface is still dropped by its egress guard.
+// another), perhaps to come back under the same index, or was renamed: what the daemon put on
+// it went with it (a move takes its tc programs and unbinds its sockets, though an XDP program
+// stays on it). The interface is kept by name, absent: its slot and sockets go, and it is
+// attached again as it was when a device of that name is here. Its entry goes too, unless a
+// device of its index here still has one of our programs (back already, or renamed): parked
+// then, it drops what it would hand over and keeps the checks of its role, where with no entry
+// it would take the default role. Meanwhile the kernel has a device made anew.
 void Gateway::lose_iface(uint32_t ifindex)
 {
     auto it = std::find_if(ifaces_.begin(), ifaces_.end(), [&](const GatewayIface &i) {
@@ -175,8 +190,11 @@ void Gateway::lose_iface(uint32_t ifindex)
     });
     if (it == ifaces_.end())
         return;
-    (void)prog_->remove_iface(ifindex);
     GatewayIface &i = *it;
+    if (XdpProgram::attached_to(int(ifindex)) || XdpProgram::protected_attached(int(ifindex)))
+        (void)prog_->park_iface(ifindex, i.role, i.macs);
+    else
+        (void)prog_->remove_iface(ifindex);
     const bool sockets = i.mode == IfaceMode::Xdp;
     const std::string name = i.name;
     GatewayIface absent;
@@ -192,9 +210,9 @@ void Gateway::lose_iface(uint32_t ifindex)
         close_unused_tun();
     relink_engine();
     log(LogLevel::Warning,
-        "%s: gone from this network namespace (deleted, or moved to another): its sockets are "
-        "closed; attached again as %s when a device of that name is here (`xesp iface del %s` "
-        "forgets it)",
+        "%s: gone from this network namespace (deleted, moved to another, or renamed): its "
+        "sockets are closed; attached again as %s when a device of that name is here (`xesp "
+        "iface del %s` forgets it)",
         name.c_str(), iface_role_name(absent.role), name.c_str());
     if (!r)
         log(LogLevel::Error,
@@ -204,7 +222,8 @@ void Gateway::lose_iface(uint32_t ifindex)
 }
 
 // A device of an absent interface's name is here (index `ifindex`): attached as the interface
-// was. If that fails it stays absent, and is not tried on that device again.
+// was. If that fails it stays absent, our classifier on it (if it has it) parked, and it is not
+// tried on that device again until the name has been away.
 void Gateway::return_iface(const std::string &name, uint32_t ifindex)
 {
     auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
@@ -215,11 +234,13 @@ void Gateway::return_iface(const std::string &name, uint32_t ifindex)
     ifaces_.erase(it);
     auto r = attach_iface({was.name, was.role, was.mode}, false, leftover(name));
     if (!r) {
+        if (XdpProgram::attached_to(int(ifindex)))
+            (void)prog_->park_iface(ifindex, was.role);
         was.tried = ifindex;
         ifaces_.push_back(was);
         log(LogLevel::Error,
-            "%s: here again (index %u), but not attached: %s; tried again on a device of that "
-            "name made anew, or at `xesp iface del` and `add`",
+            "%s: here again (index %u), but not attached: %s; tried again once a device of that "
+            "name is made anew or moved back, or at `xesp iface del` and `add`",
             name.c_str(), ifindex, r.error().message.c_str());
         return;
     }
