@@ -15,7 +15,9 @@
 #     made anew: attached again, with the new device's MAC;
 #   - while absent, `iface add` in the other mode is taken, and applies when it is back;
 #   - a restart keeps it absent from the state file, and attaches it once it is made;
-#   - `iface del` of an absent interface forgets it: made again, it is left alone.
+#   - `iface del` of an absent interface forgets it: made again, it is left alone;
+#   - (xdp mode) back as a device that takes no XDP program: kept absent, said so, across a
+#     restart too; `iface add` of it in tun mode attaches it.
 #
 # Usage: bash test_iface_gone.sh XESP
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns/veth/XDP).
@@ -73,16 +75,18 @@ remake_pub() {
         "$TOPO" exec gwB ip neigh flush dev "$GWB_PUB_IF"
 }
 
-# logged N TEXT: the daemon's log holds TEXT at least N times, within 5 s.
+# logged N REGEX: the daemon's log has a line matching REGEX (extended) at least N times,
+# within 5 s.
 logged() {
     for _ in $(seq 50); do
-        [ "$(grep -cF -- "$2" "$WORK/gwA.log")" -ge "$1" ] && return 0
+        [ "$(grep -cE -- "$2" "$WORK/gwA.log")" -ge "$1" ] && return 0
         sleep 0.1
     done
     echo "log: $(tail -n 5 "$WORK/gwA.log")"
     return 1
 }
 
+BACK='here again \(index [0-9]+\): attached as'  # the log line of an interface attached again
 egress_guard() {
     "$TOPO" exec gwA tc filter show dev "$GWA_PUB_IF" egress | grep -q xesp_tc_egress
 }
@@ -123,7 +127,7 @@ for i in range(10):
 # ---- gwA's public interface away and back -------------------------------------------------------
 check "the public interface moved away and back at once" away_and_back "$GWA_PUB_IF" \
     "$GWA_PUB_IP4" "$GWA_PUB_IP6"
-check "... the daemon saw it go and attached it again" logged 1 "$GWA_PUB_IF: here again"
+check "... the daemon saw it go and attached it again" logged 1 "$GWA_PUB_IF: $BACK"
 check "... its egress guard is back" egress_guard
 check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
@@ -132,8 +136,10 @@ check "... the gateway's own traffic for a protected flow is encrypted, none in 
 
 # ---- gwA's public interface deleted and made anew -----------------------------------------------
 check "the public interface deleted and made anew" remake_pub
-check "... the daemon saw it go and attached the new one" logged 2 "$GWA_PUB_IF: here again"
+check "... the daemon saw it go and attached the new one" logged 2 "$GWA_PUB_IF: $BACK"
 check "... its egress guard is on it" egress_guard
+# Both gateways have to find the other's MAC by ARP: one ping not counted.
+ping_from hostA "$HOSTB_IP4" -c 1 >/dev/null 2>&1
 check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
 check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
@@ -142,7 +148,7 @@ check "... the gateway's own traffic for a protected flow is encrypted, none in 
 # ---- gwA's protected interface away and back ----------------------------------------------------
 check "the protected interface moved away and back at once" away_and_back "$GWA_PROT_IF" \
     "$GWA_PROT_IP4" "$GWA_PROT_IP6"
-check "... the daemon saw it go and attached it again" logged 1 "$GWA_PROT_IF: here again"
+check "... the daemon saw it go and attached it again" logged 1 "$GWA_PROT_IF: $BACK"
 check "... its $PROT_MODE-mode program is on it" prot_attached gwA "$GWA_PROT_IF"
 check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
@@ -251,7 +257,7 @@ check "... gone0 absent" until_ok listed "$PROT_MODE" absent
 check "... our program stays on gone9, its entry kept (parked)" kept_on gone9 "$index"
 check "gone9 renamed gone0 again" rename gone9 gone0
 check "... attached again" until_ok listed "$PROT_MODE" here
-check "... the log says so" logged 2 "gone0: here again"
+check "... the log says so" logged 2 "gone0: $BACK"
 
 check "gone0 deleted again" "$TOPO" exec gwA ip link del gone0
 check "... absent" until_ok listed "$PROT_MODE" absent
@@ -280,6 +286,37 @@ check "gone0 made anew" make_gone0
 sleep 0.5
 check "... left alone: no program on it" bash -c "! '$TOPO' exec gwA ip -d link show gone0 |
     grep -q prog/xdp && ! '$TOPO' exec gwA tc filter show dev gone0 ingress | grep -q xesp"
+
+# ---- a device of the name that cannot be attached -----------------------------------------------
+# A bridge takes no XDP program in driver mode: in xdp mode, gone0 back as a bridge fails.
+failed_on() { # IFINDEX: iface list says gone0 is here but not attached, -j names IFINDEX
+    local text json
+    text=$(cli gwA iface list) || return 1
+    json=$(cli gwA iface list -j) || return 1
+    echo "$text"
+    echo "$text" | grep -q "^gone0 role protected mode xdp absent: a device of that name is here" &&
+        echo "$json" | "$PY" -c '
+import json, sys
+i = [i for i in json.load(sys.stdin) if i["name"] == "gone0"][0]
+sys.exit(0 if i.get("absent") and i.get("failed_ifindex") == int(sys.argv[1]) else 1)' "$1"
+}
+if [ "$PROT_MODE" = xdp ]; then
+    check "gone0 added again (xdp mode)" cli gwA iface add gone0 role protected mode xdp
+    check "gone0 deleted, and a bridge made under its name" bash -c "
+        '$TOPO' exec gwA ip link del gone0 && '$TOPO' exec gwA ip link add gone0 type bridge &&
+        '$TOPO' exec gwA ip link set gone0 up"
+    bridge=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
+    check "... not attached: iface list says so, -j names the device" until_ok failed_on "$bridge"
+    check "... the log says why" logged 1 "gone0: here again \(index $bridge\), but not attached"
+    step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
+    step "... restarted from the state file" start_gw gwA
+    check "... still kept, absent, not attached" failed_on "$bridge"
+    check "... iface add of it in tun mode" cli gwA iface add gone0 role protected mode tun
+    check "... attached in tun mode on the bridge" until_ok listed tun here
+    check "... its tun-mode program is on it, not the other" mode_on tun
+    check "... iface del of it" cli gwA iface del gone0
+    "$TOPO" exec gwA ip link del gone0
+fi
 check "the tunnel still carries hostA's pings" ping_from hostA "$HOSTB_IP4" -c 2
 
 finish

@@ -23,6 +23,8 @@ namespace xesp {
 namespace {
 
 constexpr uint64_t kRefreshNs = 2'000'000'000;  // local addresses
+constexpr uint64_t kAddrGapNs = 50'000'000;     // ... between two reads, at address events
+constexpr uint64_t kUrgentGapNs = 10'000'000;   // device looks at a device gone or back
 // Sockets given a bypass policy of their own (an IKE daemon's) meet the out policies until
 // the next sweep marks them: its IKE retransmits. Well within XESP_SOCK_MARK_TTL_NS.
 constexpr std::chrono::milliseconds kSweepPeriod{200};
@@ -30,13 +32,14 @@ constexpr std::chrono::milliseconds kSweepPeriod{200};
 // plaintext packet shorter than the MTU it must fit by more than this fits whatever its SA.
 constexpr uint32_t kMaxEncapOverhead = 128;
 
-// Every address of every interface in this network namespace (IPv6 link-local ones too).
-std::vector<std::pair<std::string, IpAddr>> interface_addresses()
+// Every address of every interface in this network namespace (IPv6 link-local ones too);
+// false if they cannot be read.
+bool interface_addresses(std::vector<std::pair<std::string, IpAddr>> &out)
 {
-    std::vector<std::pair<std::string, IpAddr>> out;
+    out.clear();
     ifaddrs *list = nullptr;
     if (getifaddrs(&list) != 0)
-        return out;
+        return false;
     for (ifaddrs *a = list; a; a = a->ifa_next) {
         if (!a->ifa_addr)
             continue;
@@ -50,7 +53,7 @@ std::vector<std::pair<std::string, IpAddr>> interface_addresses()
         }
     }
     freeifaddrs(list);
-    return out;
+    return true;
 }
 
 bool link_local(const IpAddr &a)
@@ -160,7 +163,8 @@ EngineOptions Gateway::engine_options(bool local) const
         o.local = local_;
     o.link_mtu = link_mtu();
     // ICMP errors go back to the protected side: answer from an address there.
-    auto addrs = interface_addresses();
+    std::vector<std::pair<std::string, IpAddr>> addrs;
+    (void)interface_addresses(addrs);
     for (const auto &i : ifaces_) {
         if (i.role != IfaceRole::Protected)
             continue;
@@ -238,8 +242,11 @@ Result<void> Gateway::apply(const ConfigChange &change)
 
 void Gateway::refresh_local_addresses()
 {
+    std::vector<std::pair<std::string, IpAddr>> addrs;
+    if (!interface_addresses(addrs))
+        return;  // kept as they were: tried again at the next round
     std::vector<IpAddr> now;
-    for (const auto &[name, a] : interface_addresses())
+    for (const auto &[name, a] : addrs)
         now.push_back(a);
     for (const auto &a : local_)
         if (std::find(now.begin(), now.end(), a) == now.end())
@@ -611,10 +618,16 @@ void Gateway::housekeeping()
     if (hops_->take_link_change(&urgent)) {
         macs_due_ = true;
         if (urgent)  // an interface's device left, or one of an absent one's name came
-            macs_at_ns_ = now;
+            macs_at_ns_ = std::min(macs_at_ns_, macs_look_ns_ + kUrgentGapNs);
     }
-    if (hops_->take_addr_change())  // the local addresses now, not at the next round
+    // An address came or went: the local addresses soon, not at the next round (50 ms at
+    // least between two reads, whatever the rate of events).
+    if (hops_->take_addr_change())
+        addrs_due_ = true;
+    if (addrs_due_ && now - last_refresh_ns_ >= kAddrGapNs) {
+        addrs_due_ = false;
         last_refresh_ns_ = 0;
+    }
     if (macs_due_ && now >= macs_at_ns_)
         refresh_macs(now);
     // A bounded number per round: a flood of ICMP must not hold up the data path.

@@ -453,6 +453,8 @@ private:
     bool macs_due_ = false;
     uint64_t macs_at_ns_ = 0;
     bool gone_unknown_ = false;  // link events were lost: refresh_macs() checks the interfaces
+    uint64_t macs_look_ns_ = 0;  // the last refresh_macs()
+    bool addrs_due_ = false;     // an address event: the local addresses to read again
 };
 
 }  // namespace xesp

@@ -114,6 +114,9 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec, bool absent_ok)
             log(LogLevel::Info, "%s: mode %s when it is back, was %s", name.c_str(),
                 iface_mode_name(spec.mode), iface_mode_name(it->mode));
             it->mode = spec.mode;
+            it->tried = 0;  // a device of that name that refused the other mode: tried now
+            macs_due_ = true;
+            macs_at_ns_ = 0;
             return {};
         }
         if (!it->local && it->role == role && role == IfaceRole::Protected && it->mode != spec.mode)
@@ -126,20 +129,33 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec, bool absent_ok)
                                      (it->absent ? " (absent)" : "") + "; `xesp iface del " + name +
                                      "` first to change its role"));
     }
-    if (absent_ok && !if_nametoindex(name.c_str())) {
+    // Absent, if allowed: not here, or here but not to be attached (kept, and not tried on
+    // that device again), rather than forgotten at the next save.
+    auto keep_absent = [&](uint32_t tried) {
         GatewayIface i;
         i.name = name;
         i.role = role;
         i.mode = spec.mode;
         i.absent = true;
+        i.tried = tried;
         ifaces_.push_back(i);
         macs_due_ = true;  // its name is watched from the next look on
+    };
+    const uint32_t ifindex = if_nametoindex(name.c_str());
+    if (absent_ok && !ifindex) {
+        keep_absent(0);
         log(LogLevel::Warning, "%s: not in this network namespace: attached as %s when it is",
             name.c_str(), iface_role_name(role));
         return {};
     }
-    if (auto r = attach_iface(spec, false, leftover(name)); !r)
-        return r;
+    if (auto r = attach_iface(spec, false, leftover(name)); !r) {
+        if (!absent_ok)
+            return r;
+        keep_absent(ifindex);
+        log(LogLevel::Error, "%s; kept, absent, until a device of that name is made anew",
+            r.error().message.c_str());
+        return {};
+    }
     if (role == IfaceRole::Public && !local_link_)
         open_local_link();
     return {};
@@ -280,6 +296,7 @@ Result<void> Gateway::attach_iface(const IfaceSpec &spec, bool local, bool left)
         tidy_leftover_tun();
     }
     ifaces_.push_back(i);
+    hops_->watch_link(i.ifindex);  // its leaving is seen from now on, not from the next look
     auto r = rebuild_ports();
     if (r)
         relink_engine();  // the tunnel MTU follows the public side

@@ -75,6 +75,7 @@ std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
 // absent whose name is here is attached again (return_iface()).
 void Gateway::refresh_macs(uint64_t now)
 {
+    macs_look_ns_ = now;
     const auto *links = read_links(*hops_, "after a device change; again in a second");
     bool unknown = false;
     for (uint32_t ifindex : hops_->take_links_gone(unknown))

@@ -79,6 +79,8 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
             ifs.back()["warning"] = i.warning;
         if (i.absent)
             ifs.back()["absent"] = true;
+        if (i.tried)  // a device of its name it could not be attached to
+            ifs.back()["failed_ifindex"] = i.tried;
     }
     j["ifaces"] = ifs;
     j["link_mtu"] = s.link_mtu;

@@ -145,7 +145,8 @@ Result<void> Gateway::attach_tun_mode(GatewayIface i)
             macs_due_ = true;
         }
     ifaces_.push_back(i);
-    relink_engine();  // ICMP errors for its hosts come from its address
+    hops_->watch_link(i.ifindex);  // its leaving is seen from now on, not from the next look
+    relink_engine();               // ICMP errors for its hosts come from its address
     log(LogLevel::Info,
         "%s: attached as protected, tun mode, MTU %u; tc ingress program, what is protected "
         "goes to %s whole",

@@ -179,6 +179,12 @@ void NextHops::watch_links(std::vector<uint32_t> ifindexes, std::vector<std::str
     s_->watched_names = std::move(names);
 }
 
+void NextHops::watch_link(uint32_t ifindex)
+{
+    if (std::find(s_->watched.begin(), s_->watched.end(), ifindex) == s_->watched.end())
+        s_->watched.push_back(ifindex);
+}
+
 bool NextHops::take_link_change(bool *urgent)
 {
     const bool u = std::exchange(s_->link_urgent, false);

@@ -123,8 +123,10 @@ public:
     // each link event about one of them, or one stacked on or enslaved to one, and events
     // lost; and each about a device of one of `names` (one new here, or renamed to one).
     // True once after such a change; `urgent`, if given, tells whether a watched device left
-    // or a device of a watched name came.
+    // or a device of a watched name came (not events lost).
     void watch_links(std::vector<uint32_t> ifindexes, std::vector<std::string> names = {});
+    // One more device watched, until the next watch_links().
+    void watch_link(uint32_t ifindex);
     bool take_link_change(bool *urgent = nullptr);
     // True once after an address of the namespace was added or removed (or events were lost).
     bool take_addr_change();

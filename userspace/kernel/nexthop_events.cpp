@@ -175,7 +175,7 @@ bool NextHops::State::read_events()
             // Events were dropped (ENOBUFS), or one cut short (ENOSPC, a truncated datagram):
             // nothing we hold can be trusted.
             ++stats.event_overruns;
-            link_changed = link_urgent = true;
+            link_changed = true;  // not urgent: the next look checks every interface
             links_gone_unknown = true;
             addr_changed = true;
             links_whole = false;
