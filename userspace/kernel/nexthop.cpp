@@ -216,9 +216,7 @@ const std::vector<rtnl::Link> *NextHops::links(int &err)
                 err = rtnl::Requests::kSocketError;
                 return nullptr;
             }
-            err = -EINTR;
-            for (int i = 0; i < 3 && err == -EINTR; i++)  // devices changed under it: again
-                err = rtnl::dump_links(rq, s.links);
+            err = rtnl::dump_links(rq, s.links);
             if (err)
                 return nullptr;
             ++s.stats.link_lists;

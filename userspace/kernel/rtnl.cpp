@@ -148,7 +148,9 @@ bool parse_link(const nlmsghdr *nlh, Link &d)
     return true;
 }
 
-int dump_links(Requests &rq, std::vector<Link> &out)
+namespace {
+
+int dump_links_once(Requests &rq, std::vector<Link> &out)
 {
     out.clear();
     nlmsghdr *nlh = rq.request(RTM_GETLINK, NLM_F_DUMP);
@@ -163,6 +165,16 @@ int dump_links(Requests &rq, std::vector<Link> &out)
             out.push_back(l);
     });
     return err ? err : interrupted ? -EINTR : 0;  // devices changed under it: not the whole list
+}
+
+}  // namespace
+
+int dump_links(Requests &rq, std::vector<Link> &out, int tries)
+{
+    int err = -EINTR;
+    for (int i = 0; i < tries && err == -EINTR; i++)
+        err = dump_links_once(rq, out);
+    return err;
 }
 
 namespace {

@@ -62,9 +62,10 @@ bool parse_neigh(const nlmsghdr *nlh, Neigh &n);
 bool parse_link(const nlmsghdr *nlh, Link &d);
 
 class Requests;
-// Every device of the namespace (an RTM_GETLINK dump). Returns 0, the kernel's -errno, or
+// Every device of the namespace (an RTM_GETLINK dump), read again up to `tries` times in all
+// while devices change under it. Returns 0, the kernel's -errno, -EINTR (still changing), or
 // Requests::kSocketError.
-int dump_links(Requests &rq, std::vector<Link> &out);
+int dump_links(Requests &rq, std::vector<Link> &out, int tries = 3);
 
 // The Ethernet addresses device `ifindex` takes frames for as the kernel does (not those it
 // bridges), each once: its own first, then in order those of the devices above it that are up,
