@@ -91,38 +91,26 @@ egress_guard() {
     "$TOPO" exec gwA tc filter show dev "$GWA_PUB_IF" egress | grep -q xesp_tc_egress
 }
 
-# Five datagrams from gwA's inside address to hostB: hostB gets them, the wire no plaintext.
-own_encrypted() {
-    local got n marker=own$RANDOM
+# encrypted NODE COUNT [SOURCE]: COUNT datagrams from NODE (bound to SOURCE, if given) to
+# hostB: hostB gets them all, the wire sees none in the clear.
+encrypted() {
+    local got n marker=m$RANDOM
     sink_start hostB "$HOSTB_IP4" 2 || return 1
     FILTERS=("contains $marker")
-    got=$(wire_counts "$TOPO" exec gwA "$PY" -c "
+    got=$(wire_counts "$TOPO" exec "$1" "$PY" -c "
 import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(('$GWA_PROT_IP4', 0))
-for i in range(5):
+if '${3:-}':
+    s.bind(('${3:-}', 0))
+for i in range($2):
     s.sendto(b'$marker', ('$HOSTB_IP4', 5300))
     time.sleep(0.02)")
     sink_count n
-    echo "hostB got $n of 5; plaintext on the wire: $got"
-    [ "$n" = 5 ] && [ "$got" = "0 " ]
+    echo "hostB got $n of $2; plaintext on the wire: $got"
+    [ "$n" = "$2" ] && [ "$got" = "0 " ]
 }
-
-# Ten datagrams hostA -> hostB: all arrive, none in the clear on the wire.
-hosts_encrypted() {
-    local got n marker=host$RANDOM
-    sink_start hostB "$HOSTB_IP4" 2 || return 1
-    FILTERS=("contains $marker")
-    got=$(wire_counts "$TOPO" exec hostA "$PY" -c "
-import socket, time
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for i in range(10):
-    s.sendto(b'$marker', ('$HOSTB_IP4', 5300))
-    time.sleep(0.02)")
-    sink_count n
-    echo "hostB got $n of 10; plaintext on the wire: $got"
-    [ "$n" = 10 ] && [ "$got" = "0 " ]
-}
+hosts_encrypted() { encrypted hostA 10; }
+own_encrypted() { encrypted gwA 5 "$GWA_PROT_IP4"; }  # the gateway's own, from its inside
 
 # ---- gwA's public interface away and back -------------------------------------------------------
 check "the public interface moved away and back at once" away_and_back "$GWA_PUB_IF" \
