@@ -308,6 +308,7 @@ private:
     std::vector<XdpProgram::Mac> iface_macs(const GatewayIface &i, const rtnl::Uppers &u,
                                             bool quiet);
     void refresh_macs(uint64_t now);
+    const std::vector<rtnl::Link> *follow_devices();
     void lose_iface(uint32_t ifindex);
     void return_iface(const std::string &name, uint32_t ifindex);
     bool iface_unbound(const GatewayIface &i) const;

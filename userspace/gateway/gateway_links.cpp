@@ -63,28 +63,18 @@ std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
     return iface_macs(i, rtnl::accepted_macs(*links, i.ifindex), false);
 }
 
-// A watched device changed (a MAC set, a macvlan or VLAN added, removed, up or down, a bridge
-// joined): the classifier's entries take the interfaces' Ethernet addresses as they are now,
-// and the devices above them are the ones watched. Until then a frame to a new address is
-// dropped where it would be handed over (fail closed); a failure is tried again in a second.
-// A tenth of a second at least between two looks, whatever the rate of events (but for a
-// device gone or come back: housekeeping()). The device list is NextHops', kept from the link
-// events: listed whole once, not at each look.
-//
-// First, an interface whose device left (or was renamed) goes absent (lose_iface()), and one
-// absent whose name is here is attached again (return_iface()).
-void Gateway::refresh_macs(uint64_t now)
+// An interface whose device left (or was renamed) goes absent (lose_iface()), and one absent
+// whose name is here is attached again (return_iface()). Returns the device list as it is
+// after that, or nullptr if it cannot be read (the log says so).
+const std::vector<rtnl::Link> *Gateway::follow_devices()
 {
-    macs_look_ns_ = now;
     const auto *links = read_links(*hops_, "after a device change; again in a second");
     bool unknown = false;
     for (uint32_t ifindex : hops_->take_links_gone(unknown))
         lose_iface(ifindex);
     gone_unknown_ |= unknown;
-    if (!links) {
-        macs_at_ns_ = now + kRetryNs;
-        return;
-    }
+    if (!links)
+        return nullptr;
     // Left with no event seen (events lost; or before its index was watched), renamed, or
     // perhaps left and came back unseen (events lost): what was on it is checked.
     std::vector<uint32_t> gone;
@@ -110,10 +100,27 @@ void Gateway::refresh_macs(uint64_t now)
         else if (l->ifindex != i.tried)
             back.emplace_back(i.name, l->ifindex);
     }
+    if (back.empty())
+        return links;
     for (const auto &[name, ifindex] : back)
-        return_iface(name, ifindex);  // events read meanwhile change the list
-    if (!back.empty())
-        links = read_links(*hops_, "after a device change; again in a second");
+        return_iface(name, ifindex);
+    // Events read meanwhile change the list.
+    return read_links(*hops_, "after a device change; again in a second");
+}
+
+// A watched device changed (a MAC set, a macvlan or VLAN added, removed, up or down, a bridge
+// joined): the classifier's entries take the interfaces' Ethernet addresses as they are now,
+// and the devices above them are the ones watched. Until then a frame to a new address is
+// dropped where it would be handed over (fail closed); a failure is tried again in a second.
+// A tenth of a second at least between two looks, whatever the rate of events (but for a
+// device gone or come back: housekeeping()). The device list is NextHops', kept from the link
+// events: listed whole once, not at each look.
+//
+// First, the interfaces follow their devices (follow_devices()).
+void Gateway::refresh_macs(uint64_t now)
+{
+    macs_look_ns_ = now;
+    const auto *links = follow_devices();
     if (!links) {
         macs_at_ns_ = now + kRetryNs;
         return;
