@@ -82,7 +82,7 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
         if (i.local || i.absent)
             continue;
         auto l = std::find_if(links->begin(), links->end(),
-                              [&](const rtnl::Link &l) { return l.ifindex == i.ifindex; });
+                              [&](const rtnl::Link &k) { return k.ifindex == i.ifindex; });
         if (l == links->end() || i.name != l->name.data() || (gone_unknown_ && iface_unbound(i)))
             gone.push_back(i.ifindex);
     }
@@ -94,7 +94,7 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
         if (!i.absent)
             continue;
         auto l = std::find_if(links->begin(), links->end(),
-                              [&](const rtnl::Link &l) { return i.name == l.name.data(); });
+                              [&](const rtnl::Link &k) { return i.name == k.name.data(); });
         if (l == links->end())
             i.tried = 0;  // a device of that name made, or moved back, is tried
         else if (l->ifindex != i.tried)
