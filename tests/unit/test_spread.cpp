@@ -200,7 +200,9 @@ TEST_CASE("a burst mixing every outcome of classification gives what one packet 
           "[spread]")
 {
     // Beside the tunnels: a block policy, a bypass policy, a policy whose template has no SA,
-    // and a tunnel whose template names an SA of the other mode.
+    // and a tunnel whose template names an SA of the other mode. On the way in, B sends
+    // through tunnels 5, 6 and 7 what A's inbound policies refuse: a flow none covers, a
+    // flow an in policy blocks, and a flow whose fwd policy names tunnel 8.
     Config c = gateway(true);
     auto out_policy = [&](size_t t) {
         PolicyConfig p;
@@ -218,14 +220,34 @@ TEST_CASE("a burst mixing every outcome of classification gives what one packet 
     wrong_mode.tmpl->mode = Mode::Transport;
     for (const PolicyConfig &p : {block, bypass, missing, wrong_mode})
         c.policies.push_back(p);
+    PolicyConfig in_block, in_other;
+    in_block.sel.src = pfx(inner(2, 211).c_str());
+    in_block.sel.dst = pfx(inner(1, 211).c_str());
+    in_block.dir = Dir::In;
+    in_block.action = Action::Block;
+    in_other.sel.src = pfx(inner(2, 212).c_str());
+    in_other.sel.dst = pfx(inner(1, 212).c_str());
+    in_other.dir = Dir::Fwd;
+    in_other.tmpl = tmpl_for(tunnel_sa(8, false));
+    c.policies.push_back(in_block);
+    c.policies.push_back(in_other);
+    Config cb = gateway(false);
+    for (size_t k = 0; k < 3; k++) {
+        PolicyConfig p;
+        p.sel.src = pfx(inner(2, 210 + k).c_str());
+        p.sel.dst = pfx(inner(1, 210 + k).c_str());
+        p.dir = Dir::Out;
+        p.tmpl = tmpl_for(tunnel_sa(5 + k, false));
+        cb.policies.push_back(p);
+    }
 
     std::vector<std::vector<uint8_t>> packets;
     std::vector<bool> aead;  // the IV is the sequence number: burst and single give one text
-    auto b = make_engine(gateway(false));
-    for (size_t i = 0; i < 200; i++) {
+    auto b = make_engine(cb);
+    for (size_t i = 0; i < 225; i++) {
         size_t t = (i * 11) % kTunnels;
         aead.push_back(tunnel_sa(t, true).xf.is_aead());
-        switch (i % 8) {
+        switch (i % 9) {
         case 0:  // protected by tunnel t
             packets.push_back(udp_packet(4, host(1, t).c_str(), host(2, t).c_str(), 50 + i));
             break;
@@ -256,6 +278,13 @@ TEST_CASE("a burst mixing every outcome of classification gives what one packet 
         case 6:  // IPv6 plaintext: no policy of its family
             packets.push_back(udp_packet(6, "fd00::1", "fd00::2", 40));
             break;
+        case 8: {  // ESP from B that A decrypts and its inbound policies refuse
+            size_t k = i / 9 % 3;
+            Frame f(udp_packet(4, host(2, 210 + k).c_str(), host(1, 210 + k).c_str(), 30 + i));
+            REQUIRE(run(*b, f) == Verdict::Encrypted);
+            packets.push_back(f.bytes());
+            break;
+        }
         default:  // another protected packet, of the tunnel before
             t = ((i - 7) * 11) % kTunnels;
             aead.back() = tunnel_sa(t, true).xf.is_aead();
@@ -288,7 +317,8 @@ TEST_CASE("a burst mixing every outcome of classification gives what one packet 
     // Every outcome was there.
     CHECK(verdicts ==
           std::set<Verdict>{Verdict::Encrypted, Verdict::Decrypted, Verdict::Pass, Verdict::Drop});
-    CHECK(drops == std::set<Drop>{Drop::OutPolBlock, Drop::OutNoStates, Drop::InUnprotected});
+    CHECK(drops == std::set<Drop>{Drop::OutPolBlock, Drop::OutNoStates, Drop::InUnprotected,
+                                  Drop::InNoPolicy, Drop::InPolBlock, Drop::InTmplMismatch});
     CHECK(a_burst->stats().esp_unknown_spi == a_single->stats().esp_unknown_spi);
     CHECK(a_burst->stats().esp_unknown_spi > 0);
 }

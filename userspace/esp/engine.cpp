@@ -437,11 +437,8 @@ void Engine::finish_burst(const Tables &t, Burst &b)
             continue;
         }
         esp_decap_finish(*gr.sa, b.dec, gr.from, gr.to);
-        Pkt **gp = b.sorted + gr.first;
-        for (size_t i = 0; i < gr.n; i++)
-            if (gp[i]->verdict == Verdict::Decrypted)
-                inbound_policy_check(t, *gr.sa, *gp[i]);
     }
+    inbound_policy_checks(t, b);
     for (size_t i = 0; i < b.n; i++) {
         Pkt &p = *b.pkts[i];
         // A new packet where the old one was: whatever link-layer header sat in front of it

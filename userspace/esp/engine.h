@@ -347,7 +347,8 @@ private:
     Dirn classify_esp(const Tables &t, Pkt &p, const uint8_t *ip, uint32_t esp_off, bool udp,
                       const IpAddr &dst, Sa **sa);
     Dirn check_unprotected(const Tables &t, Pkt &p, const FlowKey &flow);
-    void inbound_policy_check(const Tables &t, Sa &sa, Pkt &p);
+    void inbound_policy_checks(const Tables &t, Burst &b);
+    Dir inbound_dir(const FlowKey &flow, bool *then_fwd) const;
     const PolicyConfig *inbound_policy(const Tables &t, const FlowKey &flow, bool *unsure) const;
     bool too_big(Sa &sa, Pkt &p);
     void account(Pkt &p, Sa *sa);

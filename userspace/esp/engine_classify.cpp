@@ -252,12 +252,17 @@ Engine::Dirn Engine::classify(const Tables &t, Pkt &p, Sa **sa)
 // picks it: the fwd policies for what is forwarded, the in policies for what is delivered to
 // the gateway. Broadcast and multicast, and everything where the gateway's addresses are not
 // known (`xesp pcap` without --local), ask the in policies, then the fwd ones.
+Dir Engine::inbound_dir(const FlowKey &flow, bool *then_fwd) const
+{
+    *then_fwd = !options_.local || is_group_dst(flow.dst);
+    return *then_fwd || is_local(flow.dst) ? Dir::In : Dir::Fwd;
+}
+
 const PolicyConfig *Engine::inbound_policy(const Tables &t, const FlowKey &flow, bool *unsure) const
 {
-    if (options_.local && !is_group_dst(flow.dst))
-        return t.spd.lookup(is_local(flow.dst) ? Dir::In : Dir::Fwd, flow, unsure);
-    const PolicyConfig *pol = t.spd.lookup(Dir::In, flow, unsure);
-    return pol ? pol : t.spd.lookup(Dir::Fwd, flow, unsure);
+    bool then_fwd;
+    const PolicyConfig *pol = t.spd.lookup(inbound_dir(flow, &then_fwd), flow, unsure);
+    return pol || !then_fwd ? pol : t.spd.lookup(Dir::Fwd, flow, unsure);
 }
 
 // Plaintext no outbound policy claims: if an inbound policy says it must arrive protected, it
@@ -278,22 +283,62 @@ Engine::Dirn Engine::check_unprotected(const Tables &t, Pkt &p, const FlowKey &f
 // RFC 4301 5.2: what came out of an SA must be what an inbound policy expects from it. A
 // packet no in or fwd policy covers is dropped (the kernel's XfrmInNoPols): an SA carries
 // only the traffic a policy put in it, whichever peer holds its keys.
-void Engine::inbound_policy_check(const Tables &t, Sa &sa, Pkt &p)
+//
+// For every packet of the burst that its SA decrypted, in three steps over the burst as in
+// classify_burst(): each packet's flow, with the cells of its lookup asked for; the lookup,
+// with the policy found asked for; the check. With traffic spread over thousands of tunnels
+// the cells and the policy are misses, which then overlap.
+void Engine::inbound_policy_checks(const Tables &t, Burst &b)
 {
-    FlowKey flow;
-    if (!parse_flow(p.ip(), p.len, &flow)) {
-        p.set_drop(Drop::InBadInner);
-        return;
+    struct Check {
+        Pkt *p;
+        const Sa *sa;
+        const PolicyConfig *pol;
+        Dir dir;
+        bool then_fwd;
+        FlowKey flow;
+        Spd::Probe probe, fwd;  // for dir; for Dir::Fwd after it (then_fwd)
+    };
+    Check c[kMaxBurst];
+    size_t n = 0;
+    for (size_t g = 0; g < b.ngroups; g++) {
+        const Burst::Group &gr = b.groups[g];
+        if (gr.dirn != Dirn::Decap)
+            continue;
+        Pkt *const *gp = b.sorted + gr.first;
+        for (size_t i = 0; i < gr.n; i++) {
+            if (gp[i]->verdict != Verdict::Decrypted)
+                continue;
+            Check &k = c[n];
+            if (!parse_flow(gp[i]->ip(), gp[i]->len, &k.flow)) {
+                gp[i]->set_drop(Drop::InBadInner);
+                continue;
+            }
+            k.p = gp[i];
+            k.sa = gr.sa;
+            k.dir = inbound_dir(k.flow, &k.then_fwd);
+            t.spd.prefetch(k.dir, k.flow, &k.probe);
+            if (k.then_fwd)
+                t.spd.prefetch(Dir::Fwd, k.flow, &k.fwd);
+            n++;
+        }
     }
-    const PolicyConfig *pol = inbound_policy(t, flow, nullptr);
-    if (!pol) {
-        p.set_drop(Drop::InNoPolicy);
-        return;
+    for (size_t i = 0; i < n; i++) {
+        Check &k = c[i];
+        k.pol = t.spd.lookup(k.dir, k.flow, nullptr, k.probe);
+        if (!k.pol && k.then_fwd)
+            k.pol = t.spd.lookup(Dir::Fwd, k.flow, nullptr, k.fwd);
+        prefetch_policy(k.pol);
     }
-    if (pol->action == Action::Block)
-        p.set_drop(Drop::InPolBlock);
-    else if (pol->tmpl ? !tmpl_matches(*pol->tmpl, sa.config()) : sa.tunnel())
-        p.set_drop(Drop::InTmplMismatch);
+    for (size_t i = 0; i < n; i++) {
+        const Check &k = c[i];
+        if (!k.pol)
+            k.p->set_drop(Drop::InNoPolicy);
+        else if (k.pol->action == Action::Block)
+            k.p->set_drop(Drop::InPolBlock);
+        else if (k.pol->tmpl ? !tmpl_matches(*k.pol->tmpl, k.sa->config()) : k.sa->tunnel())
+            k.p->set_drop(Drop::InTmplMismatch);
+    }
 }
 
 // A burst is classified in steps, each over every packet of the burst, so that the cache
