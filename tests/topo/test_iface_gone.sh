@@ -11,6 +11,9 @@
 #     back), hostA pings hostB through the tunnel, and the gateway's own traffic for a
 #     protected flow is encrypted, none of it in the clear on the wire;
 #   - the same for gwA's protected interface;
+#   - the local link (xesp-local) deleted, an end of it moved to another namespace, or moved
+#     away and back: made again, and the gateway's own traffic (and in tun mode the hosts'
+#     UDP) encrypted again;
 #   - gone0 deleted: `iface list` shows it absent (`-j` too), its classifier entry is gone;
 #     made anew: attached again, with the new device's MAC;
 #   - while absent, `iface add` in the other mode is taken, and applies when it is back;
@@ -141,6 +144,53 @@ check "... its $PROT_MODE-mode program is on it" prot_attached gwA "$GWA_PROT_IF
 check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
 
+# ---- the local link deleted, and moved away and back --------------------------------------------
+# until CMD...: CMD succeeds within 5 s.
+until_ok() {
+    for _ in $(seq 50); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    "$@"
+}
+local_index() { "$TOPO" exec gwA cat /sys/class/net/xesp-local/ifindex; }
+# local_remade OLD: the local link is here again, under an index other than OLD, up, and the
+# gateway's end has its XDP program.
+local_remade() {
+    local now
+    now=$(local_index) || return 1
+    echo "xesp-local: index $now (was $1)"
+    [ "$now" != "$1" ] && xdp_attached gwA xesp-local-gw &&
+        "$TOPO" exec gwA ip link show xesp-local | grep -q 'state UP'
+}
+old_local=$(local_index)
+check "the local link deleted under the daemon" "$TOPO" exec gwA ip link del xesp-local
+check "... made again" until_ok local_remade "$old_local"
+check "... the log says so" logged 1 "local link xesp-local: gone"
+check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
+    own_encrypted
+check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
+old_local=$(local_index)
+check "the local link's kernel end moved to another namespace" \
+    "$TOPO" exec gwA ip link set xesp-local netns "$PARK"
+check "... made again" until_ok local_remade "$old_local"
+check "... the log says so" logged 2 "local link xesp-local: gone"
+check "... the pair that went is deleted" bash -c "! ip -n '$PARK' link show xesp-local"
+check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
+    own_encrypted
+check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
+# Straight back, or not at all if the daemon has already deleted the pair: either way, made
+# again.
+old_local=$(local_index)
+check "the local link's gateway end moved away (and back, if it is still there)" bash -c "
+    '$TOPO' exec gwA ip link set xesp-local-gw netns '$PARK' &&
+    { ip -n '$PARK' link set xesp-local-gw netns '$NS_GWA' 2>/dev/null || true; }"
+check "... made again" until_ok local_remade "$old_local"
+check "... the log says so" logged 3 "local link xesp-local: gone"
+check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
+    own_encrypted
+check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
+
 # ---- a protected interface deleted, and made anew ---------------------------------------------
 make_gone0() {
     "$TOPO" exec gwA ip link add gone0 type veth peer name gone1 &&
@@ -167,14 +217,6 @@ import json, sys
 i = [i for i in json.load(sys.stdin) if i["name"] == "gone0"][0]
 sys.exit(0 if "absent" not in i and i["ifindex"] > 0 else 1)'
     fi
-}
-# until CMD...: CMD succeeds within 5 s.
-until_ok() {
-    for _ in $(seq 50); do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    "$@"
 }
 # in_map IFINDEX: whether the classifier's `ifaces` map (that of gwA's public interface's
 # program) has an entry for IFINDEX.

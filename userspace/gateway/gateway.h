@@ -311,6 +311,9 @@ private:
     const std::vector<rtnl::Link> *follow_devices();
     void lose_iface(uint32_t ifindex);
     void return_iface(const std::string &name, uint32_t ifindex);
+    bool local_link_gone(const std::vector<rtnl::Link> &links,
+                         const std::vector<uint32_t> &gone) const;
+    void remake_local_link(const std::vector<rtnl::Link> &links);
     bool iface_unbound(const GatewayIface &i) const;
     EngineOptions engine_options(bool local = true) const;
     uint32_t link_mtu() const;

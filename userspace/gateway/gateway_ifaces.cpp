@@ -234,6 +234,7 @@ void Gateway::open_local_link()
         local_link_ = LocalLink();
         return;
     }
+    hops_->watch_link(local_link_.kernel_ifindex());  // its leaving is seen from now on
     log(LogLevel::Info,
         "local link %s: the gateway's own traffic for protected flows is "
         "encrypted too",

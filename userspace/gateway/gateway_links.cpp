@@ -70,11 +70,17 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
 {
     const auto *links = read_links(*hops_, "after a device change; again in a second");
     bool unknown = false;
-    for (uint32_t ifindex : hops_->take_links_gone(unknown))
+    const std::vector<uint32_t> gone_seen = hops_->take_links_gone(unknown);
+    for (uint32_t ifindex : gone_seen)
         lose_iface(ifindex);
     gone_unknown_ |= unknown;
     if (!links)
         return nullptr;
+    bool remade = false;
+    if (local_link_gone(*links, gone_seen)) {
+        remake_local_link(*links);
+        remade = true;
+    }
     // Left with no event seen (events lost; or before its index was watched), renamed, or
     // perhaps left and came back unseen (events lost): what was on it is checked.
     std::vector<uint32_t> gone;
@@ -100,12 +106,64 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
         else if (l->ifindex != i.tried)
             back.emplace_back(i.name, l->ifindex);
     }
-    if (back.empty())
+    if (back.empty() && !remade)
         return links;
     for (const auto &[name, ifindex] : back)
         return_iface(name, ifindex);
     // Events read meanwhile change the list.
     return read_links(*hops_, "after a device change; again in a second");
+}
+
+// Whether the local link (local_link.h) went from under the gateway: either end deleted (which
+// takes the pair), moved to another namespace (perhaps back already: `gone`, the devices with
+// an RTM_DELLINK since the last look), or renamed; or, after lost events, its socket unbound.
+bool Gateway::local_link_gone(const std::vector<rtnl::Link> &links,
+                              const std::vector<uint32_t> &gone) const
+{
+    if (!local_link_)
+        return false;
+    auto local =
+        std::find_if(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) { return i.local; });
+    if (local == ifaces_.end())
+        return false;  // the pair is here, but its end could not be attached (the log said so)
+    auto here = [&](uint32_t ifindex, const char *name) {
+        return std::find(gone.begin(), gone.end(), ifindex) == gone.end() &&
+               std::any_of(links.begin(), links.end(), [&](const rtnl::Link &k) {
+                   return k.ifindex == ifindex && std::strcmp(k.name.data(), name) == 0;
+               });
+    };
+    return !here(local->ifindex, LocalLink::kGatewayEnd) ||
+           !here(local_link_.kernel_ifindex(), LocalLink::kKernelEnd) ||
+           (gone_unknown_ && iface_unbound(*local));
+}
+
+// The local link gone: what is left of it goes (its socket, its classifier entry, the pair if
+// an end is still here), and it is made again while a public interface is attached. Meanwhile
+// the gateway's own protected traffic was dropped: the egress guard had nowhere to send it.
+void Gateway::remake_local_link(const std::vector<rtnl::Link> &links)
+{
+    auto local =
+        std::find_if(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) { return i.local; });
+    const uint32_t ifindex = local->ifindex;
+    if (std::any_of(links.begin(), links.end(),
+                    [&](const rtnl::Link &k) { return k.ifindex == ifindex; })) {
+        forget_iface(local);  // its end still here (back from a move, or renamed)
+    } else {
+        ifaces_.erase(local);
+        (void)prog_->remove_iface(ifindex);
+    }
+    (void)prog_->set_local_link(0);
+    local_link_ = LocalLink();  // deletes the pair, if an end of it is still here
+    log(LogLevel::Warning,
+        "local link %s: gone from under the gateway (deleted, moved to another network "
+        "namespace, or renamed); made again",
+        LocalLink::kKernelEnd);
+    if (auto r = rebuild_ports(); !r)
+        log(LogLevel::Error, "no socket reopened after the local link went: %s",
+            r.error().message.c_str());
+    if (std::any_of(ifaces_.begin(), ifaces_.end(),
+                    [](const GatewayIface &i) { return i.role == IfaceRole::Public && !i.absent; }))
+        open_local_link();
 }
 
 // A watched device changed (a MAC set, a macvlan or VLAN added, removed, up or down, a bridge
@@ -130,8 +188,11 @@ void Gateway::refresh_macs(uint64_t now)
     std::vector<uint32_t> watched;
     std::vector<std::string> names;
     for (auto &i : ifaces_) {
-        if (i.local)
+        if (i.local) {  // both ends: either may leave (local_link_gone())
+            watched.push_back(i.ifindex);
+            watched.push_back(local_link_.kernel_ifindex());
             continue;
+        }
         if (i.absent) {
             names.push_back(i.name);
             // Come while another was attached, before its name was watched: look again.

@@ -147,8 +147,11 @@ int link_set_gso_max_segs(const char *name, uint32_t segs)
 
 Result<LocalLink> LocalLink::create()
 {
-    if (uint32_t old = if_nametoindex(kKernelEnd))
-        (void)delete_link(old);  // left by a gateway that died
+    // Left by a gateway that died, or what is left here of a pair one end of which went to
+    // another namespace: deleting an end deletes the pair.
+    for (const char *name : {kKernelEnd, kGatewayEnd})
+        if (uint32_t old = if_nametoindex(name))
+            (void)delete_link(old);
     if (int rc = create_pair())
         return link_error("create the veth pair", rc);
     LocalLink l;
