@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "tests/unit/esp_fixture.h"
@@ -243,10 +244,12 @@ TEST_CASE("a burst mixing every outcome of classification gives what one packet 
 
     std::vector<std::vector<uint8_t>> packets;
     std::vector<bool> aead;  // the IV is the sequence number: burst and single give one text
+    std::vector<std::optional<Drop>> refused;  // case 8: the drop each must get
     auto b = make_engine(cb);
     for (size_t i = 0; i < 225; i++) {
         size_t t = (i * 11) % kTunnels;
         aead.push_back(tunnel_sa(t, true).xf.is_aead());
+        refused.push_back(std::nullopt);
         switch (i % 9) {
         case 0:  // protected by tunnel t
             packets.push_back(udp_packet(4, host(1, t).c_str(), host(2, t).c_str(), 50 + i));
@@ -258,8 +261,8 @@ TEST_CASE("a burst mixing every outcome of classification gives what one packet 
             break;
         }
         case 2:  // block, bypass, no SA, the wrong mode
-            packets.push_back(udp_packet(4, host(1, 200 + i / 8 % 4).c_str(),
-                                         host(2, 200 + i / 8 % 4).c_str(), 40));
+            packets.push_back(udp_packet(4, host(1, 200 + i / 9 % 4).c_str(),
+                                         host(2, 200 + i / 9 % 4).c_str(), 40));
             break;
         case 3:  // plaintext a fwd policy says must come protected
             packets.push_back(udp_packet(4, host(2, t).c_str(), host(1, t).c_str(), 40));
@@ -283,6 +286,9 @@ TEST_CASE("a burst mixing every outcome of classification gives what one packet 
             Frame f(udp_packet(4, host(2, 210 + k).c_str(), host(1, 210 + k).c_str(), 30 + i));
             REQUIRE(run(*b, f) == Verdict::Encrypted);
             packets.push_back(f.bytes());
+            refused.back() = k == 0   ? Drop::InNoPolicy
+                             : k == 1 ? Drop::InPolBlock
+                                      : Drop::InTmplMismatch;
             break;
         }
         default:  // another protected packet, of the tunnel before
@@ -310,6 +316,10 @@ TEST_CASE("a burst mixing every outcome of classification gives what one packet 
         if (burst[i].pkt.verdict == Verdict::Drop) {
             REQUIRE(burst[i].pkt.drop == single[i].pkt.drop);
             drops.insert(burst[i].pkt.drop);
+        }
+        if (refused[i]) {
+            CHECK(burst[i].pkt.verdict == Verdict::Drop);
+            CHECK(burst[i].pkt.drop == *refused[i]);
         }
         if (burst[i].pkt.verdict != Verdict::Encrypted || aead[i])
             CHECK(burst[i].bytes() == single[i].bytes());

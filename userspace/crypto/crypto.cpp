@@ -175,10 +175,10 @@ void crypt_burst(SaCipher *const *ciphers, CryptoOp *ops, size_t n, bool encrypt
 {
     // With traffic spread over thousands of SAs, each op's keys (about 1 KB for AES-GCM) are
     // in no cache when the burst comes: a wait for memory at each op's first round key. So the
-    // keys of every SA of the burst are asked for at once, into the second-level cache, where
-    // a burst's keys fit (the first level would drop the first ones for the last ones), and
-    // their misses overlap each other and the crypto. The keys of the op kAhead places on are
-    // then brought to the first level while the one before runs.
+    // keys of every SA of the burst are asked for at once, with the hint for the second-level
+    // cache, where a burst's keys fit (in the first level the last ones would push out the
+    // first), and their misses overlap each other and the crypto. The keys of the op kAhead
+    // places on are then asked for into the first level while the one before runs.
     constexpr size_t kAhead = 2;
     for (size_t i = 0; i < n; i++) {
         if (i == 0 || ciphers[i] != ciphers[i - 1]) {

@@ -290,6 +290,8 @@ Engine::Dirn Engine::check_unprotected(const Tables &t, Pkt &p, const FlowKey &f
 // the cells and the policy are misses, which then overlap.
 void Engine::inbound_policy_checks(const Tables &t, Burst &b)
 {
+    if (b.dec.n == 0)
+        return;
     struct Check {
         Pkt *p;
         const Sa *sa;
