@@ -11,9 +11,9 @@
 #     back), hostA pings hostB through the tunnel, and the gateway's own traffic for a
 #     protected flow is encrypted, none of it in the clear on the wire;
 #   - the same for gwA's protected interface;
-#   - the local link (xesp-local) deleted, an end of it moved to another namespace, or moved
-#     away and back: made again, and the gateway's own traffic (and in tun mode the hosts'
-#     UDP) encrypted again;
+#   - the local link (xesp-local) deleted, an end of it moved to another namespace, moved
+#     away and back, or renamed: made again (what is left of the old pair deleted), and the
+#     gateway's own traffic (and in tun mode the hosts' UDP) encrypted again;
 #   - gone0 deleted: `iface list` shows it absent (`-j` too), its classifier entry is gone;
 #     made anew: attached again, with the new device's MAC;
 #   - while absent, `iface add` in the other mode is taken, and applies when it is back;
@@ -153,6 +153,11 @@ until_ok() {
     done
     "$@"
 }
+# rename FROM TO: a running device cannot be renamed.
+rename() {
+    "$TOPO" exec gwA ip link set "$1" down && "$TOPO" exec gwA ip link set "$1" name "$2" &&
+        "$TOPO" exec gwA ip link set "$2" up
+}
 local_index() { "$TOPO" exec gwA cat /sys/class/net/xesp-local/ifindex; }
 # local_remade OLD: the local link is here again, under an index other than OLD, up, and the
 # gateway's end has its XDP program.
@@ -163,33 +168,46 @@ local_remade() {
     [ "$now" != "$1" ] && xdp_attached gwA xesp-local-gw &&
         "$TOPO" exec gwA ip link show xesp-local | grep -q 'state UP'
 }
+# local_back N OLD: the local link made again (N-th time) under an index other than OLD, and
+# the gateway told the egress guard about it (its N+1-th "encrypted too" line).
+local_back() {
+    until_ok local_remade "$2" && logged "$1" "local link xesp-local: gone" &&
+        logged "$(($1 + 1))" "local link xesp-local: the gateway's own traffic"
+}
 old_local=$(local_index)
 check "the local link deleted under the daemon" "$TOPO" exec gwA ip link del xesp-local
-check "... made again" until_ok local_remade "$old_local"
-check "... the log says so" logged 1 "local link xesp-local: gone"
+check "... made again, the log says so" local_back 1 "$old_local"
 check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
     own_encrypted
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
 old_local=$(local_index)
 check "the local link's kernel end moved to another namespace" \
     "$TOPO" exec gwA ip link set xesp-local netns "$PARK"
-check "... made again" until_ok local_remade "$old_local"
-check "... the log says so" logged 2 "local link xesp-local: gone"
+check "... made again, the log says so" local_back 2 "$old_local"
 check "... the pair that went is deleted" bash -c "! ip -n '$PARK' link show xesp-local"
 check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
     own_encrypted
-check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
-# Straight back, or not at all if the daemon has already deleted the pair: either way, made
-# again.
+# The daemon stopped (SIGSTOP) while its gateway end goes away and comes back: under the same
+# index, which only the link event tells.
 old_local=$(local_index)
-check "the local link's gateway end moved away (and back, if it is still there)" bash -c "
+gw_end=$("$TOPO" exec gwA cat /sys/class/net/xesp-local-gw/ifindex)
+kill -STOP "${DPID[gwA]}"
+check "the local link's gateway end moved away and back, the daemon stopped meanwhile" bash -c "
     '$TOPO' exec gwA ip link set xesp-local-gw netns '$PARK' &&
-    { ip -n '$PARK' link set xesp-local-gw netns '$NS_GWA' 2>/dev/null || true; }"
-check "... made again" until_ok local_remade "$old_local"
-check "... the log says so" logged 3 "local link xesp-local: gone"
+    ip -n '$PARK' link set xesp-local-gw netns '$NS_GWA' &&
+    [ \"\$('$TOPO' exec gwA cat /sys/class/net/xesp-local-gw/ifindex)\" = $gw_end ]"
+kill -CONT "${DPID[gwA]}"
+check "... made again, the log says so" local_back 3 "$old_local"
 check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
     own_encrypted
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
+old_local=$(local_index)
+check "the local link's gateway end renamed" rename xesp-local-gw xl-renamed
+check "... made again, the log says so" local_back 4 "$old_local"
+check "... the renamed end is deleted with its pair" bash -c \
+    "! '$TOPO' exec gwA ip link show xl-renamed 2>/dev/null"
+check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
+    own_encrypted
 
 # ---- a protected interface deleted, and made anew ---------------------------------------------
 make_gone0() {
@@ -272,11 +290,6 @@ check "gone0 made anew" make_gone0
 check "... attached again, with its new MAC" until_ok listed "$PROT_MODE" here
 check "... its $PROT_MODE-mode program is on it" mode_on "$PROT_MODE"
 
-# rename FROM TO: a running device cannot be renamed.
-rename() {
-    "$TOPO" exec gwA ip link set "$1" down && "$TOPO" exec gwA ip link set "$1" name "$2" &&
-        "$TOPO" exec gwA ip link set "$2" up
-}
 # kept_on DEV IFINDEX: DEV still has the $PROT_MODE-mode program, and its entry is in the map.
 kept_on() {
     prot_attached gwA "$1" && in_map "$2"

@@ -311,9 +311,8 @@ private:
     const std::vector<rtnl::Link> *follow_devices();
     void lose_iface(uint32_t ifindex);
     void return_iface(const std::string &name, uint32_t ifindex);
-    bool local_link_gone(const std::vector<rtnl::Link> &links,
-                         const std::vector<uint32_t> &gone) const;
-    void remake_local_link(const std::vector<rtnl::Link> &links);
+    bool local_link_gone(const std::vector<rtnl::Link> &links) const;
+    void remake_local_link();
     bool iface_unbound(const GatewayIface &i) const;
     EngineOptions engine_options(bool local = true) const;
     uint32_t link_mtu() const;
@@ -456,9 +455,10 @@ private:
     // The interfaces' MACs are to be read again (refresh_macs()), not before macs_at_ns_.
     bool macs_due_ = false;
     uint64_t macs_at_ns_ = 0;
-    bool gone_unknown_ = false;  // link events were lost: refresh_macs() checks the interfaces
-    uint64_t macs_look_ns_ = 0;  // the last refresh_macs()
-    bool addrs_due_ = false;     // an address event: the local addresses to read again
+    bool gone_unknown_ = false;     // link events were lost: refresh_macs() checks the interfaces
+    bool local_link_left_ = false;  // an end of the local link had an RTM_DELLINK
+    uint64_t macs_look_ns_ = 0;     // the last refresh_macs()
+    bool addrs_due_ = false;        // an address event: the local addresses to read again
 };
 
 }  // namespace xesp

@@ -64,21 +64,27 @@ std::vector<XdpProgram::Mac> Gateway::iface_macs(const GatewayIface &i)
 }
 
 // An interface whose device left (or was renamed) goes absent (lose_iface()), and one absent
-// whose name is here is attached again (return_iface()). Returns the device list as it is
-// after that, or nullptr if it cannot be read (the log says so).
+// whose name is here is attached again (return_iface()); the local link, gone, is made again
+// (remake_local_link()). Returns the device list as it is after that, or nullptr if it cannot
+// be read (the log says so).
 const std::vector<rtnl::Link> *Gateway::follow_devices()
 {
     const auto *links = read_links(*hops_, "after a device change; again in a second");
     bool unknown = false;
-    const std::vector<uint32_t> gone_seen = hops_->take_links_gone(unknown);
-    for (uint32_t ifindex : gone_seen)
+    auto local =
+        std::find_if(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) { return i.local; });
+    const uint32_t local_end = local != ifaces_.end() ? local->ifindex : 0;
+    const uint32_t kernel_end = local_link_.kernel_ifindex();
+    for (uint32_t ifindex : hops_->take_links_gone(unknown)) {
         lose_iface(ifindex);
+        local_link_left_ |= ifindex == local_end || ifindex == kernel_end;
+    }
     gone_unknown_ |= unknown;
     if (!links)
         return nullptr;
     bool remade = false;
-    if (local_link_gone(*links, gone_seen)) {
-        remake_local_link(*links);
+    if (local_link_gone(*links)) {
+        remake_local_link();
         remade = true;
     }
     // Left with no event seen (events lost; or before its index was watched), renamed, or
@@ -115,55 +121,53 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
 }
 
 // Whether the local link (local_link.h) went from under the gateway: either end deleted (which
-// takes the pair), moved to another namespace (perhaps back already: `gone`, the devices with
-// an RTM_DELLINK since the last look), or renamed; or, after lost events, its socket unbound.
-bool Gateway::local_link_gone(const std::vector<rtnl::Link> &links,
-                              const std::vector<uint32_t> &gone) const
+// takes the pair), moved to another namespace (perhaps back already: an RTM_DELLINK was seen,
+// local_link_left_), or renamed; or, after lost events, its socket unbound.
+bool Gateway::local_link_gone(const std::vector<rtnl::Link> &links) const
 {
-    if (!local_link_)
-        return false;
     auto local =
         std::find_if(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) { return i.local; });
-    if (local == ifaces_.end())
-        return false;  // the pair is here, but its end could not be attached (the log said so)
+    if (!local_link_ || local == ifaces_.end())
+        return false;  // none made (open_local_link() lets go of a pair it cannot attach)
     auto here = [&](uint32_t ifindex, const char *name) {
-        return std::find(gone.begin(), gone.end(), ifindex) == gone.end() &&
-               std::any_of(links.begin(), links.end(), [&](const rtnl::Link &k) {
-                   return k.ifindex == ifindex && std::strcmp(k.name.data(), name) == 0;
-               });
+        return std::any_of(links.begin(), links.end(), [&](const rtnl::Link &k) {
+            return k.ifindex == ifindex && std::strcmp(k.name.data(), name) == 0;
+        });
     };
-    return !here(local->ifindex, LocalLink::kGatewayEnd) ||
+    return local_link_left_ || !here(local->ifindex, LocalLink::kGatewayEnd) ||
            !here(local_link_.kernel_ifindex(), LocalLink::kKernelEnd) ||
            (gone_unknown_ && iface_unbound(*local));
 }
 
-// The local link gone: what is left of it goes (its socket, its classifier entry, the pair if
-// an end is still here), and it is made again while a public interface is attached. Meanwhile
-// the gateway's own protected traffic was dropped: the egress guard had nowhere to send it.
-void Gateway::remake_local_link(const std::vector<rtnl::Link> &links)
+// The local link gone: made again while a public interface is attached. In this order, so
+// that nothing protected gets past: the egress guard stops sending there (it drops instead);
+// what is left of the pair is deleted by its ends' names, never by an index that may be
+// another device's now (a renamed end goes with its peer); its entry and socket go.
+void Gateway::remake_local_link()
 {
+    (void)prog_->set_local_link(0);
     auto local =
         std::find_if(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) { return i.local; });
     const uint32_t ifindex = local->ifindex;
-    if (std::any_of(links.begin(), links.end(),
-                    [&](const rtnl::Link &k) { return k.ifindex == ifindex; })) {
-        forget_iface(local);  // its end still here (back from a move, or renamed)
-    } else {
-        ifaces_.erase(local);
-        (void)prog_->remove_iface(ifindex);
-    }
-    (void)prog_->set_local_link(0);
-    local_link_ = LocalLink();  // deletes the pair, if an end of it is still here
+    local_link_.release();
+    local_link_left_ = false;
+    LocalLink::remove_leftovers();
+    ifaces_.erase(local);
+    (void)prog_->remove_iface(ifindex);
+    const bool public_here = std::any_of(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) {
+        return i.role == IfaceRole::Public && !i.absent;
+    });
     log(LogLevel::Warning,
         "local link %s: gone from under the gateway (deleted, moved to another network "
-        "namespace, or renamed); made again",
-        LocalLink::kKernelEnd);
-    if (auto r = rebuild_ports(); !r)
-        log(LogLevel::Error, "no socket reopened after the local link went: %s",
-            r.error().message.c_str());
-    if (std::any_of(ifaces_.begin(), ifaces_.end(),
-                    [](const GatewayIface &i) { return i.role == IfaceRole::Public && !i.absent; }))
-        open_local_link();
+        "namespace, or renamed)%s",
+        LocalLink::kKernelEnd,
+        public_here ? "; making it again" : "; made again with the next public interface");
+    if (public_here)
+        open_local_link();  // its ports rebuilt, or the log says why not
+    if (!local_link_)
+        if (auto r = rebuild_ports(); !r)
+            log(LogLevel::Error, "no socket reopened after the local link went: %s",
+                r.error().message.c_str());
 }
 
 // A watched device changed (a MAC set, a macvlan or VLAN added, removed, up or down, a bridge
@@ -174,7 +178,8 @@ void Gateway::remake_local_link(const std::vector<rtnl::Link> &links)
 // device gone or come back: housekeeping()). The device list is NextHops', kept from the link
 // events: listed whole once, not at each look.
 //
-// First, the interfaces follow their devices (follow_devices()).
+// First, the interfaces follow their devices (follow_devices()). Both ends of the local link
+// are watched too.
 void Gateway::refresh_macs(uint64_t now)
 {
     macs_look_ns_ = now;

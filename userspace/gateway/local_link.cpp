@@ -145,13 +145,17 @@ int link_set_gso_max_segs(const char *name, uint32_t segs)
     return link_call(rtnl, nlh);
 }
 
-Result<LocalLink> LocalLink::create()
+void LocalLink::remove_leftovers()
 {
-    // Left by a gateway that died, or what is left here of a pair one end of which went to
-    // another namespace: deleting an end deletes the pair.
+    // Deleting either end deletes the pair, its other end in another namespace included.
     for (const char *name : {kKernelEnd, kGatewayEnd})
         if (uint32_t old = if_nametoindex(name))
             (void)delete_link(old);
+}
+
+Result<LocalLink> LocalLink::create()
+{
+    remove_leftovers();
     if (int rc = create_pair())
         return link_error("create the veth pair", rc);
     LocalLink l;

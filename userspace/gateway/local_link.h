@@ -32,6 +32,9 @@ public:
 
     // Makes the pair (replacing one a crashed gateway left) and sets both ends up.
     static Result<LocalLink> create();
+    // Deletes the devices of this namespace with the ends' names, and so their pairs: what a
+    // crashed gateway left, or what is left here of a pair that went from under the gateway.
+    static void remove_leftovers();
 
     LocalLink() = default;
     LocalLink(LocalLink &&o) noexcept { *this = std::move(o); }
@@ -41,6 +44,8 @@ public:
     ~LocalLink();  // deletes the pair
 
     explicit operator bool() const { return kernel_ifindex_ != 0; }
+    // Lets go of the pair without deleting it: its index may be another device's now.
+    void release() { kernel_ifindex_ = 0; }
     uint32_t kernel_ifindex() const { return kernel_ifindex_; }
     // What the kernel's end could not hand to the other (its tx_dropped); 0 with no pair.
     uint64_t tx_dropped() const;
