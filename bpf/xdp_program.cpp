@@ -617,11 +617,11 @@ Result<void> XdpProgram::detach(int ifindex)
 
 namespace {
 
-// The tc ingress filter where the tun-mode program goes (handle 1, priority 1): bpf_tc_query's
-// result, and the program's id in *id.
-int protected_filter(int ifindex, uint32_t *id)
+// The tc filter where our programs go (handle 1, priority 1) on one side: bpf_tc_query's
+// result, and the program's id in *id. Ingress: tun mode's; egress: the egress guard.
+int tc_filter(int ifindex, bpf_tc_attach_point point, uint32_t *id)
 {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = point);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 1, .priority = 1);
     const int rc = bpf_tc_query(&hook, &opts);
     *id = opts.prog_id;
@@ -664,7 +664,7 @@ bool XdpProgram::others_protected_attached() const
     bool found = false;
     for (const struct if_nameindex *i = all; i->if_index && !found; i++) {
         uint32_t id = 0;
-        const int rc = protected_filter(int(i->if_index), &id);
+        const int rc = tc_filter(int(i->if_index), BPF_TC_INGRESS, &id);
         if (rc == -ENOENT || rc == -EINVAL)  // no clsact, or no filter at handle 1
             continue;
         found = rc != 0 || (id != mine.id && prog_named(id, "xesp_tc_protected"));
@@ -676,7 +676,14 @@ bool XdpProgram::others_protected_attached() const
 bool XdpProgram::protected_attached(int ifindex)
 {
     uint32_t id = 0;
-    return protected_filter(ifindex, &id) == 0 && id && prog_named(id, "xesp_tc_protected");
+    return tc_filter(ifindex, BPF_TC_INGRESS, &id) == 0 && id &&
+           prog_named(id, "xesp_tc_protected");
+}
+
+bool XdpProgram::egress_attached(int ifindex)
+{
+    uint32_t id = 0;
+    return tc_filter(ifindex, BPF_TC_EGRESS, &id) == 0 && id && prog_named(id, "xesp_tc_egress");
 }
 
 namespace {

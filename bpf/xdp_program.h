@@ -162,6 +162,8 @@ public:
     static bool attached_to(int ifindex);
     // Whether xesp's tc ingress program of tun mode is on the interface.
     static bool protected_attached(int ifindex);
+    // Whether xesp's egress guard (xesp_tc_egress) is on the interface.
+    static bool egress_attached(int ifindex);
     // Whether a tun-mode program other than this one (an earlier daemon's) is on an interface
     // of this network namespace: it may redirect to that daemon's TUN device by its index. An
     // interface that cannot be asked counts as having one.

@@ -10,7 +10,11 @@
 #   - gwA's public interface moved away and straight back: attached again (its egress guard
 #     back), hostA pings hostB through the tunnel, and the gateway's own traffic for a
 #     protected flow is encrypted, none of it in the clear on the wire;
-#   - the same for gwA's protected interface;
+#   - gwA's public interface back as a bridge, which takes no XDP program: not attached, but
+#     the egress guard alone on it, across a restart too; the gateway's own protected traffic
+#     still encrypted (the kernel sends the ESP), none of it in the clear on the wire; `iface
+#     del` takes the guard off;
+#   - the same as the first for gwA's protected interface;
 #   - the local link (xesp-local) deleted, an end of it moved to another namespace, moved
 #     away and back, or renamed: made again (what is left of the old pair deleted), and the
 #     gateway's own traffic (and in tun mode the hosts' UDP) encrypted again;
@@ -133,6 +137,44 @@ check "... its egress guard is on it" egress_guard
 ping_from hostA "$HOSTB_IP4" -c 1 >/dev/null 2>&1
 check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted
+check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
+    own_encrypted
+
+# ---- gwA's public interface back as a device that takes no XDP program -------------------------
+# A bridge under its name, with a veth port on the wire: not attached, but the egress guard
+# alone goes on it, so that the gateway's own protected plaintext goes to the local link to be
+# encrypted instead of leaving in the clear.
+pub_as_bridge() {
+    "$TOPO" exec gwA ip link del "$GWA_PUB_IF" &&
+        ip link add gwa-pubport netns "$NS_GWA" type veth peer name "$WIRE_A_IF" \
+            netns "$NS_WIRE" &&
+        ip -n "$NS_WIRE" link set "$WIRE_A_IF" master "$WIRE_BR" &&
+        ip -n "$NS_WIRE" link set "$WIRE_A_IF" up &&
+        "$TOPO" exec gwA ip link add "$GWA_PUB_IF" type bridge &&
+        "$TOPO" exec gwA ip link set gwa-pubport master "$GWA_PUB_IF" &&
+        "$TOPO" exec gwA ip link set gwa-pubport up &&
+        readdress "$GWA_PUB_IF" "$GWA_PUB_IP4" "$GWA_PUB_IP6"
+}
+GUARD_ALONE="$GWA_PUB_IF: its egress guard alone is on it"
+guard_alone() { logged "$1" "$GUARD_ALONE" && egress_guard; }
+no_guard() { ! egress_guard; }
+bridge_to_veth() { "$TOPO" exec gwA ip link del gwa-pubport && remake_pub; }
+check "the public interface deleted, a bridge made under its name" pub_as_bridge
+check "... not attached, the log says why" \
+    logged 1 "$GWA_PUB_IF: here again \(index [0-9]+\), but not attached"
+check "... its egress guard alone is on it" guard_alone 1
+check "... the gateway's own traffic for a protected flow is encrypted (through the local \
+link, sent by the kernel), none in the clear" own_encrypted
+step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
+step "... restarted from the state file" start_gw gwA
+check "... kept absent, the egress guard put on it again" guard_alone 2
+check "... the gateway's own traffic is encrypted, none in the clear" own_encrypted
+check "... iface del of it" cli gwA iface del "$GWA_PUB_IF"
+check "... takes the guard off" no_guard
+check "a veth made again under its name" bridge_to_veth
+check "... iface add of it" cli gwA iface add "$GWA_PUB_IF" role public
+ping_from hostA "$HOSTB_IP4" -c 1 >/dev/null 2>&1
+check "... hostA pings hostB through the tunnel" ping_from hostA "$HOSTB_IP4" -c 3
 check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
     own_encrypted
 

@@ -195,7 +195,9 @@ public:
     // in tun mode, attaches the tc program and opens the TUN device (gateway_tun.cpp). The
     // first public interface also brings up the local link (local_link.h). A protected
     // interface added again with the other mode changes mode in place (change_mode()).
-    // `absent_ok` (a state file's, an undo's): a device not here is kept by name, absent.
+    // `absent_ok` (a state file's, an undo's): a device not here is kept by name, absent, and
+    // one that cannot be attached too (a public one with the egress guard alone on it:
+    // guard_absent_public()); a public one so kept still brings up the local link.
     Result<void> add_iface(const IfaceSpec &spec, bool absent_ok = false);
     Result<void> del_iface(const std::string &name);
     // Forgets an interface but leaves its program on, as a stop does: the undo of an `iface
@@ -311,6 +313,7 @@ private:
     const std::vector<rtnl::Link> *follow_devices();
     void lose_iface(uint32_t ifindex);
     void return_iface(const std::string &name, uint32_t ifindex);
+    void guard_absent_public(const std::string &name, uint32_t ifindex);
     bool local_link_gone(const std::vector<rtnl::Link> &links) const;
     void remake_local_link();
     bool iface_unbound(const GatewayIface &i) const;

@@ -146,6 +146,8 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec, bool absent_ok)
         keep_absent(0);
         log(LogLevel::Warning, "%s: not in this network namespace: attached as %s when it is",
             name.c_str(), iface_role_name(role));
+        if (role == IfaceRole::Public && !local_link_)
+            open_local_link();
         return {};
     }
     if (auto r = attach_iface(spec, false, leftover(name)); !r) {
@@ -154,6 +156,11 @@ Result<void> Gateway::add_iface(const IfaceSpec &spec, bool absent_ok)
         keep_absent(ifindex);
         log(LogLevel::Error, "%s; kept, absent, until a device of that name is made anew",
             r.error().message.c_str());
+        if (role == IfaceRole::Public) {
+            guard_absent_public(name, ifindex);
+            if (!local_link_)
+                open_local_link();  // where the guard sends the gateway's own to encrypt
+        }
         return {};
     }
     if (role == IfaceRole::Public && !local_link_)
@@ -339,8 +346,12 @@ Result<void> Gateway::del_iface(const std::string &name)
     if (it->absent) {
         ifaces_.erase(it);
         log(LogLevel::Info, "%s: forgotten (it was absent)", name.c_str());
-        // A device of that name it failed to come back on keeps our classifier, parked.
-        return leftover(name) ? release_leftover(name) : Result<void>{};
+        // A device of that name it failed to come back on keeps our classifier, parked, or
+        // (public) the egress guard alone.
+        const int ifindex = int(if_nametoindex(name.c_str()));
+        return leftover(name) || (ifindex && XdpProgram::egress_attached(ifindex))
+                   ? release_leftover(name)
+                   : Result<void>{};
     }
     const bool sockets = it->mode == IfaceMode::Xdp;
     forget_iface(it);
@@ -422,6 +433,15 @@ Result<void> Gateway::release_leftover(const std::string &name)
     int ifindex = int(if_nametoindex(name.c_str()));
     if (!ifindex)
         return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+    if (!XdpProgram::attached_to(ifindex) && !XdpProgram::protected_attached(ifindex) &&
+        XdpProgram::egress_attached(ifindex)) {
+        // The egress guard alone (guard_absent_public()): the kernel sends what it would drop.
+        if (auto r = XdpProgram::detach_egress(ifindex); !r)
+            return make_error("iface del " + name + ": " + r.error().message);
+        log(LogLevel::Info, "%s: detached the egress guard; the kernel sends its traffic now",
+            name.c_str());
+        return {};
+    }
     if (!XdpProgram::attached_to(ifindex)) {
         if (!XdpProgram::protected_attached(ifindex))
             return make_error("iface del " + name + ": not added (see `xesp iface list`)");
@@ -455,6 +475,9 @@ void Gateway::shutdown(bool detach)
     close_tun();                     // tun mode: the tc program drops what it would send
     std::string names;
     for (const auto &i : ifaces_) {
+        if (detach && i.absent && i.role == IfaceRole::Public && i.tried &&
+            if_nametoindex(i.name.c_str()) == i.tried && XdpProgram::egress_attached(int(i.tried)))
+            (void)XdpProgram::detach_egress(int(i.tried));  // guard_absent_public()'s
         if (i.local || i.absent)
             continue;
         names += (names.empty() ? "" : ", ") + i.name;

@@ -155,7 +155,7 @@ void Gateway::remake_local_link()
     ifaces_.erase(local);
     (void)prog_->remove_iface(ifindex);
     const bool public_here = std::any_of(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) {
-        return i.role == IfaceRole::Public && !i.absent;
+        return i.role == IfaceRole::Public;
     });
     log(LogLevel::Warning,
         "local link %s: gone from under the gateway (deleted, moved to another network "
@@ -316,12 +316,32 @@ void Gateway::return_iface(const std::string &name, uint32_t ifindex)
             "%s: here again (index %u), but not attached: %s; tried again once a device of that "
             "name is made anew or moved back, or at `xesp iface del` and `add`",
             name.c_str(), ifindex, r.error().message.c_str());
+        if (was.role == IfaceRole::Public)
+            guard_absent_public(name, ifindex);
         return;
     }
     if (was.role == IfaceRole::Public && !local_link_)
         open_local_link();
     log(LogLevel::Info, "%s: here again (index %u): attached as %s, as before", name.c_str(),
         ifindex, iface_role_name(was.role));
+}
+
+// A public interface that a device of its name is here for but could not be attached to: the
+// egress guard alone goes on that device. Nothing is encrypted while the interface is absent,
+// and without the guard the gateway's own plaintext for a protected flow would leave there in
+// the clear; with it, it is dropped. An attach puts the guard on again with the rest; `iface
+// del` of the interface, or `--detach-on-exit`, takes it off.
+void Gateway::guard_absent_public(const std::string &name, uint32_t ifindex)
+{
+    if (auto r = prog_->attach_egress(int(ifindex)); !r)
+        log(LogLevel::Error,
+            "%s: %s: the gateway's own traffic for protected flows may leave it in the clear",
+            name.c_str(), r.error().message.c_str());
+    else
+        log(LogLevel::Warning,
+            "%s: its egress guard alone is on it: the gateway's own traffic for protected "
+            "flows is dropped there",
+            name.c_str());
 }
 
 }  // namespace xesp
