@@ -22,6 +22,8 @@
 #     made anew: attached again, with the new device's MAC;
 #   - while absent, `iface add` in the other mode is taken, and applies when it is back;
 #   - a restart keeps it absent from the state file, and attaches it once it is made;
+#   - renamed: absent, our program parked on the renamed device, which `iface list` names;
+#     `iface del` of the old name, or --detach-on-exit, takes it off;
 #   - `iface del` of an absent interface forgets it: made again, it is left alone;
 #   - (xdp mode) back as a device that takes no XDP program: kept absent, said so, across a
 #     restart too; `iface add` of it in tun mode attaches it.
@@ -343,6 +345,44 @@ check "... our program stays on gone9, its entry kept (parked)" kept_on gone9 "$
 check "gone9 renamed gone0 again" rename gone9 gone0
 check "... attached again" until_ok listed "$PROT_MODE" here
 check "... the log says so" logged 2 "gone0: $BACK"
+
+# released DEV [IFINDEX]: DEV has none of our programs, and IFINDEX no entry in the map.
+released() {
+    ! xdp_attached gwA "$1" && ! "$TOPO" exec gwA tc filter show dev "$1" ingress |
+        grep -q xesp && { [ -z "${2:-}" ] || not_in_map "$2"; }
+}
+readd() {
+    rename gone9 gone0 && cli gwA iface add gone0 role protected mode "$PROT_MODE"
+}
+# parked_listed: iface list names the index gone0's program stays on, -j too.
+parked_listed() {
+    local text
+    text=$(cli gwA iface list) || return 1
+    echo "$text"
+    echo "$text" | grep -q "^gone0 role protected mode $PROT_MODE absent: renamed; that device \
+(index $index) keeps our program" &&
+        cli gwA iface list -j | "$PY" -c '
+import json, sys
+i = [i for i in json.load(sys.stdin) if i["name"] == "gone0"][0]
+sys.exit(0 if i.get("parked_ifindex") == int(sys.argv[1]) else 1)' "$index"
+}
+index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
+check "gone0 renamed gone9 again" rename gone0 gone9
+check "... iface list says where its program stays" until_ok parked_listed
+check "... iface del gone0" cli gwA iface del gone0
+check "... takes our program off gone9, and its entry out of the map" released gone9 "$index"
+check "gone9 renamed gone0, added again" readd
+check "... attached" until_ok listed "$PROT_MODE" here
+index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
+step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
+step "... restarted with --detach-on-exit" start_gw gwA --detach-on-exit
+check "gone0 renamed gone9 under that daemon" rename gone0 gone9
+check "... absent" until_ok listed "$PROT_MODE" absent
+step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
+check "... our program is taken off gone9 as it stops" released gone9
+step "... restarted" start_gw gwA
+check "gone9 renamed gone0" rename gone9 gone0
+check "... attached again" until_ok listed "$PROT_MODE" here
 
 check "gone0 deleted again" "$TOPO" exec gwA ip link del gone0
 check "... absent" until_ok listed "$PROT_MODE" absent

@@ -266,6 +266,9 @@ private:
                 if (i.absent && i.tried)
                     out += " absent: a device of that name is here but was not attached (see "
                            "the log)\n";
+                else if (i.absent && i.parked)
+                    out += " absent: renamed; that device (index " + std::to_string(i.parked) +
+                           ") keeps our program, parked, until `xesp iface del " + i.name + "`\n";
                 else if (i.absent)
                     out += " absent: attached when a device of that name is here\n";
                 else

@@ -159,6 +159,10 @@ struct GatewayIface {
     // name is here (gateway_links.cpp). `tried`: the index of one it failed on, not tried again.
     bool absent = false;
     uint32_t tried = 0;
+    // Absent, but the device it was is still here under another name (renamed): its index. That
+    // device keeps our program, parked (dropping what it would hand over), until `iface del` of
+    // this name or --detach-on-exit takes it off (renamed_to()).
+    uint32_t parked = 0;
 };
 
 class Gateway {
@@ -302,6 +306,8 @@ private:
     void forget_iface(std::vector<GatewayIface>::iterator it);
     Result<void> change_mode(std::vector<GatewayIface>::iterator it, const IfaceSpec &spec);
     Result<void> release_leftover(const std::string &name);
+    Result<void> release_at(const std::string &name, int ifindex);
+    uint32_t renamed_to(const GatewayIface &i) const;
     Result<void> rebuild_ports();
     void close_ports();
     void relink_engine();

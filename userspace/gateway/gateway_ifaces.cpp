@@ -16,6 +16,12 @@ namespace xesp {
 
 namespace {
 
+std::string if_name(uint32_t ifindex)
+{
+    char name[IF_NAMESIZE] = "";
+    return if_indextoname(ifindex, name) ? std::string(name) : "index " + std::to_string(ifindex);
+}
+
 uint32_t read_uint(const std::string &path)
 {
     std::ifstream f(path);
@@ -344,8 +350,12 @@ Result<void> Gateway::del_iface(const std::string &name)
                           ": the gateway's own local link, not an "
                           "interface to detach");
     if (it->absent) {
+        const uint32_t renamed = renamed_to(*it);
         ifaces_.erase(it);
         log(LogLevel::Info, "%s: forgotten (it was absent)", name.c_str());
+        // The device it was, renamed, keeps our program, parked.
+        if (renamed)
+            return release_at(name + " (renamed " + if_name(renamed) + ")", int(renamed));
         // A device of that name it failed to come back on keeps our classifier, parked, or
         // (public) the egress guard alone.
         const int ifindex = int(if_nametoindex(name.c_str()));
@@ -433,6 +443,13 @@ Result<void> Gateway::release_leftover(const std::string &name)
     int ifindex = int(if_nametoindex(name.c_str()));
     if (!ifindex)
         return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+    return release_at(name, ifindex);
+}
+
+// The device of index `ifindex`, which interface `name` was (under that name, or renamed since),
+// handed back to the kernel: our programs off it, its classifier entry gone.
+Result<void> Gateway::release_at(const std::string &name, int ifindex)
+{
     if (!XdpProgram::attached_to(ifindex) && !XdpProgram::protected_attached(ifindex) &&
         XdpProgram::egress_attached(ifindex)) {
         // The egress guard alone (guard_absent_public()): the kernel sends what it would drop.
@@ -451,8 +468,7 @@ Result<void> Gateway::release_leftover(const std::string &name)
         (void)prog_->remove_iface(uint32_t(ifindex));  // its MACs
         tidy_leftover_tun();
         log(LogLevel::Info,
-            "%s: detached the tun-mode program an earlier daemon left; the kernel forwards "
-            "its traffic now",
+            "%s: detached the tun-mode program left on it; the kernel forwards its traffic now",
             name.c_str());
         return {};
     }
@@ -462,10 +478,23 @@ Result<void> Gateway::release_leftover(const std::string &name)
         return make_error("iface del " + name + ": " + r.error().message);
     (void)prog_->remove_iface(uint32_t(ifindex));  // parked by leave_iface(), if it was
     log(LogLevel::Info,
-        "%s: detached the classifier an earlier daemon left; the kernel "
-        "forwards its traffic now",
+        "%s: detached the classifier left on it; the kernel forwards its traffic now",
         name.c_str());
     return {};
+}
+
+// The index of the device an absent interface was before it was renamed, if that device still
+// has our program and is no interface of ours under its new name; 0 if none.
+uint32_t Gateway::renamed_to(const GatewayIface &i) const
+{
+    const auto ifindex = int(i.parked);
+    if (!i.absent || !ifindex || if_nametoindex(i.name.c_str()) == i.parked)
+        return 0;  // under its own name: return_iface()'s, then `tried`
+    if (std::any_of(ifaces_.begin(), ifaces_.end(),
+                    [&](const GatewayIface &o) { return !o.absent && o.ifindex == i.parked; }))
+        return 0;
+    const bool ours = XdpProgram::attached_to(ifindex) || XdpProgram::protected_attached(ifindex);
+    return ours ? i.parked : 0;
 }
 
 void Gateway::shutdown(bool detach)
@@ -478,6 +507,8 @@ void Gateway::shutdown(bool detach)
         if (detach && i.absent && i.role == IfaceRole::Public && i.tried &&
             if_nametoindex(i.name.c_str()) == i.tried && XdpProgram::egress_attached(int(i.tried)))
             (void)XdpProgram::detach_egress(int(i.tried));  // guard_absent_public()'s
+        if (detach && renamed_to(i))
+            (void)release_at(i.name + " (renamed " + if_name(i.parked) + ")", int(i.parked));
         if (i.local || i.absent)
             continue;
         names += (names.empty() ? "" : ", ") + i.name;

@@ -76,6 +76,9 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
     const uint32_t local_end = local != ifaces_.end() ? local->ifindex : 0;
     const uint32_t kernel_end = local_link_.kernel_ifindex();
     for (uint32_t ifindex : hops_->take_links_gone(unknown)) {
+        for (auto &i : ifaces_)
+            if (i.absent && i.parked == ifindex)
+                i.parked = 0;  // the device it was renamed to left, our program with it
         lose_iface(ifindex);
         local_link_left_ |= ifindex == local_end || ifindex == kernel_end;
     }
@@ -265,13 +268,15 @@ void Gateway::lose_iface(uint32_t ifindex)
     if (it == ifaces_.end())
         return;
     GatewayIface &i = *it;
-    if (XdpProgram::attached_to(int(ifindex)) || XdpProgram::protected_attached(int(ifindex)))
+    GatewayIface absent;
+    if (XdpProgram::attached_to(int(ifindex)) || XdpProgram::protected_attached(int(ifindex))) {
         (void)prog_->park_iface(ifindex, i.role, i.macs);
-    else
+        absent.parked = ifindex;  // here still: renamed (or moved back already)
+    } else {
         (void)prog_->remove_iface(ifindex);
+    }
     const bool sockets = i.mode == IfaceMode::Xdp;
     const std::string name = i.name;
-    GatewayIface absent;
     absent.name = i.name;
     absent.role = i.role;
     absent.mode = i.mode;

@@ -81,6 +81,8 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
             ifs.back()["absent"] = true;
         if (i.tried)  // a device of its name it could not be attached to
             ifs.back()["failed_ifindex"] = i.tried;
+        if (i.parked)  // the device it was, renamed, with our program on it
+            ifs.back()["parked_ifindex"] = i.parked;
     }
     j["ifaces"] = ifs;
     j["link_mtu"] = s.link_mtu;
