@@ -22,8 +22,9 @@
 #     made anew: attached again, with the new device's MAC;
 #   - while absent, `iface add` in the other mode is taken, and applies when it is back;
 #   - a restart keeps it absent from the state file, and attaches it once it is made;
-#   - renamed: absent, our program parked on the renamed device, which `iface list` names;
-#     `iface del` of the old name, or --detach-on-exit, takes it off;
+#   - renamed: absent, our program parked on the renamed device, which `iface list` names,
+#     a device made anew under the old name attached too; `iface del` of the old name, or
+#     --detach-on-exit, takes it off both;
 #   - `iface del` of an absent interface forgets it: made again, it is left alone;
 #   - (xdp mode) back as a device that takes no XDP program: kept absent, said so, across a
 #     restart too; `iface add` of it in tun mode attaches it.
@@ -96,6 +97,11 @@ logged() {
 }
 
 BACK='here again \(index [0-9]+\): attached as'  # the log line of an interface attached again
+# rename FROM TO: a running device cannot be renamed.
+rename() {
+    "$TOPO" exec gwA ip link set "$1" down && "$TOPO" exec gwA ip link set "$1" name "$2" &&
+        "$TOPO" exec gwA ip link set "$2" up
+}
 egress_guard() {
     "$TOPO" exec gwA tc filter show dev "$GWA_PUB_IF" egress | grep -q xesp_tc_egress
 }
@@ -159,6 +165,16 @@ pub_as_bridge() {
 }
 GUARD_ALONE="$GWA_PUB_IF: its egress guard alone is on it"
 guard_alone() { logged "$1" "$GUARD_ALONE" && egress_guard; }
+guard_id() {
+    "$TOPO" exec gwA tc filter show dev "$GWA_PUB_IF" egress | grep -o ' id [0-9]*' | head -n 1
+}
+# guard_anew N OLD: as guard_alone, and the guard is not the program OLD (the last daemon's).
+guard_anew() {
+    local now
+    now=$(guard_id)
+    echo "egress guard:$now (was:$2)"
+    guard_alone "$1" && [ -n "$now" ] && [ "$now" != "$2" ]
+}
 no_guard() { ! egress_guard; }
 bridge_to_veth() { "$TOPO" exec gwA ip link del gwa-pubport && remake_pub; }
 check "the public interface deleted, a bridge made under its name" pub_as_bridge
@@ -167,11 +183,29 @@ check "... not attached, the log says why" \
 check "... its egress guard alone is on it" guard_alone 1
 check "... the gateway's own traffic for a protected flow is encrypted (through the local \
 link, sent by the kernel), none in the clear" own_encrypted
+old_guard=$(guard_id)
 step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
 step "... restarted from the state file" start_gw gwA
-check "... kept absent, the egress guard put on it again" guard_alone 2
+check "... kept absent, the egress guard put on it again" guard_anew 2 "$old_guard"
 check "... the gateway's own traffic is encrypted, none in the clear" own_encrypted
+# The bridge renamed: it keeps the guard, listed under the interface, until `iface del`.
+br_listed() { # IFINDEX: within 5 s
+    for _ in $(seq 50); do
+        cli gwA iface list | grep -qF "  renamed gwa-br (index $1) keeps our program" && return 0
+        sleep 0.1
+    done
+    cli gwA iface list
+    return 1
+}
+br_guarded() { "$TOPO" exec gwA tc filter show dev gwa-br egress | grep -q xesp_tc_egress; }
+br_unguarded() { ! br_guarded; }
+bridge=$("$TOPO" exec gwA cat "/sys/class/net/$GWA_PUB_IF/ifindex")
+check "... renamed gwa-br" rename "$GWA_PUB_IF" gwa-br
+check "... iface list names it under the interface" br_listed "$bridge"
+check "... the guard still on it" br_guarded
 check "... iface del of it" cli gwA iface del "$GWA_PUB_IF"
+check "... takes the guard off the renamed bridge" br_unguarded
+check "... renamed back" rename gwa-br "$GWA_PUB_IF"
 check "... takes the guard off" no_guard
 check "a veth made again under its name" bridge_to_veth
 check "... iface add of it" cli gwA iface add "$GWA_PUB_IF" role public
@@ -196,11 +230,6 @@ until_ok() {
         sleep 0.1
     done
     "$@"
-}
-# rename FROM TO: a running device cannot be renamed.
-rename() {
-    "$TOPO" exec gwA ip link set "$1" down && "$TOPO" exec gwA ip link set "$1" name "$2" &&
-        "$TOPO" exec gwA ip link set "$2" up
 }
 local_index() { "$TOPO" exec gwA cat /sys/class/net/xesp-local/ifindex; }
 # local_remade OLD: the local link is here again, under an index other than OLD, up, and the
@@ -354,24 +383,36 @@ released() {
 readd() {
     rename gone9 gone0 && cli gwA iface add gone0 role protected mode "$PROT_MODE"
 }
-# parked_listed: iface list names the index gone0's program stays on, -j too.
-parked_listed() {
-    local text
+# renamed_listed: iface list names gone9 (index $index) under gone0, -j too.
+renamed_listed() {
+    local text line="  renamed gone9 (index $index) keeps our program, parked, until"
     text=$(cli gwA iface list) || return 1
     echo "$text"
-    echo "$text" | grep -q "^gone0 role protected mode $PROT_MODE absent: renamed; that device \
-(index $index) keeps our program" &&
+    echo "$text" | grep -qF "$line \`xesp iface del gone0\`" &&
         cli gwA iface list -j | "$PY" -c '
 import json, sys
 i = [i for i in json.load(sys.stdin) if i["name"] == "gone0"][0]
-sys.exit(0 if i.get("parked_ifindex") == int(sys.argv[1]) else 1)' "$index"
+sys.exit(0 if i.get("renamed") == [{"name": "gone9", "ifindex": int(sys.argv[1])}] else 1)' "$index"
+}
+still_parked() { renamed_listed && prot_attached gwA gone9 && in_map "$index"; }
+new_gone0() {
+    "$TOPO" exec gwA ip link add gone0 type veth peer name gone2 &&
+        "$TOPO" exec gwA ip link set gone0 up && "$TOPO" exec gwA ip link set gone2 up
+}
+readd() {
+    "$TOPO" exec gwA ip link del gone0 && rename gone9 gone0 &&
+        cli gwA iface add gone0 role protected mode "$PROT_MODE"
 }
 index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
 check "gone0 renamed gone9 again" rename gone0 gone9
-check "... iface list says where its program stays" until_ok parked_listed
+check "... iface list names gone9 under gone0" until_ok renamed_listed
+check "a new gone0 made" new_gone0
+check "... attached" until_ok listed "$PROT_MODE" here
+check "... gone9 still listed under gone0, our program still on it, parked" still_parked
 check "... iface del gone0" cli gwA iface del gone0
-check "... takes our program off gone9, and its entry out of the map" released gone9 "$index"
-check "gone9 renamed gone0, added again" readd
+check "... takes our program off the new gone0" released gone0
+check "... and off gone9, its entry out of the map" released gone9 "$index"
+check "the new gone0 deleted, gone9 renamed gone0 and added again" readd
 check "... attached" until_ok listed "$PROT_MODE" here
 index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
 step "... daemon stopped (SIGTERM)" stop_gw gwA TERM

@@ -59,8 +59,8 @@ std::string with_rate(uint64_t now, const json *prev_obj, const char *key, doubl
 }
 
 // `iface list -j`: the interfaces of `xesp stats -j` the operator added (not the local link),
-// each {name, role, mode, ifindex, queues, mtu, macs[, warning][, absent[, failed_ifindex]
-// [, parked_ifindex]]}.
+// each {name, role, mode, ifindex, queues, mtu, macs[, warning][, absent[, failed_ifindex]]
+// [, renamed: [{name, ifindex}]]}.
 json iface_list_json(const json &stats)
 {
     json out = json::array();

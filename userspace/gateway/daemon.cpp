@@ -266,9 +266,6 @@ private:
                 if (i.absent && i.tried)
                     out += " absent: a device of that name is here but was not attached (see "
                            "the log)\n";
-                else if (i.absent && i.parked)
-                    out += " absent: renamed; that device (index " + std::to_string(i.parked) +
-                           ") keeps our program, parked, until `xesp iface del " + i.name + "`\n";
                 else if (i.absent)
                     out += " absent: attached when a device of that name is here\n";
                 else
@@ -276,6 +273,11 @@ private:
                            " macs " + (macs.empty() ? "-" : macs) + "\n";
                 if (!i.warning.empty())
                     out += "  warning: " + i.warning + "\n";
+                for (const auto &r : gw_.renamed())
+                    if (r.was == i.name)
+                        out += "  renamed " + r.name + " (index " + std::to_string(r.ifindex) +
+                               ") keeps our program, parked, until `xesp iface del " + i.name +
+                               "`\n";
             }
         return out;
     }

@@ -159,10 +159,16 @@ struct GatewayIface {
     // name is here (gateway_links.cpp). `tried`: the index of one it failed on, not tried again.
     bool absent = false;
     uint32_t tried = 0;
-    // Absent, but the device it was is still here under another name (renamed): its index. That
-    // device keeps our program, parked (dropping what it would hand over), until `iface del` of
-    // this name or --detach-on-exit takes it off (renamed_to()).
-    uint32_t parked = 0;
+};
+
+// A device that was an interface's (`was`) and is here under another name, with our program on
+// it still, parked: it drops what it would hand over (and, public, the gateway's own protected
+// plaintext) until `iface del WAS` or --detach-on-exit hands it back to the kernel
+// (gateway_links.cpp).
+struct RenamedDevice {
+    std::string was;
+    uint32_t ifindex = 0;
+    std::string name;  // its name now, as last seen
 };
 
 class Gateway {
@@ -210,6 +216,7 @@ public:
     Result<void> leave_iface(const std::string &name);
     static bool leftover(const std::string &name);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
+    const std::vector<RenamedDevice> &renamed() const { return renamed_; }
     const GatewayOptions &options() const { return options_; }
 
     // Moves a burst on every socket; returns how many packets came in. With workers, bursts
@@ -246,6 +253,7 @@ public:
         EngineSample engine;
         std::array<uint64_t, size_t(GwCounter::Count)> counters{};
         std::vector<GatewayIface> ifaces;
+        std::vector<RenamedDevice> renamed;
         uint32_t link_mtu = 0;  // 0: no public interface yet
         XskStats xsk;
         std::vector<PoolStats> workers;  // worker 0 is the data thread
@@ -307,7 +315,10 @@ private:
     Result<void> change_mode(std::vector<GatewayIface>::iterator it, const IfaceSpec &spec);
     Result<void> release_leftover(const std::string &name);
     Result<void> release_at(const std::string &name, int ifindex);
-    uint32_t renamed_to(const GatewayIface &i) const;
+    void note_renamed(const std::string &was, uint32_t ifindex);
+    void prune_renamed(const std::vector<rtnl::Link> &links);
+    bool renamed_ours(const RenamedDevice &r) const;
+    Result<void> release_renamed(const std::string &was);
     Result<void> rebuild_ports();
     void close_ports();
     void relink_engine();
@@ -382,6 +393,7 @@ private:
     uint32_t min_pmtu_ = 0;        // the smallest of them, 0: none
     uint64_t last_second_ns_ = 0;  // housekeeping's once-a-second step
     std::vector<GatewayIface> ifaces_;
+    std::vector<RenamedDevice> renamed_;
     std::vector<IpAddr> local_;
     LocalLink local_link_;
 

@@ -16,12 +16,6 @@ namespace xesp {
 
 namespace {
 
-std::string if_name(uint32_t ifindex)
-{
-    char name[IF_NAMESIZE] = "";
-    return if_indextoname(ifindex, name) ? std::string(name) : "index " + std::to_string(ifindex);
-}
-
 uint32_t read_uint(const std::string &path)
 {
     std::ifstream f(path);
@@ -345,23 +339,23 @@ Result<void> Gateway::del_iface(const std::string &name)
                            [&](const GatewayIface &i) { return i.name == name; });
     if (it == ifaces_.end())
         return release_leftover(name);
+    auto renamed = [&] { return release_renamed(name); };
     if (it->local)
         return make_error("iface del " + name +
                           ": the gateway's own local link, not an "
                           "interface to detach");
     if (it->absent) {
-        const uint32_t renamed = renamed_to(*it);
         ifaces_.erase(it);
         log(LogLevel::Info, "%s: forgotten (it was absent)", name.c_str());
-        // The device it was, renamed, keeps our program, parked.
-        if (renamed)
-            return release_at(name + " (renamed " + if_name(renamed) + ")", int(renamed));
-        // A device of that name it failed to come back on keeps our classifier, parked, or
-        // (public) the egress guard alone.
+        // The device it was, renamed, keeps our program, parked; a device of that name it
+        // failed to come back on keeps our classifier, parked, or (public) the egress guard
+        // alone.
+        auto r = renamed();
         const int ifindex = int(if_nametoindex(name.c_str()));
-        return leftover(name) || (ifindex && XdpProgram::egress_attached(ifindex))
-                   ? release_leftover(name)
-                   : Result<void>{};
+        auto l = leftover(name) || (ifindex && XdpProgram::egress_attached(ifindex))
+                     ? release_leftover(name)
+                     : Result<void>{};
+        return r ? l : r;
     }
     const bool sockets = it->mode == IfaceMode::Xdp;
     forget_iface(it);
@@ -372,7 +366,7 @@ Result<void> Gateway::del_iface(const std::string &name)
         return make_error("iface del " + name +
                           ": detached, but no socket reopened: " + r.error().message);
     log(LogLevel::Info, "%s: detached", name.c_str());
-    return {};
+    return renamed();  // a device it was before, renamed since
 }
 
 bool Gateway::leftover(const std::string &name)
@@ -483,20 +477,6 @@ Result<void> Gateway::release_at(const std::string &name, int ifindex)
     return {};
 }
 
-// The index of the device an absent interface was before it was renamed, if that device still
-// has our program and is no interface of ours under its new name; 0 if none.
-uint32_t Gateway::renamed_to(const GatewayIface &i) const
-{
-    const auto ifindex = int(i.parked);
-    if (!i.absent || !ifindex || if_nametoindex(i.name.c_str()) == i.parked)
-        return 0;  // under its own name: return_iface()'s, then `tried`
-    if (std::any_of(ifaces_.begin(), ifaces_.end(),
-                    [&](const GatewayIface &o) { return !o.absent && o.ifindex == i.parked; }))
-        return 0;
-    const bool ours = XdpProgram::attached_to(ifindex) || XdpProgram::protected_attached(ifindex);
-    return ours ? i.parked : 0;
-}
-
 void Gateway::shutdown(bool detach)
 {
     close_ports();
@@ -504,11 +484,10 @@ void Gateway::shutdown(bool detach)
     close_tun();                     // tun mode: the tc program drops what it would send
     std::string names;
     for (const auto &i : ifaces_) {
-        if (detach && i.absent && i.role == IfaceRole::Public && i.tried &&
-            if_nametoindex(i.name.c_str()) == i.tried && XdpProgram::egress_attached(int(i.tried)))
-            (void)XdpProgram::detach_egress(int(i.tried));  // guard_absent_public()'s
-        if (detach && renamed_to(i))
-            (void)release_at(i.name + " (renamed " + if_name(i.parked) + ")", int(i.parked));
+        // A device of its name it failed on: our classifier, parked, or the egress guard alone.
+        if (detach && i.absent && i.tried && if_nametoindex(i.name.c_str()) == i.tried &&
+            (leftover(i.name) || XdpProgram::egress_attached(int(i.tried))))
+            (void)release_at(i.name, int(i.tried));
         if (i.local || i.absent)
             continue;
         names += (names.empty() ? "" : ", ") + i.name;
@@ -525,6 +504,9 @@ void Gateway::shutdown(bool detach)
             if (auto r = XdpProgram::detach_egress(int(i.ifindex)); !r)
                 log(LogLevel::Warning, "%s", r.error().message.c_str());
     }
+    if (detach)
+        for (const auto &i : std::vector<RenamedDevice>(renamed_))
+            (void)release_renamed(i.was);
     local_link_ = LocalLink();
     if (names.empty())
         return;

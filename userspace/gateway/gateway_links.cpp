@@ -1,6 +1,7 @@
 // Gateway, its interfaces following the devices under them: the Ethernet addresses each takes
 // frames for, read again when a watched device changes; an interface whose device left the
 // namespace kept by name, and attached again when a device of that name is back.
+#include <net/if.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -76,15 +77,13 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
     const uint32_t local_end = local != ifaces_.end() ? local->ifindex : 0;
     const uint32_t kernel_end = local_link_.kernel_ifindex();
     for (uint32_t ifindex : hops_->take_links_gone(unknown)) {
-        for (auto &i : ifaces_)
-            if (i.absent && i.parked == ifindex)
-                i.parked = 0;  // the device it was renamed to left, our program with it
         lose_iface(ifindex);
         local_link_left_ |= ifindex == local_end || ifindex == kernel_end;
     }
     gone_unknown_ |= unknown;
     if (!links)
         return nullptr;
+    prune_renamed(*links);
     bool remade = false;
     if (local_link_gone(*links)) {
         remake_local_link();
@@ -110,10 +109,13 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
             continue;
         auto l = std::find_if(links->begin(), links->end(),
                               [&](const rtnl::Link &k) { return i.name == k.name.data(); });
-        if (l == links->end())
+        if (l == links->end()) {
+            if (i.tried)  // the device it failed on, renamed, may keep ours
+                note_renamed(i.name, i.tried);
             i.tried = 0;  // a device of that name made, or moved back, is tried
-        else if (l->ifindex != i.tried)
+        } else if (l->ifindex != i.tried) {
             back.emplace_back(i.name, l->ifindex);
+        }
     }
     if (back.empty() && !remade)
         return links;
@@ -156,7 +158,10 @@ void Gateway::remake_local_link()
     local_link_left_ = false;
     LocalLink::remove_leftovers();
     ifaces_.erase(local);
-    (void)prog_->remove_iface(ifindex);
+    if (std::none_of(ifaces_.begin(), ifaces_.end(), [&](const GatewayIface &i) {
+            return !i.absent && i.ifindex == ifindex;  // its index another's by now
+        }))
+        (void)prog_->remove_iface(ifindex);
     const bool public_here = std::any_of(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) {
         return i.role == IfaceRole::Public;
     });
@@ -203,6 +208,8 @@ void Gateway::refresh_macs(uint64_t now)
         }
         if (i.absent) {
             names.push_back(i.name);
+            if (i.tried)  // renamed, it may keep ours (note_renamed())
+                watched.push_back(i.tried);
             // Come while another was attached, before its name was watched: look again.
             if (std::any_of(links->begin(), links->end(), [&](const rtnl::Link &l) {
                     return i.name == l.name.data() && l.ifindex != i.tried;
@@ -232,6 +239,8 @@ void Gateway::refresh_macs(uint64_t now)
         log(LogLevel::Info, "%s: takes frames for %zu Ethernet address(es) now%s", i.name.c_str(),
             i.macs.size(), i.macs.empty() ? ": no check" : "");
     }
+    for (const auto &r : renamed_)  // leaving, or renamed again
+        watched.push_back(r.ifindex);
     hops_->watch_links(std::move(watched), std::move(names));
 }
 
@@ -268,20 +277,22 @@ void Gateway::lose_iface(uint32_t ifindex)
     if (it == ifaces_.end())
         return;
     GatewayIface &i = *it;
-    GatewayIface absent;
-    if (XdpProgram::attached_to(int(ifindex)) || XdpProgram::protected_attached(int(ifindex))) {
+    const bool kept =
+        XdpProgram::attached_to(int(ifindex)) || XdpProgram::protected_attached(int(ifindex));
+    if (kept)
         (void)prog_->park_iface(ifindex, i.role, i.macs);
-        absent.parked = ifindex;  // here still: renamed (or moved back already)
-    } else {
+    else
         (void)prog_->remove_iface(ifindex);
-    }
     const bool sockets = i.mode == IfaceMode::Xdp;
     const std::string name = i.name;
+    GatewayIface absent;
     absent.name = i.name;
     absent.role = i.role;
     absent.mode = i.mode;
     absent.absent = true;
     i = absent;
+    if (kept)
+        note_renamed(name, ifindex);  // unless back already under its name
     Result<void> r;
     if (sockets)
         r = rebuild_ports();
@@ -331,6 +342,79 @@ void Gateway::return_iface(const std::string &name, uint32_t ifindex)
         ifindex, iface_role_name(was.role));
 }
 
+// A device of interface `was` is here under another name with our program on it (parked, or
+// the egress guard alone): it keeps dropping what is protected, as the operator may not have
+// moved the routes off it, until `iface del WAS` or --detach-on-exit hands it back.
+void Gateway::note_renamed(const std::string &was, uint32_t ifindex)
+{
+    char now[IF_NAMESIZE] = "";
+    if (!if_indextoname(ifindex, now) || was == now)
+        return;  // gone, or back under its name (return_iface()'s)
+    RenamedDevice r{was, ifindex, now};
+    if (!renamed_ours(r) || std::any_of(renamed_.begin(), renamed_.end(),
+                                        [&](const auto &o) { return o.ifindex == ifindex; }))
+        return;
+    renamed_.push_back(r);
+    log(LogLevel::Warning,
+        "%s: renamed %s (index %u), which keeps our program: it drops what is protected until "
+        "`xesp iface del %s` (or --detach-on-exit) hands it back to the kernel",
+        was.c_str(), now, ifindex, was.c_str());
+}
+
+// Renamed devices that left the namespace are forgotten, their classifier entries with them;
+// those that are an interface of ours again (renamed back, or added under the new name), or
+// a device an absent interface waits for under its name, are that interface's.
+void Gateway::prune_renamed(const std::vector<rtnl::Link> &links)
+{
+    std::erase_if(renamed_, [&](RenamedDevice &r) {
+        auto l = std::find_if(links.begin(), links.end(),
+                              [&](const rtnl::Link &k) { return k.ifindex == r.ifindex; });
+        const bool live = std::any_of(ifaces_.begin(), ifaces_.end(), [&](const auto &i) {
+            return !i.absent && !i.local && i.ifindex == r.ifindex;
+        });
+        if (l == links.end()) {
+            if (!live)
+                (void)prog_->remove_iface(r.ifindex);
+            return true;
+        }
+        r.name = l->name.data();
+        return live || std::any_of(ifaces_.begin(), ifaces_.end(),
+                                   [&](const auto &i) { return i.name == r.name; });
+    });
+}
+
+// Whether a renamed device still has one of our programs and is no interface's of ours.
+bool Gateway::renamed_ours(const RenamedDevice &r) const
+{
+    char now[IF_NAMESIZE] = "";
+    if (!if_indextoname(r.ifindex, now))
+        return false;
+    if (std::any_of(ifaces_.begin(), ifaces_.end(), [&](const GatewayIface &i) {
+            return i.name == now || (!i.absent && i.ifindex == r.ifindex);
+        }))
+        return false;
+    const int ifindex = int(r.ifindex);
+    return XdpProgram::attached_to(ifindex) || XdpProgram::protected_attached(ifindex) ||
+           XdpProgram::egress_attached(ifindex);
+}
+
+// `iface del WAS`: the devices that were WAS and are under other names now, handed back.
+Result<void> Gateway::release_renamed(const std::string &was)
+{
+    Result<void> out;
+    for (const auto &r : renamed_) {
+        if (r.was != was || !renamed_ours(r))
+            continue;
+        char now[IF_NAMESIZE] = "";
+        (void)if_indextoname(r.ifindex, now);
+        auto res = release_at(was + " (renamed " + now + ")", int(r.ifindex));
+        if (!res && out)
+            out = res;
+    }
+    std::erase_if(renamed_, [&](const RenamedDevice &r) { return r.was == was; });
+    return out;
+}
+
 // A public interface that a device of its name is here for but could not be attached to: the
 // egress guard alone goes on that device. Nothing is encrypted while the interface is absent,
 // and without the guard the gateway's own plaintext for a protected flow would leave there in
@@ -345,7 +429,7 @@ void Gateway::guard_absent_public(const std::string &name, uint32_t ifindex)
     else
         log(LogLevel::Warning,
             "%s: its egress guard alone is on it: the gateway's own traffic for protected "
-            "flows is dropped there",
+            "flows goes to the local link to be encrypted, or is dropped",
             name.c_str());
 }
 

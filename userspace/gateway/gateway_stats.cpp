@@ -13,6 +13,7 @@ Gateway::Stats Gateway::stats_sample() const
     s.engine = sample_engine(*engine_, total, s.link_mtu);
     s.counters = counters_;
     s.ifaces = ifaces_;
+    s.renamed = renamed_;
     // The sockets, summed: what the kernel could not hand us counts as lost here.
     for (const auto &p : ports_) {
         auto st = p->x.stats();
@@ -81,8 +82,12 @@ nlohmann::json Gateway::stats_json(const Stats &s) const
             ifs.back()["absent"] = true;
         if (i.tried)  // a device of its name it could not be attached to
             ifs.back()["failed_ifindex"] = i.tried;
-        if (i.parked)  // the device it was, renamed, with our program on it
-            ifs.back()["parked_ifindex"] = i.parked;
+        json renamed = json::array();  // devices it was, renamed, with our program on them
+        for (const auto &r : s.renamed)
+            if (r.was == i.name)
+                renamed.push_back({{"name", r.name}, {"ifindex", r.ifindex}});
+        if (!renamed.empty())
+            ifs.back()["renamed"] = renamed;
     }
     j["ifaces"] = ifs;
     j["link_mtu"] = s.link_mtu;
