@@ -175,7 +175,6 @@ guard_anew() {
     echo "egress guard:$now (was:$2)"
     guard_alone "$1" && [ -n "$now" ] && [ "$now" != "$2" ]
 }
-no_guard() { ! egress_guard; }
 bridge_to_veth() { "$TOPO" exec gwA ip link del gwa-pubport && remake_pub; }
 check "the public interface deleted, a bridge made under its name" pub_as_bridge
 check "... not attached, the log says why" \
@@ -198,7 +197,7 @@ br_listed() { # IFINDEX: within 5 s
     return 1
 }
 br_guarded() { "$TOPO" exec gwA tc filter show dev gwa-br egress | grep -q xesp_tc_egress; }
-br_unguarded() { ! br_guarded; }
+br_unguarded() { "$TOPO" exec gwA ip link show dev gwa-br >/dev/null && ! br_guarded; }
 bridge=$("$TOPO" exec gwA cat "/sys/class/net/$GWA_PUB_IF/ifindex")
 check "... renamed gwa-br" rename "$GWA_PUB_IF" gwa-br
 check "... iface list names it under the interface" br_listed "$bridge"
@@ -206,7 +205,6 @@ check "... the guard still on it" br_guarded
 check "... iface del of it" cli gwA iface del "$GWA_PUB_IF"
 check "... takes the guard off the renamed bridge" br_unguarded
 check "... renamed back" rename gwa-br "$GWA_PUB_IF"
-check "... takes the guard off" no_guard
 check "a veth made again under its name" bridge_to_veth
 check "... iface add of it" cli gwA iface add "$GWA_PUB_IF" role public
 ping_from hostA "$HOSTB_IP4" -c 1 >/dev/null 2>&1
@@ -329,9 +327,12 @@ for m in run("bpftool", "-j", "prog", "show", "id", str(prog))["map_ids"]:
     sys.exit(0 if int(sys.argv[2]) in keys else 1)
 sys.exit(2)' "$GWA_PUB_IF" "$1"
 }
-not_in_map() {
-    in_map "$1"
-    [ $? = 1 ]
+not_in_map() { # the map read, its keys printed, IFINDEX not among them
+    local out rc
+    out=$(in_map "$1" 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc = 1 ] && echo "$out" | grep -q '^ifaces map keys:'
 }
 mode_on() { # MODE: gone0 carries MODE's program, and not the other's
     local PROT_MODE=$1
@@ -375,13 +376,12 @@ check "gone9 renamed gone0 again" rename gone9 gone0
 check "... attached again" until_ok listed "$PROT_MODE" here
 check "... the log says so" logged 2 "gone0: $BACK"
 
-# released DEV [IFINDEX]: DEV has none of our programs, and IFINDEX no entry in the map.
+# released DEV [IFINDEX]: DEV is here with none of our programs, and IFINDEX no entry in the
+# map.
 released() {
+    "$TOPO" exec gwA ip link show dev "$1" >/dev/null || return 1
     ! xdp_attached gwA "$1" && ! "$TOPO" exec gwA tc filter show dev "$1" ingress |
         grep -q xesp && { [ -z "${2:-}" ] || not_in_map "$2"; }
-}
-readd() {
-    rename gone9 gone0 && cli gwA iface add gone0 role protected mode "$PROT_MODE"
 }
 # renamed_listed: iface list names gone9 (index $index) under gone0, -j too.
 renamed_listed() {
@@ -408,9 +408,11 @@ check "gone0 renamed gone9 again" rename gone0 gone9
 check "... iface list names gone9 under gone0" until_ok renamed_listed
 check "a new gone0 made" new_gone0
 check "... attached" until_ok listed "$PROT_MODE" here
+new_index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
 check "... gone9 still listed under gone0, our program still on it, parked" still_parked
 check "... iface del gone0" cli gwA iface del gone0
-check "... takes our program off the new gone0" released gone0
+check "... takes our program off the new gone0, its entry out of the map" \
+    released gone0 "$new_index"
 check "... and off gone9, its entry out of the map" released gone9 "$index"
 check "the new gone0 deleted, gone9 renamed gone0 and added again" readd
 check "... attached" until_ok listed "$PROT_MODE" here

@@ -318,6 +318,7 @@ private:
     void note_renamed(const std::string &was, uint32_t ifindex);
     void prune_renamed(const std::vector<rtnl::Link> &links);
     bool renamed_ours(const RenamedDevice &r) const;
+    bool held_by_iface(const RenamedDevice &r) const;
     Result<void> release_renamed(const std::string &was);
     Result<void> rebuild_ports();
     void close_ports();

@@ -337,9 +337,14 @@ Result<void> Gateway::del_iface(const std::string &name)
 {
     auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
                            [&](const GatewayIface &i) { return i.name == name; });
-    if (it == ifaces_.end())
-        return release_leftover(name);
     auto renamed = [&] { return release_renamed(name); };
+    if (it == ifaces_.end()) {
+        // Devices it was, renamed, whose interface an undo or a failed del forgot already.
+        if (std::any_of(renamed_.begin(), renamed_.end(),
+                        [&](const RenamedDevice &r) { return r.was == name; }))
+            return renamed();
+        return release_leftover(name);
+    }
     if (it->local)
         return make_error("iface del " + name +
                           ": the gateway's own local link, not an "
@@ -362,11 +367,12 @@ Result<void> Gateway::del_iface(const std::string &name)
     auto r = sockets ? rebuild_ports() : Result<void>{};
     if (r)
         relink_engine();
+    auto rn = renamed();  // a device it was before, renamed since
     if (!r)
         return make_error("iface del " + name +
                           ": detached, but no socket reopened: " + r.error().message);
     log(LogLevel::Info, "%s: detached", name.c_str());
-    return renamed();  // a device it was before, renamed since
+    return rn;
 }
 
 bool Gateway::leftover(const std::string &name)
@@ -484,7 +490,10 @@ void Gateway::shutdown(bool detach)
     close_tun();                     // tun mode: the tc program drops what it would send
     std::string names;
     for (const auto &i : ifaces_) {
-        // A device of its name it failed on: our classifier, parked, or the egress guard alone.
+        // A device of its name it failed on: our classifier, parked, or the egress guard alone
+        // (renamed since the last look: a renamed device, below).
+        if (detach && i.absent && i.tried && if_nametoindex(i.name.c_str()) != i.tried)
+            note_renamed(i.name, i.tried);
         if (detach && i.absent && i.tried && if_nametoindex(i.name.c_str()) == i.tried &&
             (leftover(i.name) || XdpProgram::egress_attached(int(i.tried))))
             (void)release_at(i.name, int(i.tried));

@@ -76,6 +76,8 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
         std::find_if(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) { return i.local; });
     const uint32_t local_end = local != ifaces_.end() ? local->ifindex : 0;
     const uint32_t kernel_end = local_link_.kernel_ifindex();
+    if (links)
+        prune_renamed(*links);  // before an index it had is another interface's, lost below
     for (uint32_t ifindex : hops_->take_links_gone(unknown)) {
         lose_iface(ifindex);
         local_link_left_ |= ifindex == local_end || ifindex == kernel_end;
@@ -83,7 +85,6 @@ const std::vector<rtnl::Link> *Gateway::follow_devices()
     gone_unknown_ |= unknown;
     if (!links)
         return nullptr;
-    prune_renamed(*links);
     bool remade = false;
     if (local_link_gone(*links)) {
         remake_local_link();
@@ -361,25 +362,33 @@ void Gateway::note_renamed(const std::string &was, uint32_t ifindex)
         was.c_str(), now, ifindex, was.c_str());
 }
 
-// Renamed devices that left the namespace are forgotten, their classifier entries with them;
-// those that are an interface of ours again (renamed back, or added under the new name), or
-// a device an absent interface waits for under its name, are that interface's.
+// Renamed devices that left the namespace, or lost our program (`iface del NEWNAME`, or taken
+// off by hand), are forgotten, and their classifier entries with them; those that are an
+// interface of ours again (renamed back, or added under the new name), or a device an absent
+// interface waits for under its name, are that interface's.
 void Gateway::prune_renamed(const std::vector<rtnl::Link> &links)
 {
-    std::erase_if(renamed_, [&](RenamedDevice &r) {
+    for (auto &r : renamed_) {
         auto l = std::find_if(links.begin(), links.end(),
                               [&](const rtnl::Link &k) { return k.ifindex == r.ifindex; });
-        const bool live = std::any_of(ifaces_.begin(), ifaces_.end(), [&](const auto &i) {
-            return !i.absent && !i.local && i.ifindex == r.ifindex;
-        });
-        if (l == links.end()) {
-            if (!live)
-                (void)prog_->remove_iface(r.ifindex);
-            return true;
-        }
-        r.name = l->name.data();
-        return live || std::any_of(ifaces_.begin(), ifaces_.end(),
-                                   [&](const auto &i) { return i.name == r.name; });
+        r.name = l != links.end() ? l->name.data() : "";
+    }
+    std::erase_if(renamed_, [&](const RenamedDevice &r) {
+        if (!r.name.empty() && renamed_ours(r))
+            return false;
+        if (!held_by_iface(r))
+            (void)prog_->remove_iface(r.ifindex);
+        return true;
+    });
+}
+
+// Whether a renamed device's index (and classifier entry) is an interface's of ours: attached
+// to it, failed on it, or about to be tried on it under its name.
+bool Gateway::held_by_iface(const RenamedDevice &r) const
+{
+    return std::any_of(ifaces_.begin(), ifaces_.end(), [&](const GatewayIface &i) {
+        return i.absent ? i.tried == r.ifindex || (!r.name.empty() && i.name == r.name)
+                        : i.ifindex == r.ifindex;
     });
 }
 
@@ -411,7 +420,11 @@ Result<void> Gateway::release_renamed(const std::string &was)
         if (!res && out)
             out = res;
     }
-    std::erase_if(renamed_, [&](const RenamedDevice &r) { return r.was == was; });
+    std::erase_if(renamed_, [&](const RenamedDevice &r) {
+        if (r.was == was && !renamed_ours(r) && !held_by_iface(r))
+            (void)prog_->remove_iface(r.ifindex);
+        return r.was == was;
+    });
     return out;
 }
 
