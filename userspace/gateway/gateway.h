@@ -215,6 +215,7 @@ public:
     // must go on doing so; del_iface() would hand that traffic to the kernel in the clear.
     Result<void> leave_iface(const std::string &name);
     static bool leftover(const std::string &name);
+    static bool ours_on(int ifindex);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
     const std::vector<RenamedDevice> &renamed() const { return renamed_; }
     const GatewayOptions &options() const { return options_; }
@@ -319,7 +320,7 @@ private:
     void prune_renamed(const std::vector<rtnl::Link> &links);
     bool renamed_ours(const RenamedDevice &r) const;
     bool held_by_iface(const RenamedDevice &r) const;
-    Result<void> release_renamed(const std::string &was);
+    Result<void> release_renamed(const std::string &was, bool *found = nullptr);
     Result<void> rebuild_ports();
     void close_ports();
     void relink_engine();

@@ -337,13 +337,11 @@ Result<void> Gateway::del_iface(const std::string &name)
 {
     auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
                            [&](const GatewayIface &i) { return i.name == name; });
-    auto renamed = [&] { return release_renamed(name); };
     if (it == ifaces_.end()) {
         // Devices it was, renamed, whose interface an undo or a failed del forgot already.
-        if (std::any_of(renamed_.begin(), renamed_.end(),
-                        [&](const RenamedDevice &r) { return r.was == name; }))
-            return renamed();
-        return release_leftover(name);
+        bool found = false;
+        auto r = release_renamed(name, &found);
+        return found ? r : release_leftover(name);
     }
     if (it->local)
         return make_error("iface del " + name +
@@ -355,11 +353,9 @@ Result<void> Gateway::del_iface(const std::string &name)
         // The device it was, renamed, keeps our program, parked; a device of that name it
         // failed to come back on keeps our classifier, parked, or (public) the egress guard
         // alone.
-        auto r = renamed();
-        const int ifindex = int(if_nametoindex(name.c_str()));
-        auto l = leftover(name) || (ifindex && XdpProgram::egress_attached(ifindex))
-                     ? release_leftover(name)
-                     : Result<void>{};
+        auto r = release_renamed(name);
+        auto l =
+            ours_on(int(if_nametoindex(name.c_str()))) ? release_leftover(name) : Result<void>{};
         return r ? l : r;
     }
     const bool sockets = it->mode == IfaceMode::Xdp;
@@ -367,7 +363,8 @@ Result<void> Gateway::del_iface(const std::string &name)
     auto r = sockets ? rebuild_ports() : Result<void>{};
     if (r)
         relink_engine();
-    auto rn = renamed();  // a device it was before, renamed since
+    // A device it was before, renamed since.
+    auto rn = release_renamed(name);
     if (!r)
         return make_error("iface del " + name +
                           ": detached, but no socket reopened: " + r.error().message);
@@ -379,6 +376,15 @@ bool Gateway::leftover(const std::string &name)
 {
     const int ifindex = int(if_nametoindex(name.c_str()));
     return ifindex && (XdpProgram::attached_to(ifindex) || XdpProgram::protected_attached(ifindex));
+}
+
+// Any of our programs on device `ifindex`: the classifier, the tun-mode tc program, or the
+// egress guard (alone, as guard_absent_public() leaves it, or with the classifier).
+bool Gateway::ours_on(int ifindex)
+{
+    return ifindex > 0 &&
+           (XdpProgram::attached_to(ifindex) || XdpProgram::protected_attached(ifindex) ||
+            XdpProgram::egress_attached(ifindex));
 }
 
 // Xdp mode: its entry stays, with no socket behind it, so that the program drops what it
@@ -450,8 +456,11 @@ Result<void> Gateway::release_leftover(const std::string &name)
 // handed back to the kernel: our programs off it, its classifier entry gone.
 Result<void> Gateway::release_at(const std::string &name, int ifindex)
 {
-    if (!XdpProgram::attached_to(ifindex) && !XdpProgram::protected_attached(ifindex) &&
-        XdpProgram::egress_attached(ifindex)) {
+    const bool classifier = XdpProgram::attached_to(ifindex);
+    const bool tun_prog = !classifier && XdpProgram::protected_attached(ifindex);
+    if (!classifier && !tun_prog) {
+        if (!XdpProgram::egress_attached(ifindex))
+            return make_error("iface del " + name + ": not added (see `xesp iface list`)");
         // The egress guard alone (guard_absent_public()): the kernel sends what it would drop.
         if (auto r = XdpProgram::detach_egress(ifindex); !r)
             return make_error("iface del " + name + ": " + r.error().message);
@@ -459,9 +468,7 @@ Result<void> Gateway::release_at(const std::string &name, int ifindex)
             name.c_str());
         return {};
     }
-    if (!XdpProgram::attached_to(ifindex)) {
-        if (!XdpProgram::protected_attached(ifindex))
-            return make_error("iface del " + name + ": not added (see `xesp iface list`)");
+    if (tun_prog) {
         // Tun mode: the tc program goes; the kernel forwards what it would take.
         if (auto r = XdpProgram::detach_protected(ifindex); !r)
             return make_error("iface del " + name + ": " + r.error().message);
@@ -495,7 +502,7 @@ void Gateway::shutdown(bool detach)
         if (detach && i.absent && i.tried && if_nametoindex(i.name.c_str()) != i.tried)
             note_renamed(i.name, i.tried);
         if (detach && i.absent && i.tried && if_nametoindex(i.name.c_str()) == i.tried &&
-            (leftover(i.name) || XdpProgram::egress_attached(int(i.tried))))
+            ours_on(int(i.tried)))
             (void)release_at(i.name, int(i.tried));
         if (i.local || i.absent)
             continue;

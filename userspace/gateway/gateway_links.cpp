@@ -402,16 +402,17 @@ bool Gateway::renamed_ours(const RenamedDevice &r) const
             return i.name == now || (!i.absent && i.ifindex == r.ifindex);
         }))
         return false;
-    const int ifindex = int(r.ifindex);
-    return XdpProgram::attached_to(ifindex) || XdpProgram::protected_attached(ifindex) ||
-           XdpProgram::egress_attached(ifindex);
+    return ours_on(int(r.ifindex));
 }
 
-// `iface del WAS`: the devices that were WAS and are under other names now, handed back.
-Result<void> Gateway::release_renamed(const std::string &was)
+// `iface del WAS`: the devices that were WAS and are under other names now, handed back;
+// `found`, if given: whether any was.
+Result<void> Gateway::release_renamed(const std::string &was, bool *found)
 {
     Result<void> out;
     for (const auto &r : renamed_) {
+        if (r.was == was && found)
+            *found = true;
         if (r.was != was || !renamed_ours(r))
             continue;
         char now[IF_NAMESIZE] = "";
