@@ -15,7 +15,8 @@
 # after the last restart; with the state directory read-only the SA stops at the reservation
 # the file holds (out-seq-unreserved counts the rest, nothing above it reaches the wire) and
 # sends again once the directory is writable, and an interface change meanwhile is undone and
-# refused (an `iface add` over what an earlier daemon left keeps a program on the interface);
+# refused (an `iface add` over what an earlier daemon left keeps a program on the interface, an
+# `iface del` keeps ours on a device the interface was, renamed since);
 # a second daemon on the same state file, and a daemon given a world-writable state directory,
 # refuse to start with a one-line error.
 #
@@ -159,6 +160,12 @@ cfg = json.load(open('$WORK/ro/gwA.state'))['config']
 line = next(l for l in cfg.splitlines() if ' spi 0x%08x ' % int('$1', 0) in l)
 print(re.search(r'replay-oseq (\d+)', line).group(1))"
 }
+# ro_again: the directory read-only again (busy while the writer has its temporary open: tried
+# again).
+ro_again() {
+    for _ in $(seq 20); do mount -o remount,ro "$WORK/ro" 2>/dev/null && return 0; sleep 0.05; done
+    return 1
+}
 read_only() {
     local before after reserved top
     mkdir -p "$WORK/ro"
@@ -167,8 +174,7 @@ read_only() {
     cp "$WORK/gwA.state" "$WORK/ro/gwA.state" || return 1
     STATE_DIR=$WORK/ro start_gw gwA --seq-reserve "$RESERVE" || return 1
     ping_from hostA "$HOSTB_IP4" -c 2 -i 0.2 >/dev/null || { echo "no tunnel before"; return 1; }
-    # (busy while the writer has its temporary open: try again)
-    for _ in $(seq 20); do mount -o remount,ro "$WORK/ro" 2>/dev/null && break; sleep 0.05; done
+    ro_again
     touch "$WORK/ro/probe" 2>/dev/null && { echo "the directory is still writable"; return 1; }
     before=$(stat gwA 'drops.out-seq-unreserved')
     reserved=$(file_reservation 0x1001)
@@ -254,6 +260,37 @@ sendp(Ether(dst='$mac') / IP(src='10.1.0.9', dst='10.2.0.2') / UDP(dport=5300) /
 check "state directory read-only: the undo of an add over a leftover keeps a program on" \
     leftover_kept
 "$TOPO" exec gwA ip link del xs-left 2>/dev/null
+# ... and the undo of an `iface del` keeps our program on a device the interface was, renamed
+# since: the del would have handed it back to the kernel, but it is not done.
+renamed_listed() { cli gwA iface list | grep -qF "  renamed xs-ren2 (index $1) keeps our program"; }
+renamed_kept() {
+    local out index
+    "$TOPO" exec gwA ip link add xs-ren type veth peer name xs-renp || return 1
+    "$TOPO" exec gwA ip link set xs-ren up && "$TOPO" exec gwA ip link set xs-renp up || return 1
+    mount -o remount,rw "$WORK/ro" || return 1
+    cli gwA iface add xs-ren role protected mode xdp || return 1
+    ro_again || { echo "the directory stays writable"; return 1; }
+    index=$("$TOPO" exec gwA cat /sys/class/net/xs-ren/ifindex) || return 1
+    "$TOPO" exec gwA ip link set xs-ren down && "$TOPO" exec gwA ip link set xs-ren name xs-ren2 &&
+        "$TOPO" exec gwA ip link set xs-ren2 up || return 1
+    for _ in $(seq 50); do renamed_listed "$index" && break; sleep 0.1; done
+    renamed_listed "$index" || { echo "iface list: $(cli gwA iface list)"; return 1; }
+    if out=$(cli gwA iface del xs-ren 2>&1); then
+        echo "iface del answered ok: $out"
+        return 1
+    fi
+    echo "iface del xs-ren: $out"
+    [[ $out == *"not done: "* ]] || return 1
+    xdp_attached gwA xs-ren2 || { echo "the undone del took the program off xs-ren2"; return 1; }
+    renamed_listed "$index" || { echo "iface list: $(cli gwA iface list)"; return 1; }
+    # Saved, the del hands it back.
+    mount -o remount,rw "$WORK/ro" || return 1
+    cli gwA iface del xs-ren && ! xdp_attached gwA xs-ren2
+}
+check "state directory read-only: the undo of an iface del keeps a renamed device's program" \
+    renamed_kept
+"$TOPO" exec gwA ip link del xs-ren2 2>/dev/null
+"$TOPO" exec gwA ip link del xs-ren 2>/dev/null
 writable_again() {
     mount -o remount,rw "$WORK/ro" || return 1
     for _ in $(seq 10); do

@@ -106,7 +106,9 @@ public:
             return make_error("iface add " + w[1] + ": mode " + xfrm::shown(w[5]) +
                               ": expected xdp or tun");
         if (w.size() == 2 && w[0] == "del")
-            return changed_ifaces("iface del " + w[1], w[1], [&] { return gw_.del_iface(w[1]); });
+            return changed_ifaces(
+                "iface del " + w[1], w[1], [&] { return gw_.del_iface(w[1]); },
+                [&] { return gw_.release_renamed(w[1]); });
         return make_error(
             "iface: expected `add DEV role protected|public [mode xdp|tun]`, `del DEV` or `list`");
     }
@@ -206,8 +208,12 @@ private:
     // An interface added, removed or changed on the data thread, then saved. If the state
     // file cannot be written, the change is undone and refused, as a change of SAs is: the
     // interfaces stay what a restart brings back, and the answer says what happened.
-    template <typename F>
-    Result<std::string> changed_ifaces(const std::string &what, const std::string &name, F &&change)
+    // `saved_then` runs on the data thread once the change is saved (at once if there is
+    // nothing to save): what an undo could not take back.
+    template <typename F, typename S = Result<void> (*)()>
+    Result<std::string> changed_ifaces(
+        const std::string &what, const std::string &name, F &&change,
+        S &&saved_then = [] { return Result<void>{}; })
     {
         Result<void> r;
         uint64_t ticket = 0;
@@ -226,14 +232,18 @@ private:
             // Nothing saved changed (`iface del` of what an earlier daemon left): no write.
             if (r && keeper_ && before != after)
                 ticket = keeper_->request_save(gw_);
+            else if (r)
+                r = saved_then();
         });
         if (!r)
             return r.error();
         if (!ticket)
             return std::string();
         auto saved = keeper_->wait_saved(ticket);
-        if (saved)
-            return std::string();
+        if (saved) {
+            data_.call([&] { r = saved_then(); });
+            return r ? Result<std::string>(std::string()) : r.error();
+        }
         if (saved.error().code.value() == ESHUTDOWN)  // the daemon stops: nothing to undo for
             return saved.error();
         Result<void> undone;

@@ -209,7 +209,12 @@ public:
     // one that cannot be attached too (a public one with the egress guard alone on it:
     // guard_absent_public()); a public one so kept still brings up the local link.
     Result<void> add_iface(const IfaceSpec &spec, bool absent_ok = false);
+    // The devices the interface was, renamed since (renamed()), keep our program: the caller
+    // hands them back (release_renamed()) once the change is saved, since an undo (add_iface())
+    // cannot put it on again. With no interface of that name nothing is saved, and they are
+    // handed back at once.
     Result<void> del_iface(const std::string &name);
+    Result<void> release_renamed(const std::string &was, bool *found = nullptr);
     // Forgets an interface but leaves its program on, as a stop does: the undo of an `iface
     // add` over what an earlier daemon left (leftover()), which dropped what is protected and
     // must go on doing so; del_iface() would hand that traffic to the kernel in the clear.
@@ -320,7 +325,6 @@ private:
     void prune_renamed(const std::vector<rtnl::Link> &links);
     bool renamed_ours(const RenamedDevice &r) const;
     bool held_by_iface(const RenamedDevice &r) const;
-    Result<void> release_renamed(const std::string &was, bool *found = nullptr);
     Result<void> rebuild_ports();
     void close_ports();
     void relink_engine();

@@ -338,7 +338,8 @@ Result<void> Gateway::del_iface(const std::string &name)
     auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
                            [&](const GatewayIface &i) { return i.name == name; });
     if (it == ifaces_.end()) {
-        // Devices it was, renamed, whose interface an undo or a failed del forgot already.
+        // Devices it was, renamed, whose interface is gone already: a del that failed after
+        // forgetting it (it hands them back only once saved), or an undo that failed.
         bool found = false;
         auto r = release_renamed(name, &found);
         return found ? r : release_leftover(name);
@@ -350,26 +351,20 @@ Result<void> Gateway::del_iface(const std::string &name)
     if (it->absent) {
         ifaces_.erase(it);
         log(LogLevel::Info, "%s: forgotten (it was absent)", name.c_str());
-        // The device it was, renamed, keeps our program, parked; a device of that name it
-        // failed to come back on keeps our classifier, parked, or (public) the egress guard
-        // alone.
-        auto r = release_renamed(name);
-        auto l =
-            ours_on(int(if_nametoindex(name.c_str()))) ? release_leftover(name) : Result<void>{};
-        return r ? l : r;
+        // A device of that name it failed to come back on keeps our classifier, parked, or
+        // (public) the egress guard alone. (The device it was, renamed, is the caller's.)
+        return ours_on(int(if_nametoindex(name.c_str()))) ? release_leftover(name) : Result<void>{};
     }
     const bool sockets = it->mode == IfaceMode::Xdp;
     forget_iface(it);
     auto r = sockets ? rebuild_ports() : Result<void>{};
     if (r)
         relink_engine();
-    // A device it was before, renamed since.
-    auto rn = release_renamed(name);
     if (!r)
         return make_error("iface del " + name +
                           ": detached, but no socket reopened: " + r.error().message);
     log(LogLevel::Info, "%s: detached", name.c_str());
-    return rn;
+    return {};
 }
 
 bool Gateway::leftover(const std::string &name)
