@@ -17,7 +17,8 @@
 #   - the same as the first for gwA's protected interface;
 #   - the local link (xesp-local) deleted, an end of it moved to another namespace, moved
 #     away and back, or renamed: made again (what is left of the old pair deleted), and the
-#     gateway's own traffic (and in tun mode the hosts' UDP) encrypted again;
+#     gateway's own traffic (and in tun mode the hosts' UDP) encrypted again; what the deleted
+#     pair dropped still counted in drop-local-link;
 #   - gone0 deleted: `iface list` shows it absent (`-j` too), its classifier entry is gone;
 #     made anew: attached again, with the new device's MAC;
 #   - while absent, `iface add` in the other mode is taken, and applies when it is back;
@@ -245,9 +246,41 @@ local_back() {
     until_ok local_remade "$2" && logged "$1" "local link xesp-local: gone" &&
         logged "$(($1 + 1))" "local link xesp-local: the gateway's own traffic"
 }
+# What the local link dropped stays counted when it goes: its gateway end down, the kernel end
+# drops the gateway's own traffic for a protected flow (tx_dropped), and drop-local-link counts
+# it, before the pair goes and after it is made again.
+local_drops() { stat gwA gateway.drop-local-link; }
+local_dropping() {
+    local before after
+    before=$(local_drops) || return 1
+    "$TOPO" exec gwA ip link set xesp-local-gw down || return 1
+    "$TOPO" exec gwA "$PY" -c "
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('$GWA_PROT_IP4', 0))
+for _ in range(10):
+    s.sendto(b'local-drop', ('$HOSTB_IP4', 5300))" || return 1
+    for _ in $(seq 20); do
+        after=$(local_drops) || return 1
+        [ "$after" -ge $((before + 10)) ] && break
+        sleep 0.1
+    done
+    echo "drop-local-link $before -> $after"
+    echo "$after" >"$WORK/local_drops"
+    [ "$after" -ge $((before + 10)) ]
+}
+local_drops_kept() {
+    local n was
+    n=$(local_drops) && was=$(cat "$WORK/local_drops") || return 1
+    echo "drop-local-link $n, $was before the pair went"
+    [ "$n" -ge "$was" ]
+}
+check "the local link's gateway end down: the gateway's own traffic dropped, counted" \
+    local_dropping
 old_local=$(local_index)
 check "the local link deleted under the daemon" "$TOPO" exec gwA ip link del xesp-local
 check "... made again, the log says so" local_back 1 "$old_local"
+check "... drop-local-link still counts what the old pair dropped" local_drops_kept
 check "... the gateway's own traffic for a protected flow is encrypted, none in the clear" \
     own_encrypted
 check "... hostA's datagrams reach hostB, none in the clear on the wire" hosts_encrypted

@@ -639,6 +639,9 @@ void Gateway::housekeeping()
     if (now - last_second_ns_ >= kSecondNs) {  // learnt path MTUs age
         last_second_ns_ = now;
         age_pmtu(now);
+        // What the local link dropped, read while it is here: if it goes, what it had is kept
+        // (LocalLink::tx_dropped()).
+        (void)local_link_.tx_dropped();
     }
     if (now - last_refresh_ns_ > kRefreshNs) {
         last_refresh_ns_ = now;

@@ -460,8 +460,9 @@ private:
     size_t tun_added_ = 0;         // to the hold in this round (poll_data())
     uint64_t tun_held_since_ = 0;  // when the first held packet came
     uint64_t tun_queue_drops() const;
-    uint64_t tun_queue_drops_ = 0;  // of the TUN devices closed before
-    uint64_t tun_drops_base_ = 0;   // what the open one had dropped before it was ours
+    uint64_t tun_queue_drops_ = 0;   // of the TUN devices closed before
+    uint64_t local_link_drops_ = 0;  // of the local link's pairs before this one
+    uint64_t tun_drops_base_ = 0;    // what the open one had dropped before it was ours
     // Cut, not yet in a burst: [tun_next_, end); fragments cut here with their packet's ports.
     struct TunPiece {
         Pkt pkt;

@@ -155,6 +155,7 @@ void Gateway::remake_local_link()
     auto local =
         std::find_if(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) { return i.local; });
     const uint32_t ifindex = local->ifindex;
+    local_link_drops_ += local_link_.tx_dropped();  // or what it had at the last look
     local_link_.release();
     local_link_left_ = false;
     LocalLink::remove_leftovers();

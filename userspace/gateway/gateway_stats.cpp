@@ -41,8 +41,9 @@ Gateway::Stats Gateway::stats_sample() const
     // ones closed and the one open now.
     s.tun_queue_drops = tun_queue_drops_ + tun_queue_drops();
     // What the local link's veth dropped: a full ring (the daemon fell behind tun mode's UDP
-    // or the gateway's own traffic), a frame too big for its far end.
-    s.local_link_drops = local_link_.tx_dropped();
+    // or the gateway's own traffic), a frame too big for its far end; the pairs made before it
+    // included.
+    s.local_link_drops = local_link_drops_ + local_link_.tx_dropped();
     s.cpus = options_.cpus;
     s.uptime_ns = now_ns() - started_ns_;
     return s;

@@ -1,5 +1,7 @@
 #include "userspace/gateway/local_link.h"
 
+#include <algorithm>
+
 #include <libmnl/libmnl.h>
 #include <linux/ethtool.h>
 #include <linux/if_link.h>
@@ -178,14 +180,18 @@ LocalLink &LocalLink::operator=(LocalLink &&o) noexcept
         if (kernel_ifindex_)
             (void)delete_link(kernel_ifindex_);
         kernel_ifindex_ = o.kernel_ifindex_;
+        dropped_seen_ = o.dropped_seen_;
         o.kernel_ifindex_ = 0;
+        o.dropped_seen_ = 0;
     }
     return *this;
 }
 
 uint64_t LocalLink::tx_dropped() const
 {
-    return kernel_ifindex_ ? link_tx_dropped(kKernelEnd) : 0;
+    if (kernel_ifindex_ && if_nametoindex(kKernelEnd) == kernel_ifindex_)
+        dropped_seen_ = std::max(dropped_seen_, link_tx_dropped(kKernelEnd));
+    return dropped_seen_;
 }
 
 uint64_t link_tx_dropped(const char *name)

@@ -45,13 +45,19 @@ public:
 
     explicit operator bool() const { return kernel_ifindex_ != 0; }
     // Lets go of the pair without deleting it: its index may be another device's now.
-    void release() { kernel_ifindex_ = 0; }
+    void release()
+    {
+        kernel_ifindex_ = 0;
+        dropped_seen_ = 0;
+    }
     uint32_t kernel_ifindex() const { return kernel_ifindex_; }
-    // What the kernel's end could not hand to the other (its tx_dropped); 0 with no pair.
+    // What the kernel's end could not hand to the other (its tx_dropped); 0 with no pair. Once
+    // the end is gone, or renamed, what it had when last read: each read keeps it.
     uint64_t tx_dropped() const;
 
 private:
     uint32_t kernel_ifindex_ = 0;
+    mutable uint64_t dropped_seen_ = 0;
 };
 
 // Changes to a device of the gateway's (the local link's ends, the TUN device of tun mode),
