@@ -25,7 +25,7 @@
 #   - a restart keeps it absent from the state file, and attaches it once it is made;
 #   - renamed: absent, our program parked on the renamed device, which `iface list` names,
 #     a device made anew under the old name attached too; `iface del` of the old name, or
-#     --detach-on-exit, takes it off both;
+#     --detach-on-exit, takes it off both; a restart lists it again (the state file);
 #   - `iface del` of an absent interface forgets it: made again, it is left alone;
 #   - (xdp mode) back as a device that takes no XDP program: kept absent, said so, across a
 #     restart too; `iface add` of it in tun mode attaches it.
@@ -459,6 +459,20 @@ check "... our program is taken off gone9 as it stops" released gone9
 step "... restarted" start_gw gwA
 check "gone9 renamed gone0" rename gone9 gone0
 check "... attached again" until_ok listed "$PROT_MODE" here
+# A restart keeps the renamed device listed (the state file), and `iface del` of the old name
+# hands it back.
+listed_parked() { renamed_listed && prot_attached gwA gone9; }
+del_hands_back() { cli gwA iface del gone0 && released gone9; }
+back_added() { rename gone9 gone0 && cli gwA iface add gone0 role protected mode "$PROT_MODE"; }
+index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
+check "gone0 renamed gone9 once more" rename gone0 gone9
+check "... iface list names gone9 under gone0" until_ok renamed_listed
+step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
+step "... restarted from the state file" start_gw gwA
+check "... gone9 still listed under gone0, our program still on it" until_ok listed_parked
+check "... iface del gone0 takes our program off gone9" del_hands_back
+check "gone9 renamed gone0 and added again" back_added
+check "... attached" until_ok listed "$PROT_MODE" here
 
 check "gone0 deleted again" "$TOPO" exec gwA ip link del gone0
 check "... absent" until_ok listed "$PROT_MODE" absent

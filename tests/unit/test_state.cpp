@@ -378,6 +378,7 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     st.config = *loaded;
     st.ifaces.push_back({"eth0", IfaceRole::Public});
     st.ifaces.push_back({"eth1", IfaceRole::Protected, IfaceMode::Tun});
+    st.renamed.push_back({"eth1", 7});  // eth1's device, under another name now
     KeyFingerprint fp = st.ledger.fingerprint(st.config.sas.nth(0).xf);
     st.ledger.new_round();
     st.ledger.new_round();
@@ -396,6 +397,9 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     CHECK(b.config == st.config);
     CHECK(b.config.sas.nth(0).oseq == 4096);
     CHECK(b.ifaces == st.ifaces);
+    REQUIRE(b.renamed.size() == 1);
+    CHECK(b.renamed[0].was == "eth1");
+    CHECK(b.renamed[0].ifindex == 7);
     CHECK(b.ledger.floor(b.ledger.fingerprint(st.config.sas.nth(0).xf)) == 4096);
     CHECK(b.ledger.round() == st.ledger.round());
     CHECK(b.ledger.records().begin()->second.round == st.ledger.records().begin()->second.round);
@@ -421,6 +425,21 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
     REQUIRE(*older);
     CHECK((*older)->replay.empty());
     CHECK((*older)->ledger.records().empty());
+    CHECK((*older)->renamed.empty());
+
+    // A renamed entry without its index, or with index 0, is refused, naming the file.
+    for (const char *bad :
+         {R"({"config": "", "ifaces": [], "renamed": [{"was": "eth1"}]})",
+          R"({"config": "", "ifaces": [], "renamed": [{"was": "eth1", "ifindex": 0}]})",
+          R"({"config": "", "ifaces": [], "renamed": {}})"}) {
+        {
+            std::ofstream f(path, std::ios::trunc);
+            f << bad;
+        }
+        auto r = load_state(path);
+        REQUIRE_FALSE(r);
+        CHECK(r.error().message.find(path) != std::string::npos);
+    }
 }
 
 namespace {
@@ -448,6 +467,11 @@ std::string format_state_by_document(const GatewayState &st)
                                {"mode", iface_mode_name(i.mode)}});
     if (st.netns)
         j["netns"] = *st.netns;
+    if (!st.renamed.empty()) {
+        j["renamed"] = nlohmann::json::array();
+        for (const auto &r : st.renamed)
+            j["renamed"].push_back({{"was", r.was}, {"ifindex", r.ifindex}});
+    }
     j["journal"] = st.journal;
     nlohmann::json used = nlohmann::json::object();
     for (const auto &[fp, r] : st.ledger.records())
@@ -492,6 +516,7 @@ TEST_CASE("state file: its text is the JSON document's, written without building
                  {"we\"ird\\na\tme\x01\x7f", IfaceRole::Protected},
                  {"caf\xc3\xa9", IfaceRole::Protected, IfaceMode::Tun}};
     st.netns = "blue";
+    st.renamed = {{"eth1", 12}, {"we\"ird", 4294967295u}};
     st.journal = 7;
     ReplayWindow w;
     w.init(64, false, 90);

@@ -313,6 +313,7 @@ Result<GatewayState> initial_state(const DaemonOptions &o, Backend backend,
                               "(--state FILE)");
         st.config = saved.config;
         st.ifaces = saved.ifaces;
+        st.renamed = saved.renamed;
         log(LogLevel::Info, "resuming from %s: %zu SAs, %zu policies, %zu interfaces",
             keeper->path().c_str(), st.config.sas.size(), st.config.policies.size(),
             st.ifaces.size());
@@ -503,6 +504,8 @@ Result<void> run_daemon(const DaemonOptions &o)
     for (const auto &spec : st->ifaces)
         if (auto r = (*gw)->add_iface(spec, true); !r)
             log(LogLevel::Error, "%s (from the state file)", r.error().message.c_str());
+    for (const auto &r : st->renamed)
+        (*gw)->note_renamed(r.was, r.ifindex);  // if it still keeps our program
     handler.save_now();
     // Loading many tunnels leaves the heap with free room behind it (the parsed batch, the
     // change, the first write's text): give the pages back rather than keep them resident.

@@ -223,6 +223,9 @@ public:
     static bool ours_on(int ifindex);
     const std::vector<GatewayIface> &ifaces() const { return ifaces_; }
     const std::vector<RenamedDevice> &renamed() const { return renamed_; }
+    // Device `ifindex`, which interface `was` was, is listed as renamed (renamed()) if it is
+    // under another name now and keeps one of our programs (a restart's, from the state file).
+    void note_renamed(const std::string &was, uint32_t ifindex);
     const GatewayOptions &options() const { return options_; }
 
     // Moves a burst on every socket; returns how many packets came in. With workers, bursts
@@ -321,7 +324,6 @@ private:
     Result<void> change_mode(std::vector<GatewayIface>::iterator it, const IfaceSpec &spec);
     Result<void> release_leftover(const std::string &name);
     Result<void> release_at(const std::string &name, int ifindex);
-    void note_renamed(const std::string &was, uint32_t ifindex);
     void prune_renamed(const std::vector<rtnl::Link> &links);
     bool renamed_ours(const RenamedDevice &r) const;
     bool held_by_iface(const RenamedDevice &r) const;

@@ -477,6 +477,17 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
         }
         st.ifaces.push_back(std::move(spec));
     }
+    if (auto rn = j.find("renamed"); rn != j.end()) {
+        if (!rn->is_array())
+            return bad("renamed is not a list");
+        for (const auto &r : *rn) {
+            if (!r.is_object() || !r.contains("was") || !r["was"].is_string() ||
+                !r.contains("ifindex") || !r["ifindex"].is_number_unsigned() ||
+                r["ifindex"].get<uint64_t>() == 0 || r["ifindex"].get<uint64_t>() > UINT32_MAX)
+                return bad("a renamed entry needs the name it was and an index");
+            st.renamed.push_back({r["was"].get<std::string>(), r["ifindex"].get<uint32_t>()});
+        }
+    }
     if (j.contains("netns")) {
         if (!j["netns"].is_string())
             return bad("netns is not a string");
@@ -661,6 +672,20 @@ std::string format_state(const StateView &st)
         j.key("netns");
         j.str(*st.netns);
     }
+    if (!st.renamed.empty()) {
+        j.key("renamed");
+        j.open('[');
+        for (const auto &r : st.renamed) {
+            j.item();
+            j.open('{');
+            j.key("ifindex");
+            j.num(r.ifindex);
+            j.key("was");
+            j.str(r.was);
+            j.close('}');
+        }
+        j.close(']');
+    }
     j.key("replay");
     j.open('[');
     for (const auto &r : st.replay) {
@@ -715,7 +740,7 @@ std::string format_state(const StateView &st)
 std::string format_state(const GatewayState &st)
 {
     return format_state(
-        StateView{st.config, st.ifaces, st.ledger, st.replay, st.netns, st.journal});
+        StateView{st.config, st.ifaces, st.renamed, st.ledger, st.replay, st.netns, st.journal});
 }
 
 Result<void> save_state(const std::string &path, const StateView &st)
@@ -728,8 +753,8 @@ Result<void> save_state(const std::string &path, const StateView &st)
 
 Result<void> save_state(const std::string &path, const GatewayState &st)
 {
-    return save_state(path,
-                      StateView{st.config, st.ifaces, st.ledger, st.replay, st.netns, st.journal});
+    return save_state(path, StateView{st.config, st.ifaces, st.renamed, st.ledger, st.replay,
+                                      st.netns, st.journal});
 }
 
 Config with_saved_sequence(Config configured, const Config &saved)

@@ -29,6 +29,13 @@
 
 namespace xesp {
 
+// A device an interface was, renamed since, that keeps our program (Gateway::renamed()): a
+// restart lists it under the interface again, for `iface del WAS` to hand it back.
+struct SavedRenamed {
+    std::string was;
+    uint32_t ifindex = 0;
+};
+
 // One inbound SA's replay window as saved.
 struct SavedReplay {
     IpAddr dst;
@@ -39,6 +46,7 @@ struct SavedReplay {
 struct GatewayState {
     Config config;  // replay-oseq: each SA's reservation; replay-seq: its highest received
     std::vector<IfaceSpec> ifaces;
+    std::vector<SavedRenamed> renamed;  // absent from older files
     SeqLedger ledger;
     std::vector<SavedReplay> replay;
     // The named network namespace (netns.h) of the daemon that wrote it, "" for none; absent
@@ -56,6 +64,7 @@ struct GatewayState {
 struct StateView {
     const Config &config;
     const std::vector<IfaceSpec> &ifaces;
+    const std::vector<SavedRenamed> &renamed;
     const SeqLedger &ledger;
     const std::vector<SavedReplay> &replay;
     const std::optional<std::string> &netns;

@@ -258,6 +258,7 @@ Result<void> StateKeeper::write(Job &job, std::vector<Grant> &grants)
         windows_[SaKey{w.dst, w.spi}] = std::move(w.window);
     if (job.whole) {
         ifaces_ = std::move(job.ifaces);
+        renamed_ = std::move(job.renamed);
         std::erase_if(tracks_, [&](const auto &kv) { return kv.second.round != round_; });
         return write_whole();
     }
@@ -294,6 +295,7 @@ GatewayState StateKeeper::snapshot()
     st.config = config_;
     st.ledger = ledger_;
     st.ifaces = ifaces_;
+    st.renamed = renamed_;
     st.netns = netns_;
     st.journal = generation_;
     return st;
@@ -306,8 +308,8 @@ Result<void> StateKeeper::write_whole()
     end_compaction(true);  // one writer of the file at a time, the newest last
     std::vector<SavedReplay> replay = next_round();
     std::optional<std::string> netns = netns_;
-    if (auto r =
-            save_state(path_, StateView{config_, ifaces_, ledger_, replay, netns, generation_});
+    if (auto r = save_state(
+            path_, StateView{config_, ifaces_, renamed_, ledger_, replay, netns, generation_});
         !r)
         return r;
     have_file_ = true;
@@ -449,6 +451,8 @@ StateKeeper::Job StateKeeper::sample(Gateway &gw, uint64_t now, bool whole)
         for (const auto &i : gw.ifaces())
             if (!i.local)  // made afresh at each start
                 job.ifaces.push_back({i.name, i.role, i.mode});
+        for (const auto &r : gw.renamed())
+            job.renamed.push_back({r.was, r.ifindex});
         return job;
     }
     // Each SA once, whatever lists it.

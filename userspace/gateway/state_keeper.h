@@ -120,6 +120,7 @@ private:
         std::vector<ConfigChange> changes;  // since the last job, in order
         std::vector<Sample> sas;
         std::vector<IfaceSpec> ifaces;
+        std::vector<SavedRenamed> renamed;
         uint64_t now = 0;
         uint64_t ticket = 0;  // covers the requests up to this one
     };
@@ -173,6 +174,7 @@ private:
     Config config_;  // as of the last job, with the reservations given
     std::unordered_map<SaKey, ReplayWindow::Snapshot, ConfigKeyHash> windows_;
     std::vector<IfaceSpec> ifaces_;
+    std::vector<SavedRenamed> renamed_;
     Journal journal_;
     uint64_t generation_ = 0;  // of the file and the journal lines that follow it
     bool have_file_ = false;   // a whole file is on disk: the journal may be appended to
