@@ -68,7 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     auto again = load_state(saved);
     if (!again || !*again)
         fail("a saved state does not load", again ? "no file" : again.error().message);
-    if (!((*again)->config == st.config) || (*again)->ifaces != st.ifaces)
+    if (!((*again)->config == st.config) || (*again)->ifaces != st.ifaces ||
+        (*again)->renamed != st.renamed)
         fail("the state changed through save_state -> load_state", to_batch(st.config, false));
     if (!(with_saved_sequence(st.config, st.config) == st.config))
         fail("with_saved_sequence changed a configuration given its own numbers",

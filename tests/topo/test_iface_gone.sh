@@ -459,17 +459,41 @@ check "... our program is taken off gone9 as it stops" released gone9
 step "... restarted" start_gw gwA
 check "gone9 renamed gone0" rename gone9 gone0
 check "... attached again" until_ok listed "$PROT_MODE" here
-# A restart keeps the renamed device listed (the state file), and `iface del` of the old name
-# hands it back.
+# A restart, after a crash too, keeps the renamed device listed (the state file is written
+# when the list changes), and `iface del` of the old name hands it back.
 listed_parked() { renamed_listed && prot_attached gwA gone9; }
+saved_renamed() {
+    "$PY" -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+sys.exit(0 if st.get("renamed") == [{"ifindex": int(sys.argv[2]), "was": "gone0"}] else 1)' \
+        "$WORK/gwA.state" "$index"
+}
+killed() {
+    stop_gw gwA KILL
+    local rc=$?
+    [ "$rc" = 137 ] || [ "$rc" = 0 ]
+}
 del_hands_back() { cli gwA iface del gone0 && released gone9; }
 back_added() { rename gone9 gone0 && cli gwA iface add gone0 role protected mode "$PROT_MODE"; }
 index=$("$TOPO" exec gwA cat /sys/class/net/gone0/ifindex)
 check "gone0 renamed gone9 once more" rename gone0 gone9
 check "... iface list names gone9 under gone0" until_ok renamed_listed
-step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
+check "... the state file lists it" until_ok saved_renamed
+step "... daemon killed (kill -9)" killed
 step "... restarted from the state file" start_gw gwA
 check "... gone9 still listed under gone0, our program still on it" until_ok listed_parked
+# ... and with gone0 gone from the file (a del whose save a stop cut short), listed alone.
+step "... daemon stopped (SIGTERM)" stop_gw gwA TERM
+check "... gone0 taken out of the state file's interfaces" "$PY" -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+st["ifaces"] = [i for i in st["ifaces"] if i["name"] != "gone0"]
+json.dump(st, open(sys.argv[1], "w"))' "$WORK/gwA.state"
+step "... restarted from the state file" start_gw gwA
+check "... iface list names gone9 as what gone0 was" until_ok bash -c \
+    "XESP_SOCKET='$WORK/gwA.sock' '$XESP' iface list | grep -qF \
+    'gone9 (index $index), which was gone0, keeps our program, parked, until'"
 check "... iface del gone0 takes our program off gone9" del_hands_back
 check "gone9 renamed gone0 and added again" back_added
 check "... attached" until_ok listed "$PROT_MODE" here

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -289,6 +290,13 @@ private:
                                ") keeps our program, parked, until `xesp iface del " + i.name +
                                "`\n";
             }
+        // Devices of an interface forgotten since (a del that failed, or whose save the stop
+        // cut short): still ours to hand back.
+        for (const auto &r : gw_.renamed())
+            if (std::none_of(gw_.ifaces().begin(), gw_.ifaces().end(),
+                             [&](const GatewayIface &i) { return i.name == r.was && !i.local; }))
+                out += r.name + " (index " + std::to_string(r.ifindex) + "), which was " + r.was +
+                       ", keeps our program, parked, until `xesp iface del " + r.was + "`\n";
         return out;
     }
 

@@ -226,6 +226,9 @@ public:
     // Device `ifindex`, which interface `was` was, is listed as renamed (renamed()) if it is
     // under another name now and keeps one of our programs (a restart's, from the state file).
     void note_renamed(const std::string &was, uint32_t ifindex);
+    // How many times an entry was added to renamed() or taken off it: the state file keeps the
+    // list (StateKeeper::tick()).
+    uint64_t renamed_changes() const { return renamed_changes_; }
     const GatewayOptions &options() const { return options_; }
 
     // Moves a burst on every socket; returns how many packets came in. With workers, bursts
@@ -402,6 +405,7 @@ private:
     uint64_t last_second_ns_ = 0;  // housekeeping's once-a-second step
     std::vector<GatewayIface> ifaces_;
     std::vector<RenamedDevice> renamed_;
+    uint64_t renamed_changes_ = 0;  // entries added or removed: for the state file
     std::vector<IpAddr> local_;
     LocalLink local_link_;
 

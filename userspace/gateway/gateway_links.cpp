@@ -357,6 +357,7 @@ void Gateway::note_renamed(const std::string &was, uint32_t ifindex)
                                         [&](const auto &o) { return o.ifindex == ifindex; }))
         return;
     renamed_.push_back(r);
+    renamed_changes_++;
     log(LogLevel::Warning,
         "%s: renamed %s (index %u), which keeps our program: it drops what is protected until "
         "`xesp iface del %s` (or --detach-on-exit) hands it back to the kernel",
@@ -374,7 +375,7 @@ void Gateway::prune_renamed(const std::vector<rtnl::Link> &links)
                               [&](const rtnl::Link &k) { return k.ifindex == r.ifindex; });
         r.name = l != links.end() ? l->name.data() : "";
     }
-    std::erase_if(renamed_, [&](const RenamedDevice &r) {
+    renamed_changes_ += std::erase_if(renamed_, [&](const RenamedDevice &r) {
         if (!r.name.empty() && renamed_ours(r))
             return false;
         if (!held_by_iface(r))
@@ -422,7 +423,7 @@ Result<void> Gateway::release_renamed(const std::string &was, bool *found)
         if (!res && out)
             out = res;
     }
-    std::erase_if(renamed_, [&](const RenamedDevice &r) {
+    renamed_changes_ += std::erase_if(renamed_, [&](const RenamedDevice &r) {
         if (r.was == was && !renamed_ours(r) && !held_by_iface(r))
             (void)prog_->remove_iface(r.ifindex);
         return r.was == was;

@@ -479,12 +479,13 @@ Result<std::optional<GatewayState>> load_state(const std::string &path)
     }
     if (auto rn = j.find("renamed"); rn != j.end()) {
         if (!rn->is_array())
-            return bad("renamed is not a list");
+            return make_error("state file " + path + ": renamed is not a list");
         for (const auto &r : *rn) {
             if (!r.is_object() || !r.contains("was") || !r["was"].is_string() ||
                 !r.contains("ifindex") || !r["ifindex"].is_number_unsigned() ||
-                r["ifindex"].get<uint64_t>() == 0 || r["ifindex"].get<uint64_t>() > UINT32_MAX)
-                return bad("a renamed entry needs the name it was and an index");
+                r["ifindex"].get<uint64_t>() == 0 || r["ifindex"].get<uint64_t>() > INT32_MAX)
+                return make_error("state file " + path +
+                                  ": a renamed entry needs the name it was and an index");
             st.renamed.push_back({r["was"].get<std::string>(), r["ifindex"].get<uint32_t>()});
         }
     }

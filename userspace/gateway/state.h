@@ -34,6 +34,7 @@ namespace xesp {
 struct SavedRenamed {
     std::string was;
     uint32_t ifindex = 0;
+    bool operator==(const SavedRenamed &) const = default;
 };
 
 // One inbound SA's replay window as saved.

@@ -645,6 +645,12 @@ void StateKeeper::tick(Gateway &gw, uint64_t now)
         if (!*r)
             retry_at_ = now + kRetryNs;
     }
+    if (gw.renamed_changes() != renamed_changes_) {
+        // A device renamed, or handed back: the list goes into the next whole file, so that a
+        // restart after a crash lists it too.
+        renamed_changes_ = gw.renamed_changes();
+        need_whole_ = true;
+    }
     if (want_) {  // a change waits for its write: no retry delay
         want_ = false;
         // An interface change (no configuration change) rewrites the file.

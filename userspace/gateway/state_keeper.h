@@ -163,8 +163,9 @@ private:
     std::vector<ConfigChange> changes_;  // not yet handed to the writer
     SaNotify notify_;                    // what the bound SAs ask for
     uint64_t last_look_ = 0, retry_at_ = 0;
-    bool need_whole_ = false;  // a write failed: sample every SA again
-    bool busy_ = false;        // a job handed over and not yet taken back
+    bool need_whole_ = false;       // a write failed (or the renamed devices changed): sample all
+    uint64_t renamed_changes_ = 0;  // Gateway::renamed_changes() as last seen
+    bool busy_ = false;             // a job handed over and not yet taken back
     bool failing_ = false;
     uint64_t requested_ = 0;  // tickets given by request_save()
     uint64_t in_flight_ = 0;  // the ticket of the job handed over
