@@ -339,7 +339,8 @@ Result<void> Gateway::del_iface(const std::string &name)
                            [&](const GatewayIface &i) { return i.name == name; });
     if (it == ifaces_.end()) {
         // Devices it was, renamed, whose interface is gone already: a del that failed after
-        // forgetting it (it hands them back only once saved), or an undo that failed.
+        // forgetting it (it hands them back only once saved), or could not hand them back; an
+        // undo that failed.
         bool found = false;
         auto r = release_renamed(name, &found);
         return found ? r : release_leftover(name);

@@ -424,9 +424,11 @@ Result<void> Gateway::release_renamed(const std::string &was, bool *found)
             out = res;
     }
     renamed_changes_ += std::erase_if(renamed_, [&](const RenamedDevice &r) {
-        if (r.was == was && !renamed_ours(r) && !held_by_iface(r))
+        if (r.was != was || renamed_ours(r))
+            return false;  // another's; or ours still, not handed back: the next del tries again
+        if (!held_by_iface(r))
             (void)prog_->remove_iface(r.ifindex);
-        return r.was == was;
+        return true;
     });
     return out;
 }
