@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <thread>
 
@@ -34,12 +33,8 @@ constexpr std::chrono::milliseconds kSweepPeriod{200};
 constexpr uint32_t kMaxEncapOverhead = 128;
 
 // Every address of every interface in this network namespace (IPv6 link-local ones too);
-// false if they cannot be read. `broadcasts`, if given: the IPv4 broadcast addresses the
-// kernel delivers to the gateway and never forwards: each subnet's (10.1.255.255 of
-// 10.1.0.1/16; the kernel's broadcast route for a prefix shorter than /31), and each address's
-// own `brd`.
-bool interface_addresses(std::vector<std::pair<std::string, IpAddr>> &out,
-                         std::vector<IpAddr> *broadcasts = nullptr)
+// false if they cannot be read.
+bool interface_addresses(std::vector<std::pair<std::string, IpAddr>> &out)
 {
     out.clear();
     ifaddrs *list = nullptr;
@@ -52,23 +47,6 @@ bool interface_addresses(std::vector<std::pair<std::string, IpAddr>> &out,
             auto *s4 = reinterpret_cast<const sockaddr_in *>(a->ifa_addr);
             out.emplace_back(a->ifa_name,
                              IpAddr::v4(reinterpret_cast<const uint8_t *>(&s4->sin_addr)));
-            if (!broadcasts)
-                continue;
-            auto add = [&](uint32_t b) {  // host order; 255.255.255.255 is a group address
-                if (b && b != INADDR_BROADCAST) {
-                    const uint32_t be = htonl(b);
-                    broadcasts->push_back(IpAddr::v4(reinterpret_cast<const uint8_t *>(&be)));
-                }
-            };
-            auto *m4 = reinterpret_cast<const sockaddr_in *>(a->ifa_netmask);
-            if (m4 && m4->sin_family == AF_INET) {
-                const uint32_t mask = ntohl(m4->sin_addr.s_addr);
-                if (std::popcount(mask) < 31)
-                    add((ntohl(s4->sin_addr.s_addr) & mask) | ~mask);
-            }
-            auto *b4 = reinterpret_cast<const sockaddr_in *>(a->ifa_broadaddr);
-            if ((a->ifa_flags & IFF_BROADCAST) && b4 && b4->sin_family == AF_INET)
-                add(ntohl(b4->sin_addr.s_addr));
         } else if (a->ifa_addr->sa_family == AF_INET6) {
             auto *s6 = reinterpret_cast<const sockaddr_in6 *>(a->ifa_addr);
             out.emplace_back(a->ifa_name, IpAddr::v6(s6->sin6_addr.s6_addr));
@@ -265,13 +243,11 @@ Result<void> Gateway::apply(const ConfigChange &change)
 void Gateway::refresh_local_addresses()
 {
     std::vector<std::pair<std::string, IpAddr>> addrs;
-    std::vector<IpAddr> now;
-    if (!interface_addresses(addrs, &now))
+    if (!interface_addresses(addrs))
         return;  // kept as they were: tried again at the next round
+    std::vector<IpAddr> now;
     for (const auto &[name, a] : addrs)
         now.push_back(a);
-    std::sort(now.begin(), now.end());
-    now.erase(std::unique(now.begin(), now.end()), now.end());
     for (const auto &a : local_)
         if (std::find(now.begin(), now.end(), a) == now.end())
             (void)prog_->remove_local_address(a);
