@@ -330,6 +330,7 @@ private:
     void prune_renamed(const std::vector<rtnl::Link> &links);
     bool renamed_ours(const RenamedDevice &r) const;
     bool held_by_iface(const RenamedDevice &r) const;
+    bool forget_renamed(const RenamedDevice &r);
     Result<void> rebuild_ports();
     void close_ports();
     void relink_engine();

@@ -495,11 +495,12 @@ void Gateway::shutdown(bool detach)
     for (const auto &i : ifaces_) {
         // A device of its name it failed on: our classifier, parked, or the egress guard alone
         // (renamed since the last look: a renamed device, below).
-        if (detach && i.absent && i.tried && if_nametoindex(i.name.c_str()) != i.tried)
-            note_renamed(i.name, i.tried);
-        if (detach && i.absent && i.tried && if_nametoindex(i.name.c_str()) == i.tried &&
-            ours_on(int(i.tried)))
-            (void)release_at(i.name, int(i.tried));
+        if (detach && i.absent && i.tried) {
+            if (if_nametoindex(i.name.c_str()) != i.tried)
+                note_renamed(i.name, i.tried);
+            else if (ours_on(int(i.tried)))
+                (void)release_at(i.name, int(i.tried));
+        }
         if (i.local || i.absent)
             continue;
         names += (names.empty() ? "" : ", ") + i.name;

@@ -376,12 +376,17 @@ void Gateway::prune_renamed(const std::vector<rtnl::Link> &links)
         r.name = l != links.end() ? l->name.data() : "";
     }
     renamed_changes_ += std::erase_if(renamed_, [&](const RenamedDevice &r) {
-        if (!r.name.empty() && renamed_ours(r))
-            return false;
-        if (!held_by_iface(r))
-            (void)prog_->remove_iface(r.ifindex);
-        return true;
+        return (r.name.empty() || !renamed_ours(r)) && forget_renamed(r);
     });
+}
+
+// An entry of renamed() that goes: its classifier entry too, unless an interface holds that
+// index. Always true, for erase_if().
+bool Gateway::forget_renamed(const RenamedDevice &r)
+{
+    if (!held_by_iface(r))
+        (void)prog_->remove_iface(r.ifindex);
+    return true;
 }
 
 // Whether a renamed device's index (and classifier entry) is an interface's of ours: attached
@@ -423,12 +428,9 @@ Result<void> Gateway::release_renamed(const std::string &was, bool *found)
         if (!res && out)
             out = res;
     }
+    // Not another's, nor ours still (not handed back: the next del tries again).
     renamed_changes_ += std::erase_if(renamed_, [&](const RenamedDevice &r) {
-        if (r.was != was || renamed_ours(r))
-            return false;  // another's; or ours still, not handed back: the next del tries again
-        if (!held_by_iface(r))
-            (void)prog_->remove_iface(r.ifindex);
-        return true;
+        return r.was == was && !renamed_ours(r) && forget_renamed(r);
     });
     return out;
 }
