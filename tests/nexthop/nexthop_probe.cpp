@@ -8,6 +8,8 @@
 //   send SRC DST PORT TEXT [df] [pad N]    sent | error MESSAGE
 //       a hand-made UDP packet (IPv4 or IPv6) through send_via_kernel; pad adds N bytes
 //   stats                                  stats missed=N resolved=N ...
+//   broadcasts                             broadcasts ADDR... | error MESSAGE
+//       rtnl::dump_broadcasts(), in its order (sorted)
 //   quit
 //
 // Usage: nexthop_probe [--refresh-ms N]
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "userspace/kernel/nexthop.h"
+#include "userspace/kernel/rtnl.h"
 
 using namespace xesp;
 
@@ -228,6 +231,20 @@ std::string gone(NextHops &nh)
     return out + " addrs=" + std::to_string(int(nh.take_addr_change()));
 }
 
+std::string broadcasts()
+{
+    rtnl::Requests rq;
+    if (auto r = rq.open(1, true); !r)
+        return "error " + r.error().message;
+    std::vector<IpAddr> brd;
+    if (int err = rtnl::dump_broadcasts(rq, brd); err)
+        return "error " + std::to_string(err);
+    std::string out = "broadcasts";
+    for (const IpAddr &a : brd)
+        out += " " + a.str();
+    return out;
+}
+
 std::string stats(const NextHops &nh)
 {
     const auto &s = nh.stats();
@@ -273,6 +290,8 @@ int main(int argc, char **argv)
             out = gone(**nh);
         } else if (cmd == "links-match") {
             out = links_match(**nh);
+        } else if (cmd == "broadcasts") {
+            out = broadcasts();
         } else if (cmd == "stats") {
             out = stats(**nh);
         } else if (cmd == "quit") {

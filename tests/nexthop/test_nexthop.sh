@@ -23,7 +23,8 @@
 # and left, show in the MACs a device takes, as in a list read afresh; after a device left for
 # another namespace, the kept list is still a list read now, device by device; a watched device
 # that leaves and comes straight back is told as gone, a new device of a watched name as a
-# change, both urgent; an address added is told.
+# change, both urgent; an address added is told; the broadcast addresses read from the local
+# table are the kernel's broadcast routes, and only those.
 #
 # Usage: test_nexthop.sh PROBE_BINARY
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns or veth).
@@ -244,6 +245,34 @@ case $REPLY in
 esac
 ip -n "$GW" link del xn0
 ip -n "$GW" link del xg0
+
+# ---- The broadcast addresses (rtnl::dump_broadcasts) ----------------------------------------
+# Each subnet's under /31 and each explicit `brd`, as the kernel's broadcast routes have them;
+# nothing for a /31, a `peer` or a device that is down; the main table's routes not at all.
+ip -n "$GW" link add xb0 type veth peer name xb0p
+ip -n "$GW" link set xb0 up
+ip -n "$GW" addr add 10.60.0.1/24 dev xb0
+ip -n "$GW" addr add 10.60.0.9/24 dev xb0                  # a secondary: nothing new
+ip -n "$GW" addr add 10.61.0.1/28 brd 10.61.0.99 dev xb0   # 10.61.0.15 and 10.61.0.99
+ip -n "$GW" addr add 10.62.0.1/31 dev xb0
+ip -n "$GW" addr add 10.63.0.1 peer 10.63.0.2 dev xb0
+ip -n "$GW" link add xb1 type veth peer name xb1p
+ip -n "$GW" addr add 10.64.0.1/24 dev xb1                  # down
+ip -n "$GW" route add 10.65.0.255/32 dev xb0               # main table, unicast
+ask broadcasts
+got=$(echo "${REPLY#broadcasts}" | tr ' ' '\n' | sed '/^$/d' | sort | tr '\n' ' ')
+kernel=$(ip -n "$GW" route show table local type broadcast | awk '{print $2}' | sort | tr '\n' ' ')
+same "the broadcast addresses are the kernel's broadcast routes" "$kernel" "$got"
+want=yes
+for a in 10.60.0.255 10.61.0.15 10.61.0.99 10.0.0.255 10.0.1.255; do
+    case " $got" in *" $a "*) ;; *) want="no: $a missing" ;; esac
+done
+for a in 10.62.0.0 10.62.0.1 10.63.0.2 10.63.0.1 10.64.0.255 10.65.0.255 10.60.0.9; do
+    case " $got" in *" $a "*) want="no: $a there" ;; esac
+done
+same "... each subnet's and brd; no /31, peer, down device or main-table route ($got)" yes "$want"
+ip -n "$GW" link del xb0
+ip -n "$GW" link del xb1
 
 # ---- send_via_kernel ----------------------------------------------------------------------
 ip -n "$GW" route replace 10.9.0.0/24 via 10.0.0.2 dev gw0

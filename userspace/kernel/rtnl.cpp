@@ -169,6 +169,39 @@ int dump_links_once(Requests &rq, std::vector<Link> &out)
 
 }  // namespace
 
+int dump_broadcasts(Requests &rq, std::vector<IpAddr> &out)
+{
+    out.clear();
+    nlmsghdr *nlh = rq.request(RTM_GETROUTE, NLM_F_DUMP);
+    auto *rtm = static_cast<rtmsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
+    rtm->rtm_family = AF_INET;
+    rtm->rtm_table = RT_TABLE_LOCAL;
+    rtm->rtm_type = RTN_BROADCAST;
+    bool interrupted = false;
+    int err = rq.round_trip(nlh, [&](const nlmsghdr *h) {
+        interrupted |= (h->nlmsg_flags & NLM_F_DUMP_INTR) != 0;
+        if (h->nlmsg_type != RTM_NEWROUTE || mnl_nlmsg_get_payload_len(h) < sizeof(rtmsg))
+            return;
+        const auto *m = static_cast<const rtmsg *>(mnl_nlmsg_get_payload(h));
+        const nlattr *tb[RTA_MAX + 1] = {};
+        Attrs attrs{tb, RTA_MAX};
+        mnl_attr_parse(h, sizeof(*m), store_attr, &attrs);
+        uint32_t table = m->rtm_table;
+        get_u32(tb[RTA_TABLE], table);
+        // What was asked for only, should a kernel filter less.
+        if (m->rtm_family != AF_INET || m->rtm_type != RTN_BROADCAST || m->rtm_dst_len != 32 ||
+            table != RT_TABLE_LOCAL || !tb[RTA_DST])
+            return;
+        IpAddr a = addr_from(AF_INET, mnl_attr_get_payload(tb[RTA_DST]),
+                             mnl_attr_get_payload_len(tb[RTA_DST]));
+        if (a.family)
+            out.push_back(a);
+    });
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return err ? err : interrupted ? -EINTR : 0;
+}
+
 int dump_links(Requests &rq, std::vector<Link> &out, int tries)
 {
     int err = -EINTR;
@@ -253,7 +286,7 @@ Requests::~Requests()
         mnl_socket_close(nl_);
 }
 
-Result<void> Requests::open(time_t timeout_s)
+Result<void> Requests::open(time_t timeout_s, bool strict)
 {
     nl_ = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
     if (!nl_ || mnl_socket_bind(nl_, 0, MNL_SOCKET_AUTOPID) < 0)
@@ -263,6 +296,12 @@ Result<void> Requests::open(time_t timeout_s)
     setsockopt(mnl_socket_get_fd(nl_), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     int one = 1;  // acknowledgements without a copy of the request
     mnl_socket_setsockopt(nl_, NETLINK_CAP_ACK, &one, sizeof(one));
+    if (strict && mnl_socket_setsockopt(nl_, NETLINK_GET_STRICT_CHK, &one, sizeof(one)) < 0) {
+        int err = errno;
+        mnl_socket_close(nl_);
+        nl_ = nullptr;
+        return make_error(std::string("netlink: no strict checking: ") + std::strerror(err), err);
+    }
     return {};
 }
 

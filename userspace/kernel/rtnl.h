@@ -62,6 +62,13 @@ bool parse_neigh(const nlmsghdr *nlh, Neigh &n);
 bool parse_link(const nlmsghdr *nlh, Link &d);
 
 class Requests;
+// The IPv4 broadcast addresses the kernel delivers to this host and forwards to no one: its
+// broadcast routes in the local table, as it made them with each address (its subnet's, for
+// prefixes shorter than /31, and an explicit `brd`; never a `peer`), sorted, each once. The
+// kernel filters the dump to that table (`rq` opened strict), so it costs what the host's own
+// addresses make, whatever the size of its other tables. Returns 0, the kernel's -errno,
+// -EINTR (routes changed under it), or Requests::kSocketError.
+int dump_broadcasts(Requests &rq, std::vector<IpAddr> &out);
 // Every device of the namespace (an RTM_GETLINK dump), read again up to `tries` times in all
 // while devices change under it. Returns 0, the kernel's -errno, -EINTR (still changing), or
 // Requests::kSocketError.
@@ -93,8 +100,10 @@ public:
     Requests(const Requests &) = delete;
     Requests &operator=(const Requests &) = delete;
 
-    // rtnetlink answers while sendto() runs; timeout_s only bounds a lost answer.
-    Result<void> open(time_t timeout_s);
+    // rtnetlink answers while sendto() runs; timeout_s only bounds a lost answer. `strict`:
+    // the kernel checks each request's header strictly, and filters dumps by its fields
+    // (NETLINK_GET_STRICT_CHK, Linux 4.20 on).
+    Result<void> open(time_t timeout_s, bool strict = false);
 
     // A new request in the socket's buffer: NLM_F_REQUEST | NLM_F_ACK | flags, the next
     // sequence number; type-specific headers and attributes are the caller's to add.
