@@ -45,13 +45,21 @@ struct {
     __type(value, __u32);
 } local_addrs SEC(".maps") __weak;
 
-static __always_inline int is_local_addr(__u8 family, const __be32 *addr)
+/* XESP_LOCAL_OWN or XESP_LOCAL_BROADCAST; 0: not the gateway's. */
+static __always_inline __u32 local_addr_kind(__u8 family, const __be32 *addr)
 {
     struct xesp_addr_key k = {.family = family};
 #pragma unroll
     for (int i = 0; i < 4; i++)
         k.addr[i] = addr[i];
-    return bpf_map_lookup_elem(&local_addrs, &k) != NULL;
+    __u32 *kind = bpf_map_lookup_elem(&local_addrs, &k);
+    return kind ? *kind : 0;
+}
+
+/* Delivered to the gateway: one of its addresses, or a broadcast address of its own. */
+static __always_inline int is_local_addr(__u8 family, const __be32 *addr)
+{
+    return local_addr_kind(family, addr) != 0;
 }
 
 /* ---- Interfaces ------------------------------------------------------------------------- */

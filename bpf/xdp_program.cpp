@@ -412,11 +412,11 @@ Result<void> XdpProgram::replace_policy(uint32_t old_id, const PolicyConfig &old
     return {};
 }
 
-Result<void> XdpProgram::add_local_address(const IpAddr &a)
+Result<void> XdpProgram::add_local_address(const IpAddr &a, bool broadcast)
 {
     xesp_addr_key k = addr_key(a);
-    uint32_t one = 1;
-    return update(bpf_map__fd(skel_->maps.local_addrs), &k, &one, BPF_ANY,
+    uint32_t kind = broadcast ? XESP_LOCAL_BROADCAST : XESP_LOCAL_OWN;
+    return update(bpf_map__fd(skel_->maps.local_addrs), &k, &kind, BPF_ANY,
                   ("xdp: add local address " + a.str()).c_str());
 }
 

@@ -128,7 +128,9 @@ public:
     // How many times the tuple table was rewritten and made live (tests, diagnostics).
     uint64_t tuple_publishes() const { return publishes_; }
 
-    Result<void> add_local_address(const IpAddr &a);
+    // The gateway's own address, or (broadcast) an IPv4 broadcast address of its own
+    // (XESP_LOCAL_*); adding it again sets its kind.
+    Result<void> add_local_address(const IpAddr &a, bool broadcast = false);
     Result<void> remove_local_address(const IpAddr &a);
     // An interface's role, and its slot: the range of XSKMAP entries its queues' sockets take
     // (slot < kMaxIfaceSlots). Interfaces without an entry take the default role and slot 0.

@@ -50,10 +50,10 @@ struct {
     __type(value, __u32); /* ifindex; 0: none */
 } tun_link SEC(".maps");  /* the gateway's TUN device, for protected interfaces in tun mode */
 
-/* Sent by the gateway itself. */
+/* Sent by the gateway itself, from one of its addresses (a broadcast address is none). */
 static __always_inline int is_local_src(const struct flow *f)
 {
-    return is_local_addr(f->family, f->src);
+    return local_addr_kind(f->family, f->src) == XESP_LOCAL_OWN;
 }
 
 /* Sent by a socket that the out policies do not apply to: one whose own out policy is a bypass

@@ -147,9 +147,15 @@ struct xesp_iface {
     __u8 pad[3];
 };
 
-/* The gateway's own addresses. Plaintext to them is never encapsulated; the exceptions for
- * IKE, NAT-T and ESP of SPIs we do not own hold only for packets to them, as does decryption
- * by an SA without `dir` (XESP_SA_F_DIR_IN). */
+/* The gateway's own addresses (value XESP_LOCAL_OWN), and the IPv4 broadcast addresses the
+ * kernel delivers to it and forwards to no one (XESP_LOCAL_BROADCAST: its broadcast routes, a
+ * subnet's and each `brd`). Plaintext to them is never encapsulated; the exceptions for IKE,
+ * NAT-T and ESP of SPIs we do not own hold only for packets to them, as does decryption by an
+ * SA without `dir` (XESP_SA_F_DIR_IN). Only an own address is a source that the tc egress guard
+ * lets the host's ESP leave from. */
+#define XESP_LOCAL_OWN 1
+#define XESP_LOCAL_BROADCAST 2
+
 struct xesp_addr_key {
     __u32 family;
     __be32 addr[4];

@@ -546,6 +546,9 @@ TEST_CASE("map updates take effect: SA and policy removal, local addresses")
     r = verdict("plain4_to_gateway");
     CHECK(r.has_meta);
     CHECK(r.meta.id == 11);
+    // A broadcast address of the gateway's is as much its own: passed to the kernel.
+    REQUIRE(prog->add_local_address(addr("192.0.2.1"), true));
+    CHECK(verdict("plain4_to_gateway").retval == XDP_PASS);
 }
 
 TEST_CASE("on a public interface the fwd policies decide what is forwarded, the in policies what "
@@ -664,6 +667,16 @@ TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the lo
         CHECK(egress(name) == kShot);
         CHECK(describe(before, counters(*prog)) == "drop-egress-plaintext+1 ");
     }
+    // A broadcast address of the gateway's is no address it sends from: ESP from it is
+    // plaintext like the rest.
+    REQUIRE(prog->add_local_address(addr("192.0.2.1"), true));
+    {
+        XdpCounters before = counters(*prog);
+        CHECK(egress("esp4_gw_to_subnet") == kShot);
+        CHECK(describe(before, counters(*prog)) == "drop-egress-plaintext+1 ");
+    }
+    REQUIRE(prog->add_local_address(addr("192.0.2.1")));
+    CHECK(egress("esp4_gw_to_subnet") == kOk);
     // Blocked, or a fragment a port policy might claim: dropped, local link or not.
     auto check_drops = [&]() {
         for (const char *name :

@@ -20,13 +20,16 @@
 #     public side, to gwA's MAC
 #  5  SIGTERM of gwA's daemon, and a restart, under     xdp.xsk-missing (while stopped; 0      -
 #     traffic: the classifier stays and drops          tun mode: xdp.drop-tun-gone)
+#  6  through the peer's SA, to the broadcast address   gateway.drop-decrypted-broadcast -      0
+#     of gwA's protected subnet (a directed broadcast,  (tun mode: the kernel's
+#     RFC 2644): not broadcast on gwA's site            forwarding takes it, none)
 #
 # With XESP_PROT_MODE=tun the protected interfaces are in tun mode (gateway_lib.sh), and the
 # rows count what the tc program counts in place of XDP.
 #
 # "leaked": frames on the wire carrying the attack's plaintext marker (or, for 4, ESP that gwA
 # made of it). "delivered": datagrams the attack got to a host. Each row also checks that the
-# counter rose, and rows 2 and 4 have a control: the same path with what the policies allow
+# counter rose, and rows 2, 4 and 6 have a control: the same path with what the policies allow
 # gets through, so the zero is not the test's own doing.
 #
 # Usage: bash test_attacks.sh XESP
@@ -153,6 +156,39 @@ control_inject() {
 }
 check "4 control: the same flow from hostA is delivered" control_inject
 
+# ---- 6: a directed broadcast from the other site ---------------------------------------------
+# The broadcast address of gwA's protected subnet (10.1.0.255 of 10.1.0.1/24) is gwA's own: the
+# kernel's broadcast route (made with the address, `brd` or not) delivers what comes to it to the
+# gateway and forwards none of it onto the subnet
+# (directed broadcasts, RFC 2644; Linux's bc_forwarding is off). Sent through the peer's SA,
+# from a host of site B that the fwd policy allows, it must not reach hostA, which would take
+# it: a sink bound to the wildcard address gets a subnet's broadcasts.
+GWA_BRD=$("$TOPO" exec gwA ip -4 route show table local type broadcast dev "$GWA_PROT_IF" |
+    awk '{print $2; exit}')
+directed_broadcast() {
+    local n counter=gateway.drop-decrypted-broadcast
+    [ -n "$GWA_BRD" ] || { echo "no broadcast address on $GWA_PROT_IF"; return 1; }
+    [ "$PROT_MODE" = tun ] && counter=  # the kernel's forwarding takes it from the TUN
+    sink_start hostA 0.0.0.0 3
+    DELTA=0
+    ${counter:+delta gwA $counter} "$TOPO" exec wire "$PY" "$ATTACKER" forge \
+        --iface "$WIRE_A_IF" --mac "$GWA_MAC" --src "$GWB_PUB_IP4" --dst "$GWA_PUB_IP4" \
+        --spi 0x2001 --key "$KEY_BA" --seq 1000200 --inner-src "$HOSTB_IP4" \
+        --inner-dst "$GWA_BRD" --marker brd$$ --count 10 >/dev/null
+    sink_count n
+    ROW[6]="${counter:-(kernel)} +$DELTA, leaked -, delivered $n"
+    echo "${ROW[6]}"
+    [ "$n" = 0 ] && { [ -z "$counter" ] || [ "$DELTA" = 10 ]; }
+}
+step "6 a directed broadcast out of the peer's SA is not broadcast on gwA's site" \
+    directed_broadcast
+# The control: the same through the same SA to hostA itself arrives.
+brd_control() {
+    forge_to_hostA "$HOSTB_IP4" 1000300 brdctl$$
+    [ "$DELIVERED" = 10 ] || { echo "$DELIVERED of 10 arrived"; return 1; }
+}
+check "6 control: the same to hostA's own address is delivered" brd_control
+
 # ---- 5: a clean stop fails closed ------------------------------------------------------------
 # term_under_traffic: 2 s of UDP from hostA to hostB; gwA's daemon gets SIGTERM after 0.5 s
 # and comes back from its state file after 1.2 s. Sets LEAKED.
@@ -225,5 +261,5 @@ check "5 --detach-on-exit: the log says which happened" grep -q "detached from .
 stop_gw gwB
 
 echo "attack table (gwA):"
-for i in 1 2 3 4 5; do echo "  $i  ${ROW[$i]:-not run}"; done
+for i in 1 2 3 4 5 6; do echo "  $i  ${ROW[$i]:-not run}"; done
 finish

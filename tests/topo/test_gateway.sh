@@ -523,6 +523,24 @@ group_mac() {
 }
 check "a packet to another host in a broadcast frame: dropped and counted, nothing reaches hostB" \
     group_mac
+# The broadcast address of gwA's protected subnet (10.1.0.255 of 10.1.0.1/24: the kernel's
+# broadcast route) is gwA's own: the kernel delivers what is sent to it to the gateway's
+# sockets and forwards none of it, whatever out policy covers it (one that does is added
+# here), and so does gwA, in a broadcast frame or one to its MAC: passed, counted as local.
+subnet_broadcast() { # MAC
+    local rc=0 brd=10.1.0.255
+    local pol="src $SITE_A4 dst $brd/32 dir out"
+    cli gwA policy add $pol tmpl src "$GWA_PUB_IP4" dst "$GWB_PUB_IP4" proto esp reqid 1 \
+        mode tunnel || return 1
+    frames_to hostA "$HOSTA_IF" "$1" "$HOSTA_IP4" "$brd" 20 pass-local gwA &&
+        [ "$DROPPED" -ge 20 ] && [ "$GOT" = 20 ] || rc=1
+    cli gwA policy del $pol || rc=1
+    return $rc
+}
+check "a packet to the protected subnet's broadcast address, under an out policy: gwA's own" \
+    subnet_broadcast ff:ff:ff:ff:ff:ff
+check "... in a frame to gwA's MAC too" \
+    subnet_broadcast "$("$TOPO" exec gwA cat /sys/class/net/"$GWA_PROT_IF"/address)"
 upper_mac() {
     local mv=02:00:00:00:00:79 rc=0
     "$TOPO" exec gwA ip link add link "$GWA_PROT_IF" name xesp-mv0 address $mv \

@@ -16,6 +16,7 @@
 #include "userspace/base/ip_header.h"
 #include "userspace/base/wire.h"
 #include "userspace/base/log.h"
+#include "userspace/kernel/rtnl.h"
 #include "userspace/control/report.h"
 
 namespace xesp {
@@ -54,6 +55,19 @@ bool interface_addresses(std::vector<std::pair<std::string, IpAddr>> &out)
     }
     freeifaddrs(list);
     return true;
+}
+
+// The IPv4 broadcast addresses the kernel delivers to the gateway (rtnl::dump_broadcasts());
+// false if they cannot be read.
+bool broadcast_addresses(std::vector<IpAddr> &out)
+{
+    rtnl::Requests rq;
+    if (!rq.open(1, true))
+        return false;
+    int err = -EINTR;
+    for (int i = 0; i < 3 && err == -EINTR; i++)
+        err = rtnl::dump_broadcasts(rq, out);
+    return err == 0;
 }
 
 bool link_local(const IpAddr &a)
@@ -248,14 +262,52 @@ void Gateway::refresh_local_addresses()
     std::vector<IpAddr> now;
     for (const auto &[name, a] : addrs)
         now.push_back(a);
-    for (const auto &a : local_)
-        if (std::find(now.begin(), now.end(), a) == now.end())
-            (void)prog_->remove_local_address(a);
+    std::sort(now.begin(), now.end());
+    now.erase(std::unique(now.begin(), now.end()), now.end());
+    std::vector<IpAddr> brd;
+    if (!broadcast_addresses(brd))
+        brd = broadcasts_;  // kept as they were
+    // A broadcast address that is also one of the gateway's own is its own.
+    std::erase_if(brd,
+                  [&](const IpAddr &b) { return std::binary_search(now.begin(), now.end(), b); });
+
+    // The classifier's map: each address with its kind, both lists sorted by address. An
+    // address that did not go in stays out of `in_map_`, and is tried again at the next round.
+    std::vector<std::pair<IpAddr, bool>> want;  // (address, broadcast)
     for (const auto &a : now)
-        if (std::find(local_.begin(), local_.end(), a) == local_.end())
-            if (auto r = prog_->add_local_address(a); !r)
-                log(LogLevel::Warning, "%s", r.error().message.c_str());
+        want.emplace_back(a, false);
+    for (const auto &b : brd)
+        want.emplace_back(b, true);
+    std::sort(want.begin(), want.end());
+    auto by_addr = [](const std::vector<std::pair<IpAddr, bool>> &v, const IpAddr &a) {
+        auto it = std::lower_bound(v.begin(), v.end(), std::make_pair(a, false));
+        return it != v.end() && it->first == a ? &*it : nullptr;
+    };
+    std::vector<std::pair<IpAddr, bool>> kept;
+    std::string failed;
+    for (const auto &w : want) {
+        const auto *old = by_addr(in_map_, w.first);
+        if (old && old->second == w.second) {
+            kept.push_back(w);
+        } else if (auto r = prog_->add_local_address(w.first, w.second); r) {
+            kept.push_back(w);
+        } else {
+            if (failed.empty())
+                failed = r.error().message;
+            if (old)  // in the map still, as it was
+                kept.push_back(*old);
+        }
+    }
+    for (const auto &o : in_map_)
+        if (!by_addr(kept, o.first))
+            (void)prog_->remove_local_address(o.first);
+    in_map_ = std::move(kept);
+    if (!failed.empty() && !local_map_full_)
+        log(LogLevel::Warning, "%s; tried again every few seconds", failed.c_str());
+    local_map_full_ = !failed.empty();
+
     local_ = std::move(now);
+    broadcasts_ = std::move(brd);
     if (engine_)
         engine_->set_local(local_);
 }

@@ -100,7 +100,8 @@ namespace xesp {
     X(TunTx, "tun-tx", false)                    /* packets written to the TUN device */           \
     X(TunJoined, "tun-joined", false)            /* decrypted segments joined into those (GRO) */  \
     X(TunWriteError, "drop-tun-write", true)     /* segments the TUN device refused */             \
-    X(TunReopen, "drop-tun-reopen", true)        /* pieces waiting: sockets reopened, TUN closed */
+    X(TunReopen, "drop-tun-reopen", true) /* pieces waiting: sockets reopened, TUN closed */       \
+    X(DecryptedBroadcast, "drop-decrypted-broadcast", true) /* to a broadcast address of ours */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
@@ -378,6 +379,7 @@ private:
     static bool forward_hop(Pkt &p);
     static bool ttl_ends(const uint8_t *ip);
     static bool ttl_ends(const Pkt &p) { return ttl_ends(p.ip()); }
+    bool decrypted_broadcast(const uint8_t *ip) const;
     bool time_exceeded(Pkt &p);
     static bool may_split(const Pkt &p, const Classified &c, uint32_t mtu);
     size_t prefragment(Port &port, uint32_t split, Pkt *const *in, const Classified *in_cls,
@@ -407,7 +409,13 @@ private:
     std::vector<GatewayIface> ifaces_;
     std::vector<RenamedDevice> renamed_;
     uint64_t renamed_changes_ = 0;  // entries added or removed: for the state file
-    std::vector<IpAddr> local_;
+    std::vector<IpAddr> local_;     // the gateway's addresses, sorted
+    // The IPv4 broadcast addresses the kernel delivers to the gateway, sorted, its own
+    // addresses left out (rtnl::dump_broadcasts()): never forwarded, decrypted or not.
+    std::vector<IpAddr> broadcasts_;
+    // What the classifier's local_addrs map holds: (address, broadcast), sorted.
+    std::vector<std::pair<IpAddr, bool>> in_map_;
+    bool local_map_full_ = false;  // the last refresh could not add them all (logged once)
     LocalLink local_link_;
 
     // Sockets: one Umem for all of them, and its pool.

@@ -1,6 +1,8 @@
 // The transmit side: after the engine, each packet of a burst is sorted once by where it
 // goes next (VPP's next nodes): back to the pool, to the kernel, to the engine again as an
 // ICMP answer, or out of a port through its next hop; then each list is handled as a whole.
+#include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "userspace/esp/fragment.h"
@@ -80,6 +82,17 @@ void Gateway::to_kernel(Port &rx, Pkt &p)
     rx.x.recycle(p);
 }
 
+// Whether ip goes to the limited broadcast address or to one of the gateway's broadcast
+// addresses: the kernel takes either for itself, and forwards neither.
+bool Gateway::decrypted_broadcast(const uint8_t *ip) const
+{
+    if (wire::ip_version(ip) != 4)
+        return false;
+    const IpAddr dst = ip_dst(ip);
+    static const IpAddr kLimited = IpAddr::v4(std::array<uint8_t, 4>{255, 255, 255, 255}.data());
+    return dst == kLimited || std::binary_search(broadcasts_.begin(), broadcasts_.end(), dst);
+}
+
 // One pass over the burst: the verdict, the TTL of what was decrypted, the ICMP rate limit
 // and the next hop decide each packet's list.
 void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
@@ -97,6 +110,16 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
             out = hop ? tx_port(hop->ifindex, rx.x.queue()) : nullptr;
         }
         if (p.verdict == Verdict::Decrypted) {
+            // To a broadcast address of the gateway's: the kernel delivers such a packet to
+            // itself and forwards it to no one (directed broadcasts, RFC 2644; Linux's
+            // bc_forwarding off), but handed to it through the raw socket it would broadcast
+            // it on the link. The TUN device hands it to the kernel's input, which does the
+            // former.
+            if (!out && !tun_ && decrypted_broadcast(p.ip())) {
+                count(GwCounter::DecryptedBroadcast);
+                l.recycle[l.nrecycle++] = &p;
+                continue;
+            }
             // For a tun-mode interface, or the kernel's: its forwarding takes the hop, we
             // answer where the TTL runs out, as for the rest.
             const bool via_tun = !out && tun_;
