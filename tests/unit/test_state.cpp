@@ -436,9 +436,9 @@ TEST_CASE("state file: sequences, ledger and replay windows read back as written
             std::ofstream f(path, std::ios::trunc);
             f << bad;
         }
-        auto r = load_state(path);
-        REQUIRE_FALSE(r);
-        CHECK(r.error().message.find(path) != std::string::npos);
+        auto bad_load = load_state(path);
+        REQUIRE_FALSE(bad_load);
+        CHECK(bad_load.error().message.find(path) != std::string::npos);
     }
 }
 
