@@ -40,7 +40,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 256);
+    __uint(max_entries, 1024);
     __type(key, struct xesp_addr_key);
     __type(value, __u32);
 } local_addrs SEC(".maps") __weak;

@@ -149,10 +149,11 @@ struct xesp_iface {
 
 /* The gateway's own addresses (value XESP_LOCAL_OWN), and the IPv4 broadcast addresses the
  * kernel delivers to it and forwards to no one (XESP_LOCAL_BROADCAST: its broadcast routes, a
- * subnet's and each `brd`). Plaintext to them is never encapsulated; the exceptions for IKE,
- * NAT-T and ESP of SPIs we do not own hold only for packets to them, as does decryption by an
- * SA without `dir` (XESP_SA_F_DIR_IN). Only an own address is a source that the tc egress guard
- * lets the host's ESP leave from. */
+ * subnet's and each `brd`, and 255.255.255.255). Plaintext to them is never encapsulated; the
+ * exceptions for IKE, NAT-T and ESP of SPIs we do not own hold only for packets to them, as
+ * does decryption by an SA without `dir` (XESP_SA_F_DIR_IN; the engine then takes only ESP to
+ * an own address). Only an own address is a source that the tc egress guard lets the host's
+ * ESP leave from. */
 #define XESP_LOCAL_OWN 1
 #define XESP_LOCAL_BROADCAST 2
 

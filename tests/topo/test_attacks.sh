@@ -21,8 +21,8 @@
 #  5  SIGTERM of gwA's daemon, and a restart, under     xdp.xsk-missing (while stopped; 0      -
 #     traffic: the classifier stays and drops          tun mode: xdp.drop-tun-gone)
 #  6  through the peer's SA, to the broadcast address   gateway.drop-decrypted-broadcast -      0
-#     of gwA's protected subnet (a directed broadcast,  (tun mode: the kernel's
-#     RFC 2644): not broadcast on gwA's site            forwarding takes it, none)
+#     of gwA's protected subnet (a directed broadcast,  (tun mode: the kernel's input
+#     RFC 2644): not broadcast on gwA's site            takes it from the TUN; decrypted)
 #
 # With XESP_PROT_MODE=tun the protected interfaces are in tun mode (gateway_lib.sh), and the
 # rows count what the tc program counts in place of XDP.
@@ -157,28 +157,29 @@ control_inject() {
 check "4 control: the same flow from hostA is delivered" control_inject
 
 # ---- 6: a directed broadcast from the other site ---------------------------------------------
-# The broadcast address of gwA's protected subnet (10.1.0.255 of 10.1.0.1/24) is gwA's own: the
-# kernel's broadcast route (made with the address, `brd` or not) delivers what comes to it to the
-# gateway and forwards none of it onto the subnet
-# (directed broadcasts, RFC 2644; Linux's bc_forwarding is off). Sent through the peer's SA,
-# from a host of site B that the fwd policy allows, it must not reach hostA, which would take
-# it: a sink bound to the wildcard address gets a subnet's broadcasts.
+# The broadcast address of gwA's protected subnet (10.1.0.255 of 10.1.0.1/24) is gwA's own:
+# the kernel's broadcast route (made with the address, `brd` or not) delivers what comes to it
+# to the gateway and forwards none of it onto the subnet (directed broadcasts, RFC 2644;
+# Linux's bc_forwarding is off). Sent through the peer's SA, from a host of site B that the
+# fwd policy allows, it must be decrypted and yet not reach hostA, which would take it: a sink
+# bound to the wildcard address gets a subnet's broadcasts.
 GWA_BRD=$("$TOPO" exec gwA ip -4 route show table local type broadcast dev "$GWA_PROT_IF" |
     awk '{print $2; exit}')
 directed_broadcast() {
-    local n counter=gateway.drop-decrypted-broadcast
+    local n counter=gateway.drop-decrypted-broadcast sa='sas[spi=0x2001].packets'
     [ -n "$GWA_BRD" ] || { echo "no broadcast address on $GWA_PROT_IF"; return 1; }
-    [ "$PROT_MODE" = tun ] && counter=  # the kernel's forwarding takes it from the TUN
+    [ "$PROT_MODE" = tun ] && counter=$sa  # the kernel's input takes it from the TUN
+    local opened=$(stat gwA "$sa") before=$(stat gwA "$counter")
     sink_start hostA 0.0.0.0 3
-    DELTA=0
-    ${counter:+delta gwA $counter} "$TOPO" exec wire "$PY" "$ATTACKER" forge \
-        --iface "$WIRE_A_IF" --mac "$GWA_MAC" --src "$GWB_PUB_IP4" --dst "$GWA_PUB_IP4" \
-        --spi 0x2001 --key "$KEY_BA" --seq 1000200 --inner-src "$HOSTB_IP4" \
-        --inner-dst "$GWA_BRD" --marker brd$$ --count 10 >/dev/null
+    "$TOPO" exec wire "$PY" "$ATTACKER" forge --iface "$WIRE_A_IF" --mac "$GWA_MAC" \
+        --src "$GWB_PUB_IP4" --dst "$GWA_PUB_IP4" --spi 0x2001 --key "$KEY_BA" --seq 1000200 \
+        --inner-src "$HOSTB_IP4" --inner-dst "$GWA_BRD" --marker brd$$ --count 10 >/dev/null
     sink_count n
-    ROW[6]="${counter:-(kernel)} +$DELTA, leaked -, delivered $n"
+    opened=$(($(stat gwA "$sa") - opened))
+    DELTA=$(($(stat gwA "$counter") - before))
+    ROW[6]="$counter +$DELTA (decrypted $opened), leaked -, delivered $n"
     echo "${ROW[6]}"
-    [ "$n" = 0 ] && { [ -z "$counter" ] || [ "$DELTA" = 10 ]; }
+    [ "$n" = 0 ] && [ "$opened" = 10 ] && [ "$DELTA" = 10 ]
 }
 step "6 a directed broadcast out of the peer's SA is not broadcast on gwA's site" \
     directed_broadcast

@@ -527,8 +527,10 @@ check "a packet to another host in a broadcast frame: dropped and counted, nothi
 # broadcast route) is gwA's own: the kernel delivers what is sent to it to the gateway's
 # sockets and forwards none of it, whatever out policy covers it (one that does is added
 # here), and so does gwA, in a broadcast frame or one to its MAC: passed, counted as local.
-subnet_broadcast() { # MAC
-    local rc=0 brd=10.1.0.255
+# So are the limited broadcast, and the broadcast address of a subnet gwA is given while it
+# runs (read at the address's event).
+subnet_broadcast() { # MAC [ADDRESS]
+    local rc=0 brd=${2:-10.1.0.255}
     local pol="src $SITE_A4 dst $brd/32 dir out"
     cli gwA policy add $pol tmpl src "$GWA_PUB_IP4" dst "$GWB_PUB_IP4" proto esp reqid 1 \
         mode tunnel || return 1
@@ -541,6 +543,17 @@ check "a packet to the protected subnet's broadcast address, under an out policy
     subnet_broadcast ff:ff:ff:ff:ff:ff
 check "... in a frame to gwA's MAC too" \
     subnet_broadcast "$("$TOPO" exec gwA cat /sys/class/net/"$GWA_PROT_IF"/address)"
+check "... and to 255.255.255.255" subnet_broadcast ff:ff:ff:ff:ff:ff 255.255.255.255
+new_subnet_broadcast() {
+    local rc=0
+    "$TOPO" exec gwA ip addr add 10.1.7.1/24 dev "$GWA_PROT_IF" || return 1
+    sleep 0.5
+    subnet_broadcast ff:ff:ff:ff:ff:ff 10.1.7.255 || rc=1
+    "$TOPO" exec gwA ip addr del 10.1.7.1/24 dev "$GWA_PROT_IF" || rc=1
+    return $rc
+}
+check "... and to that of a subnet added to gwA's protected interface while it runs" \
+    new_subnet_broadcast
 upper_mac() {
     local mv=02:00:00:00:00:79 rc=0
     "$TOPO" exec gwA ip link add link "$GWA_PROT_IF" name xesp-mv0 address $mv \

@@ -37,6 +37,9 @@ struct EngineOptions {
     // our own outbound traffic reflected back (in-reflected). Unset (`xesp pcap` without
     // --local): every SA destination counts as ours.
     std::optional<std::vector<IpAddr>> local;
+    // The IPv4 broadcast addresses the kernel delivers to the gateway (its broadcast routes),
+    // sorted: what comes to them is delivered, never forwarded, so the in policies decide.
+    std::vector<IpAddr> broadcast;
     // Told when an SA crosses a lifetime limit (Sa::on_expire), for every SA create() makes.
     Sa::ExpireFn on_expire;
     // Every SA create() makes is held (Sa::hold): it sends nothing until its owner binds a
@@ -220,6 +223,13 @@ public:
     {
         std::sort(local.begin(), local.end());
         options_.local = std::move(local);
+    }
+    // The gateway's broadcast addresses changed (EngineOptions::broadcast); on the reading
+    // thread.
+    void set_broadcast(std::vector<IpAddr> broadcast)
+    {
+        std::sort(broadcast.begin(), broadcast.end());
+        options_.broadcast = std::move(broadcast);
     }
     // The links changed (EngineOptions link_mtu, icmp_src4, icmp_src6); on the reading thread.
     void set_links(const EngineOptions &o)

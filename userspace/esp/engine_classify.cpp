@@ -250,12 +250,16 @@ Engine::Dirn Engine::classify(const Tables &t, Pkt &p, Sa **sa)
 
 // The inbound policy for a packet that arrived (decrypted, or in the clear), as the kernel
 // picks it: the fwd policies for what is forwarded, the in policies for what is delivered to
-// the gateway. Broadcast and multicast, and everything where the gateway's addresses are not
-// known (`xesp pcap` without --local), ask the in policies, then the fwd ones.
+// the gateway (a broadcast address of its subnets too). Multicast and the limited broadcast,
+// and everything where the gateway's addresses are not known (`xesp pcap` without --local),
+// ask the in policies, then the fwd ones.
 Dir Engine::inbound_dir(const FlowKey &flow, bool *then_fwd) const
 {
     *then_fwd = !options_.local || is_group_dst(flow.dst);
-    return *then_fwd || is_local(flow.dst) ? Dir::In : Dir::Fwd;
+    if (*then_fwd || is_local(flow.dst))
+        return Dir::In;
+    const auto &brd = options_.broadcast;
+    return std::binary_search(brd.begin(), brd.end(), flow.dst) ? Dir::In : Dir::Fwd;
 }
 
 const PolicyConfig *Engine::inbound_policy(const Tables &t, const FlowKey &flow, bool *unsure) const

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <thread>
 
@@ -254,53 +255,78 @@ Result<void> Gateway::apply(const ConfigChange &change)
     return {};
 }
 
-void Gateway::refresh_local_addresses()
+void Gateway::refresh_local_addresses(bool with_broadcasts)
 {
     std::vector<std::pair<std::string, IpAddr>> addrs;
-    if (!interface_addresses(addrs))
-        return;  // kept as they were: tried again at the next round
+    if (!interface_addresses(addrs)) {
+        addrs_due_ |= with_broadcasts;  // kept as they were: tried again soon
+        return;
+    }
     std::vector<IpAddr> now;
     for (const auto &[name, a] : addrs)
         now.push_back(a);
     std::sort(now.begin(), now.end());
     now.erase(std::unique(now.begin(), now.end()), now.end());
-    std::vector<IpAddr> brd;
-    if (!broadcast_addresses(brd))
-        brd = broadcasts_;  // kept as they were
-    // A broadcast address that is also one of the gateway's own is its own.
+    std::vector<IpAddr> brd = broadcasts_;
+    if (with_broadcasts) {
+        std::vector<IpAddr> read;
+        if (broadcast_addresses(read)) {
+            brd = std::move(read);
+            brd_failed_ = false;
+        } else {
+            if (!brd_failed_)
+                log(LogLevel::Warning,
+                    "the kernel's broadcast routes cannot be read: the gateway keeps the "
+                    "broadcast addresses it had, and tries again until it can");
+            brd_failed_ = true;
+            addrs_due_ = true;
+        }
+    }
+    // The limited broadcast is the gateway's too (the kernel delivers it, ipv4_is_lbcast()),
+    // and a broadcast address that is also one of its own addresses is its own.
+    const IpAddr limited = IpAddr::v4(std::array<uint8_t, 4>{255, 255, 255, 255}.data());
+    if (!std::binary_search(brd.begin(), brd.end(), limited))
+        brd.insert(std::upper_bound(brd.begin(), brd.end(), limited), limited);
     std::erase_if(brd,
                   [&](const IpAddr &b) { return std::binary_search(now.begin(), now.end(), b); });
 
-    // The classifier's map: each address with its kind, both lists sorted by address. An
-    // address that did not go in stays out of `in_map_`, and is tried again at the next round.
-    std::vector<std::pair<IpAddr, bool>> want;  // (address, broadcast)
-    for (const auto &a : now)
-        want.emplace_back(a, false);
-    for (const auto &b : brd)
-        want.emplace_back(b, true);
-    std::sort(want.begin(), want.end());
-    auto by_addr = [](const std::vector<std::pair<IpAddr, bool>> &v, const IpAddr &a) {
+    // The classifier's map (1,024 entries): what went first, then the gateway's own addresses,
+    // then the broadcast addresses, so that those never keep out one of its own. An address
+    // that did not go in stays out of `in_map_` and is tried again at the next round; one
+    // that goes from own to broadcast or back is overwritten in place.
+    auto by_addr = [](auto &v, const IpAddr &a) {
         auto it = std::lower_bound(v.begin(), v.end(), std::make_pair(a, false));
         return it != v.end() && it->first == a ? &*it : nullptr;
     };
+    auto wanted = [&](const IpAddr &a) {
+        return std::binary_search(now.begin(), now.end(), a) ||
+               std::binary_search(brd.begin(), brd.end(), a);
+    };
     std::vector<std::pair<IpAddr, bool>> kept;
+    for (const auto &o : in_map_)
+        if (wanted(o.first))
+            kept.push_back(o);
+        else
+            (void)prog_->remove_local_address(o.first);
     std::string failed;
-    for (const auto &w : want) {
-        const auto *old = by_addr(in_map_, w.first);
-        if (old && old->second == w.second) {
-            kept.push_back(w);
-        } else if (auto r = prog_->add_local_address(w.first, w.second); r) {
-            kept.push_back(w);
-        } else {
+    auto put = [&](const IpAddr &a, bool broadcast) {
+        auto *old = by_addr(kept, a);
+        if (old && old->second == broadcast)
+            return;
+        if (auto r = prog_->add_local_address(a, broadcast); !r) {
             if (failed.empty())
                 failed = r.error().message;
-            if (old)  // in the map still, as it was
-                kept.push_back(*old);
+        } else if (old) {
+            old->second = broadcast;
+        } else {
+            kept.insert(std::upper_bound(kept.begin(), kept.end(), std::make_pair(a, broadcast)),
+                        {a, broadcast});
         }
-    }
-    for (const auto &o : in_map_)
-        if (!by_addr(kept, o.first))
-            (void)prog_->remove_local_address(o.first);
+    };
+    for (const auto &a : now)
+        put(a, false);
+    for (const auto &b : brd)
+        put(b, true);
     in_map_ = std::move(kept);
     if (!failed.empty() && !local_map_full_)
         log(LogLevel::Warning, "%s; tried again every few seconds", failed.c_str());
@@ -308,8 +334,10 @@ void Gateway::refresh_local_addresses()
 
     local_ = std::move(now);
     broadcasts_ = std::move(brd);
-    if (engine_)
+    if (engine_) {
         engine_->set_local(local_);
+        engine_->set_broadcast(broadcasts_);
+    }
 }
 
 // ---- The data path ---------------------------------------------------------------------------
@@ -669,16 +697,19 @@ void Gateway::housekeeping()
     bool urgent = false;
     if (hops_->take_link_change(&urgent)) {
         macs_due_ = true;
-        if (urgent)  // an interface's device left, or one of an absent one's name came
+        addrs_due_ = true;  // a device down takes its broadcast routes with no route event
+        if (urgent)         // an interface's device left, or one of an absent one's name came
             macs_at_ns_ = std::min(macs_at_ns_, macs_look_ns_ + kUrgentGapNs);
     }
     // An address came or went: the local addresses soon, not at the next round (50 ms at
-    // least between two reads, whatever the rate of events).
+    // least between two reads, whatever the rate of events), the broadcast routes with them.
     if (hops_->take_addr_change())
         addrs_due_ = true;
+    bool with_broadcasts = false;
     if (addrs_due_ && now - last_refresh_ns_ >= kAddrGapNs) {
         addrs_due_ = false;
         last_refresh_ns_ = 0;
+        with_broadcasts = true;
     }
     if (macs_due_ && now >= macs_at_ns_)
         refresh_macs(now);
@@ -697,7 +728,7 @@ void Gateway::housekeeping()
     }
     if (now - last_refresh_ns_ > kRefreshNs) {
         last_refresh_ns_ = now;
-        refresh_local_addresses();
+        refresh_local_addresses(with_broadcasts);
     }
 }
 

@@ -335,7 +335,10 @@ private:
     Result<void> rebuild_ports();
     void close_ports();
     void relink_engine();
-    void refresh_local_addresses();
+    // The gateway's addresses, and with_broadcasts its broadcast addresses too (a dump that
+    // walks the kernel's main routing table: at address, link and local-table route events
+    // only), into the engine and the classifier's map.
+    void refresh_local_addresses(bool with_broadcasts = true);
     std::vector<XdpProgram::Mac> iface_macs(const GatewayIface &i);
     std::vector<XdpProgram::Mac> iface_macs(const GatewayIface &i, const rtnl::Uppers &u,
                                             bool quiet);
@@ -416,6 +419,7 @@ private:
     // What the classifier's local_addrs map holds: (address, broadcast), sorted.
     std::vector<std::pair<IpAddr, bool>> in_map_;
     bool local_map_full_ = false;  // the last refresh could not add them all (logged once)
+    bool brd_failed_ = false;      // the last dump of the broadcast routes failed (logged once)
     LocalLink local_link_;
 
     // Sockets: one Umem for all of them, and its pool.

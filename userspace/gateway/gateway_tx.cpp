@@ -2,7 +2,6 @@
 // goes next (VPP's next nodes): back to the pool, to the kernel, to the engine again as an
 // ICMP answer, or out of a port through its next hop; then each list is handled as a whole.
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #include "userspace/esp/fragment.h"
@@ -82,15 +81,12 @@ void Gateway::to_kernel(Port &rx, Pkt &p)
     rx.x.recycle(p);
 }
 
-// Whether ip goes to the limited broadcast address or to one of the gateway's broadcast
-// addresses: the kernel takes either for itself, and forwards neither.
+// Whether ip goes to one of the gateway's broadcast addresses (the limited broadcast among
+// them): the kernel takes each for itself, and forwards none.
 bool Gateway::decrypted_broadcast(const uint8_t *ip) const
 {
-    if (wire::ip_version(ip) != 4)
-        return false;
-    const IpAddr dst = ip_dst(ip);
-    static const IpAddr kLimited = IpAddr::v4(std::array<uint8_t, 4>{255, 255, 255, 255}.data());
-    return dst == kLimited || std::binary_search(broadcasts_.begin(), broadcasts_.end(), dst);
+    return wire::ip_version(ip) == 4 &&
+           std::binary_search(broadcasts_.begin(), broadcasts_.end(), ip_dst(ip));
 }
 
 // One pass over the burst: the verdict, the TTL of what was decrypted, the ICMP rate limit

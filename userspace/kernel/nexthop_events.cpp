@@ -191,6 +191,12 @@ bool NextHops::State::read_events()
             case RTM_NEWROUTE:
             case RTM_DELROUTE:
                 flush_due = true;
+                // The local table's: the gateway's own and broadcast addresses (a device up
+                // again makes its broadcast routes anew, with no address event).
+                if (mnl_nlmsg_get_payload_len(h) >= sizeof(rtmsg) &&
+                    static_cast<const rtmsg *>(mnl_nlmsg_get_payload(h))->rtm_table ==
+                        RT_TABLE_LOCAL)
+                    addr_changed = true;
                 break;
             case RTM_NEWNEIGH:
             case RTM_DELNEIGH:
