@@ -646,9 +646,12 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         fwd.action = Action::Block;
         rc.policies.push_back(in);
         rc.policies.push_back(fwd);
-        EngineOptions forwards, delivers, unknown;
+        EngineOptions forwards, delivers, broadcast, unknown;
         forwards.local = std::vector<IpAddr>{sa.dst};
         delivers.local = std::vector<IpAddr>{sa.dst, addr("10.2.0.1")};
+        // 10.2.0.1 a broadcast address of the gateway's (a /31 route's, say): delivered too.
+        broadcast.local = std::vector<IpAddr>{sa.dst};
+        broadcast.broadcast = std::vector<IpAddr>{addr("10.2.0.1"), addr("10.9.255.255")};
         struct Case {
             const char *name;
             const EngineOptions &opt;
@@ -657,6 +660,7 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         } cases[] = {
             {"forwarded", forwards, Verdict::Drop, Drop::InPolBlock},
             {"delivered", delivers, Verdict::Decrypted, Drop::InUnprotected},
+            {"to a broadcast address", broadcast, Verdict::Decrypted, Drop::InUnprotected},
             {"not known", unknown, Verdict::Decrypted, Drop::InUnprotected},
         };
         for (const Case &c : cases) {
@@ -679,6 +683,15 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         Frame f(plain);
         REQUIRE(run(*tx, f) == Verdict::Encrypted);
         CHECK(run(**rx, f) == Verdict::Decrypted);
+        // And its broadcast addresses (set_broadcast), in no order.
+        (*rx)->set_local({sa.dst});
+        Frame g(plain);
+        REQUIRE(run(*tx, g) == Verdict::Encrypted);
+        CHECK(run(**rx, g) == Verdict::Drop);
+        (*rx)->set_broadcast({addr("10.3.255.255"), addr("10.2.0.1"), addr("10.1.255.255")});
+        Frame h(plain);
+        REQUIRE(run(*tx, h) == Verdict::Encrypted);
+        CHECK(run(**rx, h) == Verdict::Decrypted);
     }
     SECTION("an SA without dir decrypts only ESP to the gateway's own addresses")
     {
