@@ -423,7 +423,7 @@ Result<void> XdpProgram::add_local_address(const IpAddr &a, bool broadcast)
 Result<void> XdpProgram::remove_local_address(const IpAddr &a)
 {
     xesp_addr_key k = addr_key(a);
-    if (bpf_map_delete_elem(bpf_map__fd(skel_->maps.local_addrs), &k) != 0)
+    if (bpf_map_delete_elem(bpf_map__fd(skel_->maps.local_addrs), &k) != 0 && errno != ENOENT)
         return bpf_error("xdp: remove local address " + a.str(), errno);
     return {};
 }

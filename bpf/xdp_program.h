@@ -131,7 +131,7 @@ public:
     // The gateway's own address, or (broadcast) an IPv4 broadcast address of its own
     // (XESP_LOCAL_*); adding it again sets its kind.
     Result<void> add_local_address(const IpAddr &a, bool broadcast = false);
-    Result<void> remove_local_address(const IpAddr &a);
+    Result<void> remove_local_address(const IpAddr &a);  // one not there: done
     // An interface's role, and its slot: the range of XSKMAP entries its queues' sockets take
     // (slot < kMaxIfaceSlots). Interfaces without an entry take the default role and slot 0.
     // `macs`: the Ethernet addresses it takes frames for (struct xesp_iface); a unicast frame

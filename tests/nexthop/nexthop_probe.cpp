@@ -216,8 +216,8 @@ std::string watch(NextHops &nh, std::istringstream &in)
     return "watching";
 }
 
-// What the events since the last look said of the watched devices and the addresses: "gone
-// [IFINDEX...] changed=0|1 urgent=0|1 unknown=0|1 addrs=0|1".
+// What the events since the last look said of the watched devices, the addresses and the
+// broadcast routes: "gone [IFINDEX...] changed=0|1 urgent=0|1 unknown=0|1 addrs=0|1 brd=0|1".
 std::string gone(NextHops &nh)
 {
     nh.poll();
@@ -228,7 +228,8 @@ std::string gone(NextHops &nh)
     bool urgent = false;
     out += " changed=" + std::to_string(int(nh.take_link_change(&urgent)));
     out += " urgent=" + std::to_string(int(urgent)) + " unknown=" + std::to_string(int(unknown));
-    return out + " addrs=" + std::to_string(int(nh.take_addr_change()));
+    out += " addrs=" + std::to_string(int(nh.take_addr_change()));
+    return out + " brd=" + std::to_string(int(nh.take_broadcast_change()));
 }
 
 std::string broadcasts()

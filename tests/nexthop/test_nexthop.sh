@@ -23,8 +23,9 @@
 # and left, show in the MACs a device takes, as in a list read afresh; after a device left for
 # another namespace, the kept list is still a list read now, device by device; a watched device
 # that leaves and comes straight back is told as gone, a new device of a watched name as a
-# change, both urgent; an address added is told; the broadcast addresses read from the local
-# table are the kernel's broadcast routes, and only those.
+# change, both urgent; an address added is told, and an IPv4 one, a device gone or made, or a
+# route of IPv4's local table as a change of the broadcast routes; the broadcast addresses read
+# from the local table are the kernel's broadcast routes, and only those.
 #
 # Usage: test_nexthop.sh PROBE_BINARY
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns or veth).
@@ -222,22 +223,31 @@ xg0=$(ip netns exec "$GW" cat /sys/class/net/xg0/ifindex)
 ask watch xg0 names xn0
 ask gone  # xg0's own coming, if its event is read only now
 ask gone
-same "watching: nothing gone yet" "gone changed=0 urgent=0 unknown=0 addrs=0" "$REPLY"
+same "watching: nothing gone yet" "gone changed=0 urgent=0 unknown=0 addrs=0 brd=0" "$REPLY"
 ip -n "$GW" link set xg0 netns "$FAR"
 ip -n "$FAR" link set xg0 netns "$GW"
 same "... it is back under the same index" "$xg0" "$(ip netns exec "$GW" cat /sys/class/net/xg0/ifindex)"
 ask gone
 same "a watched device away and back at once: told as gone, urgent" \
-    "gone $xg0 changed=1 urgent=1 unknown=0 addrs=0" "$REPLY"
+    "gone $xg0 changed=1 urgent=1 unknown=0 addrs=0 brd=1" "$REPLY"
 ask gone
-same "... once" "gone changed=0 urgent=0 unknown=0 addrs=0" "$REPLY"
+same "... once" "gone changed=0 urgent=0 unknown=0 addrs=0 brd=0" "$REPLY"
 ip -n "$GW" link add xn0 type veth peer name xn1
 ask gone
 same "a device of a watched name made: told as an urgent change" \
-    "gone changed=1 urgent=1 unknown=0 addrs=0" "$REPLY"
+    "gone changed=1 urgent=1 unknown=0 addrs=0 brd=1" "$REPLY"
 ip -n "$GW" addr add 10.77.0.1/32 dev xn1
 ask gone
-same "an address added: told" "gone changed=0 urgent=0 unknown=0 addrs=1" "$REPLY"
+same "an address added: told, the broadcast routes to read again too" \
+    "gone changed=0 urgent=0 unknown=0 addrs=1 brd=1" "$REPLY"
+ip -n "$GW" addr add fd77::1/128 dev xn1 nodad
+ask gone
+same "an IPv6 address: not the broadcast routes" \
+    "gone changed=0 urgent=0 unknown=0 addrs=1 brd=0" "$REPLY"
+ip -n "$GW" route add table local broadcast 10.77.9.255 dev lo
+ask gone
+same "a route of IPv4's local table: the broadcast routes to read again" \
+    "gone changed=0 urgent=0 unknown=0 addrs=0 brd=1" "$REPLY"
 ask links-match
 case $REPLY in
 "match "*) pass "the kept list has the devices' names as a list read now ($REPLY)" ;;

@@ -547,7 +547,7 @@ check "... and to 255.255.255.255" subnet_broadcast ff:ff:ff:ff:ff:ff 255.255.25
 new_subnet_broadcast() {
     local rc=0
     "$TOPO" exec gwA ip addr add 10.1.7.1/24 dev "$GWA_PROT_IF" || return 1
-    sleep 0.5
+    sleep 1  # the address's events, then a read of the broadcast routes within 250 ms
     subnet_broadcast ff:ff:ff:ff:ff:ff 10.1.7.255 || rc=1
     "$TOPO" exec gwA ip addr del 10.1.7.1/24 dev "$GWA_PROT_IF" || rc=1
     return $rc

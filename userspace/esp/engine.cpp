@@ -54,6 +54,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config, Backend bac
     e->options_ = options;
     if (options.local)
         e->set_local(*options.local);  // kept sorted
+    e->set_broadcast(options.broadcast);
     // SAs that stay as they were keep running; the others start afresh.
     std::vector<std::shared_ptr<Sa>> sas;
     sas.reserve(config.sas.size());

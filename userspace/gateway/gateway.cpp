@@ -26,7 +26,10 @@ namespace {
 
 constexpr uint64_t kRefreshNs = 2'000'000'000;  // local addresses
 constexpr uint64_t kAddrGapNs = 50'000'000;     // ... between two reads, at address events
-constexpr uint64_t kUrgentGapNs = 10'000'000;   // device looks at a device gone or back
+// The broadcast routes (rtnl::dump_broadcasts(), a walk of the main table): at events, this
+// long at least between two reads; after a failure, kRefreshNs.
+constexpr uint64_t kBrdGapNs = 250'000'000;
+constexpr uint64_t kUrgentGapNs = 10'000'000;  // device looks at a device gone or back
 // Sockets given a bypass policy of their own (an IKE daemon's) meet the out policies until
 // the next sweep marks them: its IKE retransmits. Well within XESP_SOCK_MARK_TTL_NS.
 constexpr std::chrono::milliseconds kSweepPeriod{200};
@@ -176,6 +179,7 @@ EngineOptions Gateway::engine_options(bool local) const
     EngineOptions o;
     if (local)
         o.local = local_;
+    o.broadcast = broadcasts_;
     o.link_mtu = link_mtu();
     // ICMP errors go back to the protected side: answer from an address there.
     std::vector<std::pair<std::string, IpAddr>> addrs;
@@ -259,7 +263,8 @@ void Gateway::refresh_local_addresses(bool with_broadcasts)
 {
     std::vector<std::pair<std::string, IpAddr>> addrs;
     if (!interface_addresses(addrs)) {
-        addrs_due_ |= with_broadcasts;  // kept as they were: tried again soon
+        addrs_due_ = true;  // kept as they were: tried again soon
+        brd_due_ |= with_broadcasts;
         return;
     }
     std::vector<IpAddr> now;
@@ -277,9 +282,10 @@ void Gateway::refresh_local_addresses(bool with_broadcasts)
             if (!brd_failed_)
                 log(LogLevel::Warning,
                     "the kernel's broadcast routes cannot be read: the gateway keeps the "
-                    "broadcast addresses it had, and tries again until it can");
+                    "broadcast addresses it had, and tries again every few seconds");
             brd_failed_ = true;
-            addrs_due_ = true;
+            brd_due_ = true;
+            brd_at_ns_ = now_ns() + kRefreshNs;
         }
     }
     // The limited broadcast is the gateway's too (the kernel delivers it, ipv4_is_lbcast()),
@@ -291,9 +297,10 @@ void Gateway::refresh_local_addresses(bool with_broadcasts)
                   [&](const IpAddr &b) { return std::binary_search(now.begin(), now.end(), b); });
 
     // The classifier's map (1,024 entries): what went first, then the gateway's own addresses,
-    // then the broadcast addresses, so that those never keep out one of its own. An address
-    // that did not go in stays out of `in_map_` and is tried again at the next round; one
-    // that goes from own to broadcast or back is overwritten in place.
+    // then the broadcast addresses, so that new broadcast addresses never keep out one of its
+    // own. An address that did not go in stays out of `in_map_` and is tried again at the next
+    // round, as is the removal of one that would not go; one that goes from own to broadcast
+    // or back is overwritten in place.
     auto by_addr = [](auto &v, const IpAddr &a) {
         auto it = std::lower_bound(v.begin(), v.end(), std::make_pair(a, false));
         return it != v.end() && it->first == a ? &*it : nullptr;
@@ -304,10 +311,8 @@ void Gateway::refresh_local_addresses(bool with_broadcasts)
     };
     std::vector<std::pair<IpAddr, bool>> kept;
     for (const auto &o : in_map_)
-        if (wanted(o.first))
+        if (wanted(o.first) || !prog_->remove_local_address(o.first))
             kept.push_back(o);
-        else
-            (void)prog_->remove_local_address(o.first);
     std::string failed;
     auto put = [&](const IpAddr &a, bool broadcast) {
         auto *old = by_addr(kept, a);
@@ -697,20 +702,19 @@ void Gateway::housekeeping()
     bool urgent = false;
     if (hops_->take_link_change(&urgent)) {
         macs_due_ = true;
-        addrs_due_ = true;  // a device down takes its broadcast routes with no route event
-        if (urgent)         // an interface's device left, or one of an absent one's name came
+        if (urgent)  // an interface's device left, or one of an absent one's name came
             macs_at_ns_ = std::min(macs_at_ns_, macs_look_ns_ + kUrgentGapNs);
     }
     // An address came or went: the local addresses soon, not at the next round (50 ms at
-    // least between two reads, whatever the rate of events), the broadcast routes with them.
+    // least between two reads, whatever the rate of events); the broadcast routes changed,
+    // or may have: those too (kBrdGapNs at least between two reads).
     if (hops_->take_addr_change())
         addrs_due_ = true;
-    bool with_broadcasts = false;
-    if (addrs_due_ && now - last_refresh_ns_ >= kAddrGapNs) {
-        addrs_due_ = false;
-        last_refresh_ns_ = 0;
-        with_broadcasts = true;
-    }
+    if (hops_->take_broadcast_change())
+        brd_due_ = true;
+    const bool brd_now = brd_due_ && now >= brd_at_ns_;
+    const bool addrs_now = brd_now || (addrs_due_ && now - last_refresh_ns_ >= kAddrGapNs) ||
+                           now - last_refresh_ns_ > kRefreshNs;
     if (macs_due_ && now >= macs_at_ns_)
         refresh_macs(now);
     // A bounded number per round: a flood of ICMP must not hold up the data path.
@@ -726,9 +730,14 @@ void Gateway::housekeeping()
         // (LocalLink::tx_dropped()).
         (void)local_link_.tx_dropped();
     }
-    if (now - last_refresh_ns_ > kRefreshNs) {
+    if (addrs_now) {
+        addrs_due_ = false;
         last_refresh_ns_ = now;
-        refresh_local_addresses(with_broadcasts);
+        if (brd_now) {
+            brd_due_ = false;
+            brd_at_ns_ = now + kBrdGapNs;
+        }
+        refresh_local_addresses(brd_now);
     }
 }
 

@@ -505,7 +505,10 @@ private:
     bool gone_unknown_ = false;     // link events were lost: refresh_macs() checks the interfaces
     bool local_link_left_ = false;  // an end of the local link had an RTM_DELLINK
     uint64_t macs_look_ns_ = 0;     // the last refresh_macs()
-    bool addrs_due_ = false;        // an address event: the local addresses to read again
+    bool addrs_due_ = false;        // the local addresses to read again (an address event)
+    // The broadcast routes to read again (refresh_local_addresses()), not before brd_at_ns_.
+    bool brd_due_ = false;
+    uint64_t brd_at_ns_ = 0;
 };
 
 }  // namespace xesp

@@ -117,9 +117,10 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
                 continue;
             }
             // For a tun-mode interface, or the kernel's: its forwarding takes the hop, we
-            // answer where the TTL runs out, as for the rest.
+            // answer where the TTL runs out, as for the rest. A broadcast takes no hop: the
+            // kernel delivers it to the gateway, and no ICMP error answers a broadcast.
             const bool via_tun = !out && tun_;
-            if (via_tun && !ttl_ends(p)) {
+            if (via_tun && (!ttl_ends(p) || decrypted_broadcast(p.ip()))) {
                 l.tun[l.ntun++] = &p;
                 continue;
             }

@@ -198,6 +198,11 @@ bool NextHops::take_addr_change()
     return std::exchange(s_->addr_changed, false);
 }
 
+bool NextHops::take_broadcast_change()
+{
+    return std::exchange(s_->brd_changed, false);
+}
+
 std::vector<uint32_t> NextHops::take_links_gone(bool &unknown)
 {
     unknown = std::exchange(s_->links_gone_unknown, false);

@@ -128,10 +128,12 @@ public:
     // One more device watched, until the next watch_links().
     void watch_link(uint32_t ifindex);
     bool take_link_change(bool *urgent = nullptr);
-    // True once after an address of the namespace was added or removed, or a route of the
-    // local table (the kernel's own and broadcast addresses) came or went (or events were
-    // lost).
+    // True once after an address of the namespace was added or removed (or events were lost).
     bool take_addr_change();
+    // True once after what may change the IPv4 broadcast routes (rtnl::dump_broadcasts()): an
+    // IPv4 address added or removed, a route of IPv4's local table, any device gone, up or
+    // down (or events were lost).
+    bool take_broadcast_change();
     // The watched devices that left this namespace (deleted, or moved to another) since the
     // last call, each once, even one back by now under the same index. `unknown`: events
     // were lost meanwhile, so that a device may have left and come back unseen.

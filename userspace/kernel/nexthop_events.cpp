@@ -178,6 +178,7 @@ bool NextHops::State::read_events()
             link_changed = true;  // not urgent: the next look checks every interface
             links_gone_unknown = true;
             addr_changed = true;
+            brd_changed = true;
             links_whole = false;
             devs.clear();
             flush_due = true;
@@ -191,12 +192,12 @@ bool NextHops::State::read_events()
             case RTM_NEWROUTE:
             case RTM_DELROUTE:
                 flush_due = true;
-                // The local table's: the gateway's own and broadcast addresses (a device up
-                // again makes its broadcast routes anew, with no address event).
-                if (mnl_nlmsg_get_payload_len(h) >= sizeof(rtmsg) &&
-                    static_cast<const rtmsg *>(mnl_nlmsg_get_payload(h))->rtm_table ==
-                        RT_TABLE_LOCAL)
-                    addr_changed = true;
+                // IPv4's local table: its broadcast routes (a device up again makes them anew,
+                // with no address event).
+                if (mnl_nlmsg_get_payload_len(h) >= sizeof(rtmsg)) {
+                    const auto *rtm = static_cast<const rtmsg *>(mnl_nlmsg_get_payload(h));
+                    brd_changed |= rtm->rtm_family == AF_INET && rtm->rtm_table == RT_TABLE_LOCAL;
+                }
                 break;
             case RTM_NEWNEIGH:
             case RTM_DELNEIGH:
@@ -204,6 +205,13 @@ bool NextHops::State::read_events()
                 break;
             case RTM_NEWLINK:
             case RTM_DELLINK:
+                // Any device gone, up or down: a device down loses its broadcast routes with
+                // no route event.
+                if (mnl_nlmsg_get_payload_len(h) >= sizeof(ifinfomsg))
+                    brd_changed |=
+                        h->nlmsg_type == RTM_DELLINK ||
+                        (static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(h))->ifi_change &
+                         IFF_UP) != 0;
                 note_link(h);
                 keep_link(h);
                 on_link(h);
@@ -211,6 +219,10 @@ bool NextHops::State::read_events()
             case RTM_NEWADDR:
             case RTM_DELADDR:
                 addr_changed = true;
+                if (mnl_nlmsg_get_payload_len(h) >= sizeof(ifaddrmsg))
+                    brd_changed |=
+                        static_cast<const ifaddrmsg *>(mnl_nlmsg_get_payload(h))->ifa_family ==
+                        AF_INET;
                 break;
             }
         }

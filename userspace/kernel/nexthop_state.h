@@ -104,6 +104,7 @@ struct NextHops::State {
     bool link_changed = false;
     bool link_urgent = false;
     bool addr_changed = false;
+    bool brd_changed = false;          // take_broadcast_change()
     std::vector<uint32_t> links_gone;  // take_links_gone()
     bool links_gone_unknown = false;
     // links(): every device, kept from the events while links_whole (which lost events end).
