@@ -23,9 +23,10 @@
 # and left, show in the MACs a device takes, as in a list read afresh; after a device left for
 # another namespace, the kept list is still a list read now, device by device; a watched device
 # that leaves and comes straight back is told as gone, a new device of a watched name as a
-# change, both urgent; an address added is told, and an IPv4 one, a device gone or made, or a
-# route of IPv4's local table as a change of the broadcast routes; the broadcast addresses read
-# from the local table are the kernel's broadcast routes, and only those.
+# change, both urgent; an address added is told, and an IPv4 one, a route of IPv4's local
+# table or a device set down as a change of the broadcast routes (not a device made, moved or
+# given another MTU, nor an IPv6 address); the broadcast addresses read from the local table
+# are the kernel's broadcast routes, and only those.
 #
 # Usage: test_nexthop.sh PROBE_BINARY
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (not root, no netns or veth).
@@ -229,13 +230,13 @@ ip -n "$FAR" link set xg0 netns "$GW"
 same "... it is back under the same index" "$xg0" "$(ip netns exec "$GW" cat /sys/class/net/xg0/ifindex)"
 ask gone
 same "a watched device away and back at once: told as gone, urgent" \
-    "gone $xg0 changed=1 urgent=1 unknown=0 addrs=0 brd=1" "$REPLY"
+    "gone $xg0 changed=1 urgent=1 unknown=0 addrs=0 brd=0" "$REPLY"
 ask gone
 same "... once" "gone changed=0 urgent=0 unknown=0 addrs=0 brd=0" "$REPLY"
 ip -n "$GW" link add xn0 type veth peer name xn1
 ask gone
 same "a device of a watched name made: told as an urgent change" \
-    "gone changed=1 urgent=1 unknown=0 addrs=0 brd=1" "$REPLY"
+    "gone changed=1 urgent=1 unknown=0 addrs=0 brd=0" "$REPLY"
 ip -n "$GW" addr add 10.77.0.1/32 dev xn1
 ask gone
 same "an address added: told, the broadcast routes to read again too" \
@@ -248,6 +249,16 @@ ip -n "$GW" route add table local broadcast 10.77.9.255 dev lo
 ask gone
 same "a route of IPv4's local table: the broadcast routes to read again" \
     "gone changed=0 urgent=0 unknown=0 addrs=0 brd=1" "$REPLY"
+# A device set down loses its broadcast routes with no route event; its MTU changes none.
+# (Only brd= is compared: IPv6 may add addresses of its own meanwhile.)
+ip -n "$GW" link set xn1 up
+ask gone
+ip -n "$GW" link set xn1 mtu 1400
+ask gone
+same "a device's MTU: not the broadcast routes" "brd=0" "${REPLY##* }"
+ip -n "$GW" link set xn1 down
+ask gone
+same "a device set down: the broadcast routes to read again" "brd=1" "${REPLY##* }"
 ask links-match
 case $REPLY in
 "match "*) pass "the kept list has the devices' names as a list read now ($REPLY)" ;;

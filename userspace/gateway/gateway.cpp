@@ -263,8 +263,7 @@ void Gateway::refresh_local_addresses(bool with_broadcasts)
 {
     std::vector<std::pair<std::string, IpAddr>> addrs;
     if (!interface_addresses(addrs)) {
-        addrs_due_ = true;  // kept as they were: tried again soon
-        brd_due_ |= with_broadcasts;
+        brd_due_ |= with_broadcasts;  // kept as they were: tried again
         return;
     }
     std::vector<IpAddr> now;

@@ -336,8 +336,9 @@ private:
     void close_ports();
     void relink_engine();
     // The gateway's addresses, and with_broadcasts its broadcast addresses too (a dump that
-    // walks the kernel's main routing table: at address, link and local-table route events
-    // only), into the engine and the classifier's map.
+    // walks the kernel's main routing table: at `iface add`, and when NextHops says the
+    // broadcast routes may have changed, at most every kBrdGapNs), into the engine and the
+    // classifier's map.
     void refresh_local_addresses(bool with_broadcasts = true);
     std::vector<XdpProgram::Mac> iface_macs(const GatewayIface &i);
     std::vector<XdpProgram::Mac> iface_macs(const GatewayIface &i, const rtnl::Uppers &u,

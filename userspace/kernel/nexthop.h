@@ -131,8 +131,8 @@ public:
     // True once after an address of the namespace was added or removed (or events were lost).
     bool take_addr_change();
     // True once after what may change the IPv4 broadcast routes (rtnl::dump_broadcasts()): an
-    // IPv4 address added or removed, a route of IPv4's local table, any device gone, up or
-    // down (or events were lost).
+    // IPv4 address added or removed, a route of IPv4's local table, any device set down (or
+    // events were lost).
     bool take_broadcast_change();
     // The watched devices that left this namespace (deleted, or moved to another) since the
     // last call, each once, even one back by now under the same index. `unknown`: events

@@ -205,13 +205,14 @@ bool NextHops::State::read_events()
                 break;
             case RTM_NEWLINK:
             case RTM_DELLINK:
-                // Any device gone, up or down: a device down loses its broadcast routes with
-                // no route event.
-                if (mnl_nlmsg_get_payload_len(h) >= sizeof(ifinfomsg))
-                    brd_changed |=
-                        h->nlmsg_type == RTM_DELLINK ||
-                        (static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(h))->ifi_change &
-                         IFF_UP) != 0;
+                // A device down loses its broadcast routes with no route event (one up makes
+                // them anew, with one; one deleted or moved away is first set down).
+                if (h->nlmsg_type == RTM_NEWLINK &&
+                    mnl_nlmsg_get_payload_len(h) >= sizeof(ifinfomsg)) {
+                    const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(h));
+                    brd_changed |= ifi->ifi_change != ~0u && (ifi->ifi_change & IFF_UP) &&
+                                   !(ifi->ifi_flags & IFF_UP);
+                }
                 note_link(h);
                 keep_link(h);
                 on_link(h);
