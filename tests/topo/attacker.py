@@ -9,9 +9,10 @@ Usage:
   attacker.py replay --iface IF --mac MAC --pcap PCAP
       sends those frames back out of IF to MAC, unchanged but for the Ethernet header
   attacker.py forge --iface IF --mac MAC --src ADDR --dst ADDR --spi SPI --key HEX
-                    --seq N --inner-src ADDR --inner-dst ADDR --marker TEXT --count N
+                    --seq N --inner-src ADDR --inner-dst ADDR --marker TEXT --count N [--ttl N]
       AES-GCM tunnel-mode ESP of the given SA (the `ip xfrm` key: cipher key and salt), whose
-      inner packets are UDP to port 5300 carrying TEXT, sequence numbers from N
+      inner packets (IPv4 or IPv6, as the inner addresses are) are UDP to port 5300 carrying
+      TEXT, sequence numbers from N
   attacker.py inject --iface IF --mac MAC --src ADDR --dst ADDR --marker TEXT --count N
       plaintext UDP to port 5300 carrying TEXT, to MAC
   attacker.py exceptions --dst ADDR --marker TEXT
@@ -21,7 +22,7 @@ Usage:
 import argparse
 import sys
 
-from scapy.all import ESP, IP, UDP, Ether, Raw, conf, rdpcap, send, sendp, sniff, wrpcap
+from scapy.all import ESP, IP, IPv6, UDP, Ether, Raw, conf, rdpcap, send, sendp, sniff, wrpcap
 from scapy.layers.ipsec import SecurityAssociation
 
 conf.verb = 0
@@ -52,7 +53,11 @@ def forge(a):
                              crypt_key=bytes.fromhex(a.key.removeprefix("0x")),
                              tunnel_header=IP(src=a.src, dst=a.dst))
     for i in range(a.count):
-        inner = IP(src=a.inner_src, dst=a.inner_dst) / UDP(sport=5301, dport=5300) / \
+        l3 = IPv6 if ":" in a.inner_dst else IP
+        hdr = l3(src=a.inner_src, dst=a.inner_dst)
+        if a.ttl is not None:
+            hdr[l3].setfieldval("hlim" if l3 is IPv6 else "ttl", a.ttl)
+        inner = hdr / UDP(sport=5301, dport=5300) / \
             Raw(a.marker.encode() + b" %d" % i)
         sendp(Ether(dst=a.mac) / sa.encrypt(inner, seq_num=a.seq + i), iface=a.iface)
     print(a.count)
@@ -103,6 +108,7 @@ def main():
         f.add_argument("--" + o, required=True)
     f.add_argument("--seq", type=int, required=True)
     f.add_argument("--count", type=int, required=True)
+    f.add_argument("--ttl", type=int, help="the inner TTL or hop limit (scapy's default 64)")
     i = sub.add_parser("inject")
     for o in ("iface", "mac", "src", "dst", "marker"):
         i.add_argument("--" + o, required=True)

@@ -23,6 +23,9 @@
 #  6  through the peer's SA, to the broadcast address   gateway.drop-decrypted-broadcast -      0
 #     of gwA's protected subnet (a directed broadcast,  (tun mode: the kernel's input
 #     RFC 2644): not broadcast on gwA's site            takes it from the TUN; decrypted)
+#  7  through the peer's SA under policies that take    drops.in-martian (and, for         0      0
+#     any address: to or from loopback, from multicast  multicast, gateway.drop-decrypted-
+#     or gwA's own address, to a multicast group        multicast; tun mode: the kernel)
 #
 # With XESP_PROT_MODE=tun the protected interfaces are in tun mode (gateway_lib.sh), and the
 # rows count what the tc program counts in place of XDP.
@@ -190,6 +193,118 @@ brd_control() {
 }
 check "6 control: the same to hostA's own address is delivered" brd_control
 
+# ---- 7: addresses the kernel takes from no link ---------------------------------------------
+# gwA's in and fwd policies take anything from the peer (src 0.0.0.0/0 dst 0.0.0.0/0, as a
+# full-tunnel gateway has them), and gwA has a default route to the wire. After xfrm, the
+# kernel's input drops as martians what comes to or from a loopback address (127/8, ::1: a
+# service bound there would answer the peer), from a multicast address or from one of the
+# gateway's own; it forwards no multicast without a multicast router. Handed to the kernel
+# through a raw socket, each would leave as a packet the gateway made itself: over lo to the
+# service, onto a link in the clear.
+GWA_RR=$(grep -o "dir fwd tmpl src $GWB_PUB_IP4 dst $GWA_PUB_IP4 proto esp reqid [0-9]*" \
+    "$WORK/gwA.conf" | awk '{print $NF; exit}')
+wide_policies() { # add|delete
+    local any dir
+    for any in 0.0.0.0/0 ::/0; do
+        for dir in in fwd; do
+            if [ "$1" = add ]; then
+                cli gwA policy add src $any dst $any dir $dir priority 100 tmpl src "$GWB_PUB_IP4" \
+                    dst "$GWA_PUB_IP4" proto esp reqid "$GWA_RR" mode tunnel || return 1
+            else
+                cli gwA policy delete src $any dst $any dir $dir || return 1
+            fi
+        done
+    done
+}
+MARTIAN_SEQ=1000400
+forge_cmd() { # INNER_SRC INNER_DST MARKER [ARGS...]: sets FORGE, 10 through SA 0x2001
+    FORGE=("$TOPO" exec wire "$PY" "$ATTACKER" forge --iface "$WIRE_A_IF" --mac "$GWA_MAC"
+        --src "$GWB_PUB_IP4" --dst "$GWA_PUB_IP4" --spi 0x2001 --key "$KEY_BA"
+        --seq $MARTIAN_SEQ --inner-src "$1" --inner-dst "$2" --marker "$3" --count 10 "${@:4}")
+    MARTIAN_SEQ=$((MARTIAN_SEQ + 10))
+}
+# group_sink_start NODE GROUP DEV SECONDS: as sink_start, a member of GROUP on DEV.
+group_sink_start() {
+    "$TOPO" exec "$1" "$PY" -c "
+import socket, struct, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+mreqn = socket.inet_aton('$2') + socket.inet_aton('0.0.0.0') + struct.pack('i', socket.if_nametoindex('$3'))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreqn)
+s.bind(('$2', 5300)); s.settimeout(0.2)
+n, end = 0, time.time() + $4
+while time.time() < end:
+    try:
+        s.recv(2048); n += 1
+    except socket.timeout:
+        pass
+print(n)" >"$WORK/sink.count" &
+    SINK=$!
+    wait_listen "$1" 5300 udp
+}
+# to_loopback ADDR SRC: 10 to a sink on gwA bound to ADDR; sets DELIVERED.
+to_loopback() {
+    sink_start gwA "$1" 3
+    forge_cmd "$2" "$1" lo$$
+    "${FORGE[@]}" >/dev/null
+    sink_count DELIVERED
+}
+# seen_on NS IF INNER_SRC INNER_DST [ARGS...]: how many frames IF shows of the 10 forged; sets
+# SEEN.
+seen_on() {
+    forge_cmd "$3" "$4" m$$ "${@:5}"
+    SEEN=$("$PY" "$HERE/wire_capture.py" --netns "$1" --dev "$2" --filter "contains m$$" \
+        -- "${FORGE[@]}" 2>>"$WORK/capture.err")
+}
+martians() {
+    local sa='sas[spi=0x2001].packets' counter=drops.in-martian
+    local mc_counter=gateway.drop-decrypted-multicast
+    [ "$PROT_MODE" = tun ] && mc_counter=  # the kernel's input takes it from the TUN
+    wide_policies add || { echo "the wide policies were not taken"; return 1; }
+    "$TOPO" exec gwA ip route add default via "$GWB_PUB_IP4" || return 1
+    local opened=$(stat gwA "$sa") before=$(stat gwA $counter) mc=0
+    [ -n "$mc_counter" ] && mc=$(stat gwA $mc_counter)
+    local delivered=0 leaked=0 src
+    to_loopback 127.0.0.1 "$HOSTB_IP4"
+    echo "to 127.0.0.1: delivered $DELIVERED"
+    delivered=$((delivered + DELIVERED))
+    to_loopback ::1 "$HOSTB_IP6"
+    echo "to ::1: delivered $DELIVERED"
+    delivered=$((delivered + DELIVERED))
+    for src in 127.0.0.1 224.0.0.9 "$GWA_PROT_IP4"; do
+        seen_on "$NS_HOSTA" "$HOSTA_IF" "$src" "$HOSTA_IP4"
+        echo "from $src to hostA: on hostA's link $SEEN"
+        leaked=$((leaked + SEEN))
+    done
+    # With TTL 1, as a routing protocol over the tunnel sends. In tun mode the kernel's input
+    # takes it from the TUN and delivers it to a member of the group there.
+    [ "$PROT_MODE" = tun ] && group_sink_start gwA 239.1.2.3 xesp-tun 3
+    seen_on "$NS_WIRE" "$WIRE_IF" "$HOSTB_IP4" 239.1.2.3 --ttl 1
+    echo "to 239.1.2.3: on the wire $SEEN"
+    leaked=$((leaked + SEEN))
+    local members=-
+    if [ "$PROT_MODE" = tun ]; then
+        sink_count members
+        echo "to 239.1.2.3: delivered to a member on the TUN $members"
+    fi
+    opened=$(($(stat gwA "$sa") - opened))
+    DELTA=$(($(stat gwA $counter) - before))
+    [ -n "$mc_counter" ] && mc=$(($(stat gwA $mc_counter) - mc))
+    "$TOPO" exec gwA ip route del default via "$GWB_PUB_IP4"
+    wide_policies delete || { echo "the wide policies were not deleted"; return 1; }
+    local group="$mc_counter +$mc" group_ok=$((mc == 10))
+    [ -z "$mc_counter" ] && group="a group member on the TUN got $members" group_ok=$((members == 10))
+    ROW[7]="$counter +$DELTA, $group (decrypted $opened), leaked $leaked, delivered $delivered"
+    echo "${ROW[7]}"
+    [ "$delivered" = 0 ] && [ "$leaked" = 0 ] && [ "$opened" = 60 ] && [ "$DELTA" = 50 ] &&
+        [ "$group_ok" = 1 ]
+}
+step "7 martian addresses out of the peer's SA are dropped, neither delivered nor sent" martians
+martian_control() {
+    forge_to_hostA "$HOSTB_IP4" $MARTIAN_SEQ m7ctl$$
+    [ "$DELIVERED" = 10 ] || { echo "$DELIVERED of 10 arrived"; return 1; }
+}
+check "7 control: what the site policies allow still arrives" martian_control
+
 # ---- 5: a clean stop fails closed ------------------------------------------------------------
 # term_under_traffic: 2 s of UDP from hostA to hostB; gwA's daemon gets SIGTERM after 0.5 s
 # and comes back from its state file after 1.2 s. Sets LEAKED.
@@ -262,5 +377,5 @@ check "5 --detach-on-exit: the log says which happened" grep -q "detached from .
 stop_gw gwB
 
 echo "attack table (gwA):"
-for i in 1 2 3 4 5 6; do echo "  $i  ${ROW[$i]:-not run}"; done
+for i in 1 2 3 4 5 6 7; do echo "  $i  ${ROW[$i]:-not run}"; done
 finish

@@ -3,6 +3,8 @@
 // own counter. Independent implementations check the bytes in tests/interop/.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "tests/unit/esp_fixture.h"
 
 using namespace xesp;
@@ -679,7 +681,7 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         auto rx = Engine::create(rc, Backend::Auto, forwards);
         REQUIRE(rx);
         (*rx)->set_local({addr("fd00::1"), addr("10.2.0.1"), addr("10.9.9.9"), sa.dst,
-                          addr("10.0.0.1"), addr("10.3.0.1"), addr("10.1.0.1")});
+                          addr("10.0.0.1"), addr("10.3.0.1"), addr("10.4.0.1")});
         Frame f(plain);
         REQUIRE(run(*tx, f) == Verdict::Encrypted);
         CHECK(run(**rx, f) == Verdict::Decrypted);
@@ -768,6 +770,81 @@ TEST_CASE("policies: block, missing SA fails closed, inbound checks", "[esp][pol
         REQUIRE(run(*tx, f) == Verdict::Encrypted);
         CHECK(run(*rx, f) == Verdict::Drop);
         CHECK(f.pkt.drop == Drop::InTmplMismatch);
+    }
+}
+
+TEST_CASE("what the kernel takes as a martian does not come out of an SA", "[esp][policy]")
+{
+    // Policies that send and take any address, as a full-tunnel gateway has them. The
+    // kernel's input would still drop what comes to or from these addresses (martians):
+    // handed to its raw socket, they would leave as the gateway's own packets.
+    const auto &gcm = all_transforms()[0];
+    SaConfig sa = make_sa(gcm, Mode::Tunnel, 4);
+    Config tc = sender(sa, "0.0.0.0/0", "0.0.0.0/0");
+    for (const Config &v6 = sender(sa, "::/0", "::/0"); const PolicyConfig &p : v6.policies)
+        tc.policies.push_back(p);
+    auto tx = make_engine(tc);
+    EngineOptions gw, unknown;
+    gw.local = std::vector<IpAddr>{sa.dst,      addr("10.9.0.1"), addr("127.0.0.1"),
+                                   addr("::1"), addr("fe80::1"),  addr("fd09::1")};
+    gw.broadcast = std::vector<IpAddr>{addr("10.9.0.255"), addr("255.255.255.255")};
+    struct Case {
+        const char *src, *dst;
+        bool martian;          // the gateway's addresses known
+        bool unknown_martian;  // not known (`xesp pcap` without --local)
+    } cases[] = {
+        {"10.2.0.2", "10.1.0.2", false, false},
+        {"10.2.0.2", "127.0.0.1", true, true},
+        {"10.2.0.2", "127.1.2.3", true, true},
+        {"127.0.0.1", "10.1.0.2", true, true},
+        {"224.0.0.9", "10.1.0.2", true, true},
+        {"255.255.255.255", "10.1.0.2", true, true},
+        {"0.0.0.0", "10.1.0.2", true, true},
+        {"0.0.0.0", "255.255.255.255", false, false},
+        {"0.0.0.0", "224.0.0.1", false, false},
+        {"10.2.0.2", "0.1.2.3", true, true},
+        {"10.9.0.1", "10.1.0.2", true, false},    // the gateway's own address
+        {"10.9.0.255", "10.1.0.2", true, false},  // its broadcast address
+        {"10.2.0.2", "239.1.2.3", false, false},  // a group: the gateway decides
+        {"10.2.0.2", "10.9.0.1", false, false},
+        {"fd02::2", "fd01::2", false, false},
+        {"fd02::2", "::1", true, true},
+        {"::1", "fd01::2", true, true},
+        {"ff02::1", "fd01::2", true, true},
+        {"::ffff:10.0.0.1", "fd01::2", true, true},
+        {"fd02::2", "ff01::1", true, true},  // interface-local scope
+        {"fd02::2", "ff00::1", true, true},  // reserved scope 0
+        {"fd02::2", "ff02::1", false, false},
+        {"fe80::2", "ff02::5", false, false},
+        {"fe80::2", "fd01::2", true, false},  // forwarded from a link-local address
+        {"fe80::2", "fd09::1", false, false},
+        {"::", "fd01::2", true, false},
+        {"::", "fd09::1", false, false},
+        {"fd02::2", "fe80::5", true, false},  // to another link's link-local address
+        {"fd02::2", "fe80::1", false, false},
+        {"fd02::2", "::", true, true},
+    };
+    Config rc = receiver(sa);  // fwd policies; and in policies for what is delivered here
+    for (const char *any : {"0.0.0.0/0", "::/0"}) {
+        PolicyConfig in = accept_from(sa, any);
+        in.dir = Dir::In;
+        rc.policies.push_back(in);
+    }
+    for (bool known : {true, false}) {
+        auto rx = Engine::create(rc, Backend::Auto, known ? gw : unknown);
+        REQUIRE(rx);
+        uint64_t martians = 0;
+        for (const Case &c : cases) {
+            INFO(c.src << " -> " << c.dst << (known ? "" : ", addresses not known"));
+            const bool want = known ? c.martian : c.unknown_martian;
+            Frame f(udp_packet(std::strchr(c.dst, ':') ? 6 : 4, c.src, c.dst, 12));
+            REQUIRE(run(*tx, f) == Verdict::Encrypted);
+            CHECK(run(**rx, f) == (want ? Verdict::Drop : Verdict::Decrypted));
+            if (want)
+                CHECK(f.pkt.drop == Drop::InMartian);
+            martians += want;
+        }
+        CHECK((*rx)->stats().drops[Drop::InMartian] == martians);
     }
 }
 

@@ -24,6 +24,7 @@ namespace xesp {
     X(InBadNextHeader, "in-bad-next-header", "XfrmInStateModeError")                               \
     X(InDummy, "in-dummy", "XfrmInStateProtoError")                                                \
     X(InBadInner, "in-bad-inner", "XfrmInHdrError")                                                \
+    X(InMartian, "in-martian", "XfrmInHdrError")                                                   \
     X(InEcnDrop, "in-ecn-drop", "XfrmInError")                                                     \
     X(InSelectorMismatch, "in-selector-mismatch", "XfrmInStateMismatch")                           \
     X(InTmplMismatch, "in-tmpl-mismatch", "XfrmInTmplMismatch")                                    \

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <charconv>
+#include <cstring>
 
 namespace xesp {
 
@@ -32,6 +33,53 @@ std::string IpAddr::str() const
     else
         return "unset";
     return buf;
+}
+
+namespace {
+
+bool v6_loopback(const uint8_t *a)
+{
+    static const uint8_t one[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return std::memcmp(a, one, 16) == 0;
+}
+
+bool v6_unspecified(const uint8_t *a)
+{
+    static const uint8_t zero[16] = {};
+    return std::memcmp(a, zero, 16) == 0;
+}
+
+bool v6_v4mapped(const uint8_t *a)
+{
+    static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return std::memcmp(a, prefix, 12) == 0;
+}
+
+bool v6_link_local(const uint8_t *a)
+{
+    return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
+}
+
+}  // namespace
+
+bool martian(const IpAddr &src, const IpAddr &dst, bool to_us)
+{
+    const uint8_t *s = src.b.data(), *d = dst.b.data();
+    if (src.family == 4) {
+        const bool s_limited = s[0] == 255 && s[1] == 255 && s[2] == 255 && s[3] == 255;
+        if ((s[0] >> 4) == 0xe || s_limited || s[0] == 127 || d[0] == 0 || d[0] == 127)
+            return true;
+        return s[0] == 0 && !is_group_dst(dst);
+    }
+    if (s[0] == 0xff || v6_loopback(s) || v6_v4mapped(s))
+        return true;
+    if (v6_unspecified(d) || v6_loopback(d))
+        return true;
+    if (d[0] == 0xff)
+        return (d[1] & 0x0f) <= 1;  // reserved or interface-local scope
+    if (to_us)
+        return false;
+    return v6_unspecified(s) || v6_link_local(s) || v6_link_local(d);
 }
 
 bool Prefix::contains(const IpAddr &a) const

@@ -359,6 +359,7 @@ private:
     Dirn check_unprotected(const Tables &t, Pkt &p, const FlowKey &flow);
     void inbound_policy_checks(const Tables &t, Burst &b);
     Dir inbound_dir(const FlowKey &flow, bool *then_fwd) const;
+    bool decrypted_martian(const FlowKey &flow) const;
     const PolicyConfig *inbound_policy(const Tables &t, const FlowKey &flow, bool *unsure) const;
     bool too_big(Sa &sa, Pkt &p);
     void account(Pkt &p, Sa *sa);

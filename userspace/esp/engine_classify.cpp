@@ -262,6 +262,23 @@ Dir Engine::inbound_dir(const FlowKey &flow, bool *then_fwd) const
     return std::binary_search(brd.begin(), brd.end(), flow.dst) ? Dir::In : Dir::Fwd;
 }
 
+// What came out of an SA and the kernel's input would drop as a martian (martian(); an IPv4
+// source that is the gateway's own address or one of its broadcast addresses too, as
+// fib_validate_source() refuses it with accept_local off). Handed to the kernel's raw socket
+// it would leave as a packet the gateway made: to a loopback address over lo, to a service
+// bound there, from any of them onto a link. Where the gateway's addresses are not known,
+// every destination is taken as its own, and no source as its.
+bool Engine::decrypted_martian(const FlowKey &flow) const
+{
+    if (!options_.local)
+        return martian(flow.src, flow.dst, true);
+    if (martian(flow.src, flow.dst, is_local(flow.dst)))
+        return true;
+    const auto &brd = options_.broadcast;
+    return flow.src.family == 4 &&
+           (is_local(flow.src) || std::binary_search(brd.begin(), brd.end(), flow.src));
+}
+
 const PolicyConfig *Engine::inbound_policy(const Tables &t, const FlowKey &flow, bool *unsure) const
 {
     bool then_fwd;
@@ -318,6 +335,10 @@ void Engine::inbound_policy_checks(const Tables &t, Burst &b)
             Check &k = c[n];
             if (!parse_flow(gp[i]->ip(), gp[i]->len, &k.flow)) {
                 gp[i]->set_drop(Drop::InBadInner);
+                continue;
+            }
+            if (decrypted_martian(k.flow)) {
+                gp[i]->set_drop(Drop::InMartian);
                 continue;
             }
             k.p = gp[i];

@@ -101,7 +101,8 @@ namespace xesp {
     X(TunJoined, "tun-joined", false)            /* decrypted segments joined into those (GRO) */  \
     X(TunWriteError, "drop-tun-write", true)     /* segments the TUN device refused */             \
     X(TunReopen, "drop-tun-reopen", true) /* pieces waiting: sockets reopened, TUN closed */       \
-    X(DecryptedBroadcast, "drop-decrypted-broadcast", true) /* to a broadcast address of ours */
+    X(DecryptedBroadcast, "drop-decrypted-broadcast", true) /* to a broadcast address of ours */   \
+    X(DecryptedMulticast, "drop-decrypted-multicast", true) /* to a group, in xdp mode */
 
 enum class GwCounter : uint32_t {
 #define XESP_GW_ENUM(e, name, drop) e,
@@ -384,6 +385,7 @@ private:
     static bool ttl_ends(const uint8_t *ip);
     static bool ttl_ends(const Pkt &p) { return ttl_ends(p.ip()); }
     bool decrypted_broadcast(const uint8_t *ip) const;
+    static bool decrypted_multicast(const uint8_t *ip);
     bool time_exceeded(Pkt &p);
     static bool may_split(const Pkt &p, const Classified &c, uint32_t mtu);
     size_t prefragment(Port &port, uint32_t split, Pkt *const *in, const Classified *in_cls,

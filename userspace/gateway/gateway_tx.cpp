@@ -89,6 +89,13 @@ bool Gateway::decrypted_broadcast(const uint8_t *ip) const
            std::binary_search(broadcasts_.begin(), broadcasts_.end(), ip_dst(ip));
 }
 
+// Whether ip goes to a multicast group: the kernel delivers it to the gateway's own members
+// of the group and, with no multicast router, forwards it to no one.
+bool Gateway::decrypted_multicast(const uint8_t *ip)
+{
+    return wire::ip_version(ip) == 6 ? ip[24] == 0xff : (ip[16] >> 4) == 0xe;
+}
+
 // One pass over the burst: the verdict, the TTL of what was decrypted, the ICMP rate limit
 // and the next hop decide each packet's list.
 void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
@@ -111,16 +118,25 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
             // bc_forwarding off), but handed to it through the raw socket it would broadcast
             // it on the link. The TUN device hands it to the kernel's input, which does the
             // former.
+            // The same for a multicast group: through the raw socket the kernel would send
+            // it onto a link, as if the gateway had made it.
             if (!out && !tun_ && decrypted_broadcast(p.ip())) {
                 count(GwCounter::DecryptedBroadcast);
                 l.recycle[l.nrecycle++] = &p;
                 continue;
             }
+            if (!out && !tun_ && decrypted_multicast(p.ip())) {
+                count(GwCounter::DecryptedMulticast);
+                l.recycle[l.nrecycle++] = &p;
+                continue;
+            }
             // For a tun-mode interface, or the kernel's: its forwarding takes the hop, we
-            // answer where the TTL runs out, as for the rest. A broadcast takes no hop: the
-            // kernel delivers it to the gateway, and no ICMP error answers a broadcast.
+            // answer where the TTL runs out, as for the rest. A broadcast or a multicast
+            // takes no hop here: the kernel delivers it to the gateway (a routing protocol
+            // over the tunnel sends with TTL 1), and no ICMP error answers either.
             const bool via_tun = !out && tun_;
-            if (via_tun && (!ttl_ends(p) || decrypted_broadcast(p.ip()))) {
+            if (via_tun &&
+                (!ttl_ends(p) || decrypted_broadcast(p.ip()) || decrypted_multicast(p.ip()))) {
                 l.tun[l.ntun++] = &p;
                 continue;
             }
