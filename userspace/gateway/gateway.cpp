@@ -68,10 +68,7 @@ bool broadcast_addresses(std::vector<IpAddr> &out)
     rtnl::Requests rq;
     if (!rq.open(1, true))
         return false;
-    int err = -EINTR;
-    for (int i = 0; i < 3 && err == -EINTR; i++)
-        err = rtnl::dump_broadcasts(rq, out);
-    return err == 0;
+    return rtnl::dump_broadcasts(rq, out) == 0;
 }
 
 bool link_local(const IpAddr &a)

@@ -167,9 +167,7 @@ int dump_links_once(Requests &rq, std::vector<Link> &out)
     return err ? err : interrupted ? -EINTR : 0;  // devices changed under it: not the whole list
 }
 
-}  // namespace
-
-int dump_broadcasts(Requests &rq, std::vector<IpAddr> &out)
+int dump_broadcasts_once(Requests &rq, std::vector<IpAddr> &out)
 {
     out.clear();
     nlmsghdr *nlh = rq.request(RTM_GETROUTE, NLM_F_DUMP);
@@ -202,12 +200,27 @@ int dump_broadcasts(Requests &rq, std::vector<IpAddr> &out)
     return err ? err : interrupted ? -EINTR : 0;
 }
 
-int dump_links(Requests &rq, std::vector<Link> &out, int tries)
+// dump(rq, out) again, up to `tries` times in all, while what it reads changes under it.
+template <typename T>
+int dump_tries(int (*dump)(Requests &, std::vector<T> &), Requests &rq, std::vector<T> &out,
+               int tries)
 {
     int err = -EINTR;
     for (int i = 0; i < tries && err == -EINTR; i++)
-        err = dump_links_once(rq, out);
+        err = dump(rq, out);
     return err;
+}
+
+}  // namespace
+
+int dump_broadcasts(Requests &rq, std::vector<IpAddr> &out, int tries)
+{
+    return dump_tries(dump_broadcasts_once, rq, out, tries);
+}
+
+int dump_links(Requests &rq, std::vector<Link> &out, int tries)
+{
+    return dump_tries(dump_links_once, rq, out, tries);
 }
 
 namespace {

@@ -68,9 +68,9 @@ class Requests;
 // kernel filters the dump to that table (`rq` opened strict), so only those routes are sent;
 // but until policy rules are added it keeps the local and main tables in one trie, and walks
 // the main table's routes to skip them (about 20 ms for 300,000 routes): a call for events,
-// not for every round. Returns 0, the kernel's -errno, -EINTR (routes changed under it), or
-// Requests::kSocketError.
-int dump_broadcasts(Requests &rq, std::vector<IpAddr> &out);
+// not for every round. Read again up to `tries` times in all while routes change under it.
+// Returns 0, the kernel's -errno, -EINTR (still changing), or Requests::kSocketError.
+int dump_broadcasts(Requests &rq, std::vector<IpAddr> &out, int tries = 3);
 // Every device of the namespace (an RTM_GETLINK dump), read again up to `tries` times in all
 // while devices change under it. Returns 0, the kernel's -errno, -EINTR (still changing), or
 // Requests::kSocketError.
