@@ -802,6 +802,7 @@ TEST_CASE("what the kernel takes as a martian does not come out of an SA", "[esp
         {"0.0.0.0", "10.1.0.2", true, true},
         {"0.0.0.0", "255.255.255.255", false, false},
         {"0.0.0.0", "224.0.0.1", false, false},
+        {"0.0.0.0", "239.1.2.3", true, true},
         {"10.2.0.2", "0.1.2.3", true, true},
         {"10.9.0.1", "10.1.0.2", true, false},    // the gateway's own address
         {"10.9.0.255", "10.1.0.2", true, false},  // its broadcast address
@@ -811,9 +812,9 @@ TEST_CASE("what the kernel takes as a martian does not come out of an SA", "[esp
         {"fd02::2", "::1", true, true},
         {"::1", "fd01::2", true, true},
         {"ff02::1", "fd01::2", true, true},
-        {"::ffff:10.0.0.1", "fd01::2", true, true},
-        {"fd02::2", "ff01::1", true, true},  // interface-local scope
-        {"fd02::2", "ff00::1", true, true},  // reserved scope 0
+        {"::ffff:10.0.0.1", "fd01::2", false, false},  // as Linux takes it since 5.12
+        {"fd02::2", "ff01::1", true, true},            // interface-local scope
+        {"fd02::2", "ff00::1", true, true},            // reserved scope 0
         {"fd02::2", "ff02::1", false, false},
         {"fe80::2", "ff02::5", false, false},
         {"fe80::2", "fd01::2", true, false},  // forwarded from a link-local address

@@ -49,12 +49,6 @@ bool v6_unspecified(const uint8_t *a)
     return std::memcmp(a, zero, 16) == 0;
 }
 
-bool v6_v4mapped(const uint8_t *a)
-{
-    static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    return std::memcmp(a, prefix, 12) == 0;
-}
-
 bool v6_link_local(const uint8_t *a)
 {
     return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
@@ -69,9 +63,11 @@ bool martian(const IpAddr &src, const IpAddr &dst, bool to_us)
         const bool s_limited = s[0] == 255 && s[1] == 255 && s[2] == 255 && s[3] == 255;
         if ((s[0] >> 4) == 0xe || s_limited || s[0] == 127 || d[0] == 0 || d[0] == 127)
             return true;
-        return s[0] == 0 && !is_group_dst(dst);
+        const bool d_limited = d[0] == 255 && d[1] == 255 && d[2] == 255 && d[3] == 255;
+        const bool d_local_group = d[0] == 224 && d[1] == 0 && d[2] == 0;
+        return s[0] == 0 && !d_limited && !d_local_group;
     }
-    if (s[0] == 0xff || v6_loopback(s) || v6_v4mapped(s))
+    if (s[0] == 0xff || v6_loopback(s))
         return true;
     if (v6_unspecified(d) || v6_loopback(d))
         return true;

@@ -54,16 +54,18 @@ inline bool is_group_dst(const IpAddr &a)
 }
 
 // Addresses the kernel's input drops as martians, whatever its routes, from any link but lo
-// (route_localnet off): for IPv4, ip_route_input_slow() and ip_route_input_mc(); for IPv6,
-// ip6_rcv_core() and, for what it forwards, ip6_forward(). `to_us`: dst is one of the host's
-// own addresses (IPv6 takes an unspecified or link-local source to those, never further).
-// What depends on the host's addresses (an IPv4 source that is one of them or a broadcast
-// address of its, fib_validate_source()) is the caller's to check.
-//   IPv4: from multicast, the limited broadcast, 0/8 (but to a group) or 127/8; to 0/8 or
-//         127/8.
-//   IPv6: from multicast, ::1 or an IPv4-mapped address; to ::, ::1, or a multicast group of
-//         scope 0 or 1 (RFC 4291 2.7); and, when not to_us and not to a group, from :: or a
-//         link-local address, or to a link-local address (RFC 4291 2.5.6).
+// (route_localnet off): for IPv4, ip_route_input_slow() and ip_mc_validate_source(); for
+// IPv6, ip6_rcv_core() and, for what it forwards, ip6_forward(). `to_us`: dst is one of the
+// host's own addresses (IPv6 takes an unspecified or link-local source to those, never
+// further). What depends on the host's addresses (an IPv4 source that is one of them,
+// fib_validate_source()) is the caller's to check.
+//   IPv4: from multicast, the limited broadcast or 127/8; from 0/8 but to the limited
+//         broadcast or 224.0.0.0/24 (the kernel lets IGMP to other groups through too); to
+//         0/8 or 127/8.
+//   IPv6: from multicast or ::1; to ::1, or a multicast group of scope 0 or 1 (RFC 4291
+//         2.7); and, when not to_us and not to a group, from :: or a link-local address
+//         (ip6_forward()). Stricter than the kernel, which would send them back out of the
+//         link they came from: to :: or another link's link-local address (RFC 4291 2.5.6).
 bool martian(const IpAddr &src, const IpAddr &dst, bool to_us);
 
 struct Prefix {

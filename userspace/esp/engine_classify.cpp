@@ -263,11 +263,11 @@ Dir Engine::inbound_dir(const FlowKey &flow, bool *then_fwd) const
 }
 
 // What came out of an SA and the kernel's input would drop as a martian (martian(); an IPv4
-// source that is the gateway's own address or one of its broadcast addresses too, as
-// fib_validate_source() refuses it with accept_local off). Handed to the kernel's raw socket
-// it would leave as a packet the gateway made: to a loopback address over lo, to a service
-// bound there, from any of them onto a link. Where the gateway's addresses are not known,
-// every destination is taken as its own, and no source as its.
+// source that is the gateway's own address too, as fib_validate_source() refuses it with
+// accept_local off, and, stricter, one of its broadcast addresses). Handed to the kernel's
+// raw socket it would leave as a packet the gateway made: to a loopback address over lo, to
+// a service bound there, from any of them onto a link. Where the gateway's addresses are not
+// known, every destination is taken as its own, and no source as its.
 bool Engine::decrypted_martian(const FlowKey &flow) const
 {
     if (!options_.local)

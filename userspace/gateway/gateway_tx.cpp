@@ -125,7 +125,7 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
                 l.recycle[l.nrecycle++] = &p;
                 continue;
             }
-            if (!out && !tun_ && decrypted_multicast(p.ip())) {
+            if (!tun_ && decrypted_multicast(p.ip())) {  // whatever its hop, should it have one
                 count(GwCounter::DecryptedMulticast);
                 l.recycle[l.nrecycle++] = &p;
                 continue;
@@ -135,8 +135,8 @@ void Gateway::sort_tx(Port &rx, Pkt *const *pkts, size_t n, TxLists &l)
             // takes no hop here: the kernel delivers it to the gateway (a routing protocol
             // over the tunnel sends with TTL 1), and no ICMP error answers either.
             const bool via_tun = !out && tun_;
-            if (via_tun &&
-                (!ttl_ends(p) || decrypted_broadcast(p.ip()) || decrypted_multicast(p.ip()))) {
+            if ((via_tun && (!ttl_ends(p) || decrypted_broadcast(p.ip()))) ||
+                (tun_ && decrypted_multicast(p.ip()))) {
                 l.tun[l.ntun++] = &p;
                 continue;
             }
