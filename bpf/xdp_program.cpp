@@ -461,11 +461,20 @@ Result<void> XdpProgram::park_iface(uint32_t ifindex, IfaceRole role, const std:
                   ("xdp: park " + ifname(int(ifindex))).c_str());
 }
 
-Result<void> XdpProgram::set_local_link(uint32_t ifindex)
+Result<void> XdpProgram::set_local_link(uint32_t ifindex, uint32_t gateway_end)
 {
-    uint32_t zero = 0;
-    return update(bpf_map__fd(skel_->maps.local_link), &zero, &ifindex, BPF_ANY,
-                  "xdp: set the local link");
+    // The gateway's end first when there is one, and last when there is none: what the tc
+    // programs send there always finds the XDP program told of it.
+    const uint32_t kernel = 0, gateway = 1;
+    int fd = bpf_map__fd(skel_->maps.local_link);
+    if (gateway_end)
+        if (auto r = update(fd, &gateway, &gateway_end, BPF_ANY, "xdp: set the local link"); !r)
+            return r;
+    if (auto r = update(fd, &kernel, &ifindex, BPF_ANY, "xdp: set the local link"); !r)
+        return r;
+    if (!gateway_end)
+        return update(fd, &gateway, &gateway_end, BPF_ANY, "xdp: set the local link");
+    return {};
 }
 
 Result<void> XdpProgram::add_own_socket(int fd)

@@ -30,13 +30,6 @@
 /* ---- Maps (and those the XDP program uses too: shared_maps.h) ------------------------- */
 
 struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, __u32);  /* ifindex; 0: none */
-} local_link SEC(".maps"); /* where tc egress sends the gateway's own, tun mode its UDP */
-
-struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 16);
     __type(key, __u64); /* socket cookie */
@@ -261,6 +254,10 @@ int xesp_tc_protected(struct __sk_buff *skb)
         if (unicast_in_group_frame((const __u8 *)(long)skb->data, (const void *)(long)skb->data_end,
                                    &f)) {
             count(XESP_CTR_DROP_GROUP_MAC);
+            return TC_ACT_SHOT;
+        }
+        if (forward_martian(&f, 0)) {
+            count(XESP_CTR_DROP_MARTIAN);
             return TC_ACT_SHOT;
         }
         /* UDP goes as in xdp mode: through the local link's XDP program to an AF_XDP

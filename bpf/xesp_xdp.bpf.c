@@ -366,6 +366,8 @@ static __always_inline int classify_plain(struct xdp_md *ctx, struct flow *f, in
             if (unicast_in_group_frame((const __u8 *)(long)ctx->data,
                                        (const void *)(long)ctx->data_end, f))
                 return drop(XESP_CTR_DROP_GROUP_MAC);
+            if (forward_martian(f, from_local_link(f->ingress_ifindex)))
+                return drop(XESP_CTR_DROP_MARTIAN);
             struct xesp_meta m = {
                 .magic = XESP_META_MAGIC,
                 .kind = XESP_META_ENCAP,

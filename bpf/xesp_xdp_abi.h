@@ -262,7 +262,8 @@ struct xesp_sock_mark {
     X(DROP_UNREADABLE, "drop-unreadable") /* both tc programs: IP headers they cannot read */      \
     X(TUN_UDP_LINK, "tun-udp-link") /* tc ingress, tun mode: UDP to protect, to the local link */  \
     X(DROP_OTHER_HOST, "drop-other-host") /* to hand over, but to another station's MAC */         \
-    X(DROP_GROUP_MAC, "drop-group-mac")   /* to forward, but in a multicast or broadcast frame */
+    X(DROP_GROUP_MAC, "drop-group-mac")   /* to forward, but in a multicast or broadcast frame */  \
+    X(DROP_MARTIAN, "drop-martian")       /* to protect, from or to a martian address */
 
 enum xesp_xdp_counter {
 #define XESP_XDP_COUNTER_ENUM(e, name) XESP_CTR_##e,

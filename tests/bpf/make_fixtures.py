@@ -13,6 +13,7 @@ next to the SAs and policies it loads; the names here are the keys. Addresses us
     10.3.0.0/16                UDP/53 protected, everything else bypassed
     203.0.113.0/24             blocked
     fd00:1::/48 -> ::/0        ICMPv6 blocked where nothing else applies
+    ::/0 -> fd00:7::/48        protected, from anywhere
     2001:db8::1 (in)           plaintext to it must come as ESP, as to 192.0.2.1
 """
 import struct
@@ -145,6 +146,15 @@ def fixtures():
     add("ike4_gw_to_subnet", eth() / IP(src=GW4, dst="192.0.2.9") / UDP(sport=500, dport=500) /
         Raw(b"\x11" * 28))
     add("esp4_host_to_subnet", eth() / IP(src=HOST4, dst="192.0.2.9") / esp(FOREIGN_SPI))
+    # Plaintext to protect from or to what the kernel takes as a martian: never forwarded
+    # into a tunnel. The gateway's own addresses are its own to send from, over its local link.
+    add("plain4_from_loopback", eth() / IP(src="127.0.0.1", dst="192.0.2.9") / udp())
+    add("plain4_from_multicast", eth() / IP(src="224.0.0.9", dst="192.0.2.9") / udp())
+    add("plain4_from_zero", eth() / IP(src="0.0.0.0", dst="192.0.2.9") / udp())
+    add("plain4_from_gw_lan", eth() / IP(src="10.1.0.1", dst="10.2.0.7") / udp())
+    add("plain6_from_link_local", eth() / IPv6(src="fe80::5", dst="fd00:7::1") / udp())
+    add("plain6_from_loopback", eth() / IPv6(src="::1", dst="fd00:7::1") / udp())
+    add("plain6_to_any_protect", eth() / IPv6(src="fd00:1::5", dst="fd00:7::1") / udp())
 
     add("arp", eth(type=0x0806) / ARP(psrc="10.1.0.5", pdst="10.1.0.1"))
     add("arp_vlan", eth() / Dot1Q(vlan=10) / ARP(psrc="10.1.0.5", pdst="10.1.0.1"))

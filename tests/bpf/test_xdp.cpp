@@ -174,6 +174,7 @@ void load_config(XdpProgram &prog)
     REQUIRE(prog.add_policy(
         15, policy("10.1.0.0/16", "10.4.0.0/16", Out, 100, true, Action::Allow, 33, 5000)));
     REQUIRE(prog.add_policy(16, policy("10.1.0.0/16", "239.0.0.0/8", Out, 100, true)));
+    REQUIRE(prog.add_policy(17, policy("::/0", "fd00:7::/48", Out, 100, true)));
 }
 
 // The classifier with nothing in its maps, the host's routes left out.
@@ -212,6 +213,7 @@ struct Expect {
     uint32_t id = 0;          // Decap/Encap: SA or policy id
     uint16_t l3 = 0, l4 = 0;  // Decap/Encap: metadata offsets
     uint8_t flags = 0;        // Decap/Encap: metadata flags
+    bool local_link = false;  // arrives on the gateway's local link (its own traffic)
 };
 
 constexpr uint8_t F6 = XESP_META_F_IPV6, FN = XESP_META_F_NATT, FF = XESP_META_F_FRAGMENT;
@@ -377,10 +379,24 @@ const Expect kTable[] = {
     {"plain4_protect_tcp", Pub, V::Drop, C::DROP_PUBLIC_PLAINTEXT},
     {"plain6_protect_tcp", Pub, V::Drop, C::DROP_PUBLIC_PLAINTEXT},
     {"plain4_fragment_protect", Pub, V::Drop, C::DROP_PUBLIC_PLAINTEXT},
-    // The tc egress program's cases (below) as the XDP program sees them: not to us.
-    {"esp4_gw_to_subnet", Prot, V::Encap, C::REDIRECT_ENCAP, 11, 14, 34},
-    {"ike4_gw_to_subnet", Prot, V::Encap, C::REDIRECT_ENCAP, 11, 14, 34},
+    // The tc egress program's cases (below) as the XDP program sees them on the local link:
+    // not to us. From a protected host, the gateway's address is a martian source.
+    {"esp4_gw_to_subnet", Prot, V::Encap, C::REDIRECT_ENCAP, 11, 14, 34, 0, true},
+    {"ike4_gw_to_subnet", Prot, V::Encap, C::REDIRECT_ENCAP, 11, 14, 34, 0, true},
+    {"esp4_gw_to_subnet", Prot, V::Drop, C::DROP_MARTIAN},
     {"esp4_host_to_subnet", Prot, V::Encap, C::REDIRECT_ENCAP, 11, 14, 34},
+    // Plaintext to protect that the kernel's input would drop as a martian: never encrypted.
+    {"plain4_from_loopback", Prot, V::Drop, C::DROP_MARTIAN},
+    {"plain4_from_loopback", Prot, V::Drop, C::DROP_MARTIAN, 0, 0, 0, 0, true},
+    {"plain4_from_multicast", Prot, V::Drop, C::DROP_MARTIAN},
+    {"plain4_from_zero", Prot, V::Drop, C::DROP_MARTIAN},
+    {"plain4_from_gw_lan", Prot, V::Drop, C::DROP_MARTIAN},
+    {"plain4_from_gw_lan", Prot, V::Encap, C::REDIRECT_ENCAP, 1, 14, 34, 0, true},
+    {"plain6_from_link_local", Prot, V::Drop, C::DROP_MARTIAN},
+    {"plain6_from_link_local", Prot, V::Encap, C::REDIRECT_ENCAP, 17, 14, 54, F6, true},
+    {"plain6_from_loopback", Prot, V::Drop, C::DROP_MARTIAN},
+    {"plain6_from_loopback", Prot, V::Drop, C::DROP_MARTIAN, 0, 0, 0, 0, true},
+    {"plain6_to_any_protect", Prot, V::Encap, C::REDIRECT_ENCAP, 17, 14, 54, F6},
 };
 
 const XdpFixturePacket *packet(const char *name)
@@ -394,10 +410,12 @@ const XdpFixturePacket *packet(const char *name)
 // Runs one row without an AF_XDP socket: a redirect falls back to XDP_DROP.
 void check_row(XdpProgram &prog, const Expect &e)
 {
-    INFO("fixture " << e.name << (e.role == Pub ? " (public)" : " (protected)"));
+    INFO("fixture " << e.name << (e.role == Pub ? " (public)" : " (protected)")
+                    << (e.local_link ? ", the local link" : ""));
     const XdpFixturePacket *p = packet(e.name);
     REQUIRE(p);
     REQUIRE(prog.set_iface_role(kLoIfindex, e.role, 0, kIfaceMacs));
+    REQUIRE(prog.set_local_link(0, e.local_link ? kLoIfindex : 0));
     XdpCounters before = counters(prog);
     RunResult r = run(prog, p->data, p->len);
     XdpCounters after = counters(prog);
@@ -847,6 +865,11 @@ TEST_CASE("tc ingress in tun mode: protected plaintext to the TUN whole, blocked
         {"plain6_frag_later_destopt", kShot, "drop-ports-unknown+1 "},
         {"plain6_frag_chain_cut", kShot, "drop-ports-unknown+1 "},
         {"plain4_dccp_other_port", kOk, "pass-no-policy+1 "},
+        // What the kernel would drop as a martian is never sent to the TUN: only hosts come
+        // here, so the gateway's own addresses are martian sources too.
+        {"plain4_from_gw_lan", kShot, "drop-martian+1 "},
+        {"plain4_from_loopback", kShot, "drop-martian+1 "},
+        {"plain6_from_link_local", kShot, "drop-martian+1 "},
     };
     check_rows(rest);
     // The MACs the interface takes, as tun mode writes them: a frame to another station's
@@ -1052,6 +1075,7 @@ TEST_CASE("with a socket bound to the queue, ESP, protected plaintext and report
         INFO(e.name);
         const XdpFixturePacket *p = packet(e.name);
         REQUIRE(prog->set_iface_role(kLoIfindex, e.role, 0, kIfaceMacs));
+        REQUIRE(prog->set_local_link(0, e.local_link ? kLoIfindex : 0));
         XdpCounters before = counters(*prog);
         RunResult r = run(*prog, p->data, p->len);
         XdpCounters after = counters(*prog);

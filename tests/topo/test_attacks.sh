@@ -26,13 +26,15 @@
 #  7  through the peer's SA under policies that take    drops.in-martian (and, for         0      0
 #     any address: to or from loopback, from multicast  multicast, gateway.drop-decrypted-
 #     or gwA's own address, to a multicast group        multicast; tun mode: the kernel)
+#  8  from hostA with gwA's own LAN address as source,  xdp.drop-martian                0      0
+#     under the out policy (as the kernel, not sent)
 #
 # With XESP_PROT_MODE=tun the protected interfaces are in tun mode (gateway_lib.sh), and the
 # rows count what the tc program counts in place of XDP.
 #
 # "leaked": frames on the wire carrying the attack's plaintext marker (or, for 4, ESP that gwA
 # made of it). "delivered": datagrams the attack got to a host. Each row also checks that the
-# counter rose, and rows 2, 4, 6 and 7 have a control: the same path with what the policies allow
+# counter rose, and rows 2, 4, 6, 7 and 8 have a control: the same path with what the policies allow
 # gets through, so the zero is not the test's own doing.
 #
 # Usage: bash test_attacks.sh XESP
@@ -316,6 +318,29 @@ martian_control() {
 }
 check "7 control: what the site policies allow still arrives" martian_control
 
+# ---- 8: a protected host sends as the gateway ------------------------------------------------
+# hostA puts gwA's own LAN address (10.1.0.1) as the source of datagrams the out policy
+# protects. The kernel's input drops such a packet as a martian (fib_validate_source()); it
+# must not reach site B through the tunnel as if gwA had sent it.
+GWA_PROT_MAC=$("$TOPO" exec gwA cat /sys/class/net/$GWA_PROT_IF/address)
+from_hostA() { # SRC MARKER: 10 datagrams to hostB from hostA's link; sets N (at hostB), ESP
+    sink_start hostB "$HOSTB_IP4" 3
+    FILTERS=("esp src $GWA_PUB_IP4 dst $GWB_PUB_IP4")
+    wire_counts_into ESP "$TOPO" exec hostA "$PY" "$ATTACKER" inject --iface "$HOSTA_IF" \
+        --mac "$GWA_PROT_MAC" --src "$1" --dst "$HOSTB_IP4" --marker "$2" --count 10
+    sink_count N
+}
+spoofed_gateway() {
+    from_hostA "$HOSTA_IP4" own$$  # control: hostA's own address, the same way
+    [ "$N" = 10 ] && [ "$ESP" -ge 10 ] ||
+        { echo "control: $N of 10 arrived, $ESP ESP frames"; return 1; }
+    delta gwA xdp.drop-martian from_hostA "$GWA_PROT_IP4" spoof$$
+    ROW[8]="xdp.drop-martian +$DELTA, leaked $ESP (as ESP), delivered $N (control: 10 of 10)"
+    echo "${ROW[8]}"
+    [ "$N" = 0 ] && [ "$ESP" = 0 ] && [ "$DELTA" = 10 ]
+}
+step "8 a protected host sending as the gateway is dropped, not encrypted" spoofed_gateway
+
 # ---- 5: a clean stop fails closed ------------------------------------------------------------
 # term_under_traffic: 2 s of UDP from hostA to hostB; gwA's daemon gets SIGTERM after 0.5 s
 # and comes back from its state file after 1.2 s. Sets LEAKED.
@@ -388,5 +413,5 @@ check "5 --detach-on-exit: the log says which happened" grep -q "detached from .
 stop_gw gwB
 
 echo "attack table (gwA):"
-for i in 1 2 3 4 5 6 7; do echo "  $i  ${ROW[$i]:-not run}"; done
+for i in 1 2 3 4 5 6 7 8; do echo "  $i  ${ROW[$i]:-not run}"; done
 finish

@@ -225,8 +225,12 @@ void Gateway::open_local_link()
     }
     local_link_ = std::move(*l);
     auto r = attach_iface({LocalLink::kGatewayEnd, IfaceRole::Protected}, true);
-    if (r)
-        r = prog_->set_local_link(local_link_.kernel_ifindex());
+    if (r) {
+        auto gw_end = std::find_if(ifaces_.begin(), ifaces_.end(),
+                                   [](const GatewayIface &i) { return i.local; });
+        r = prog_->set_local_link(local_link_.kernel_ifindex(),
+                                  gw_end != ifaces_.end() ? gw_end->ifindex : 0);
+    }
     if (!r) {
         log(LogLevel::Warning,
             "local link: %s; the gateway's own traffic to protected sites "
