@@ -95,11 +95,12 @@ static __always_inline int from_local_link(__u32 ifindex)
 /* Plaintext to protect that the kernel would never have forwarded into a tunnel, as its input
  * drops it as a martian first (ip_route_input_slow() and fib_validate_source() with
  * route_localnet and accept_local off; ip6_rcv_core(), ip6_forward()): IPv4 from multicast,
- * the limited broadcast, 0/8, 127/8, one of the gateway's own addresses or (as with
- * rp_filter) one of its broadcast addresses, or to 0/8 or 127/8; IPv6 from multicast, ::1, :: or a link-local address, or to ::1 or a link-local
- * address (RFC 4291 2.5.6). `own`: the gateway sent it itself, through its local link: its
- * own addresses, link-local ones too, are its to send from. What comes out of an SA has the
- * same checks in the engine (martian()). */
+ * the limited broadcast, 0/8, 127/8, or one of the gateway's own addresses, or to 0/8 or
+ * 127/8; IPv6 from multicast, ::1, :: or a link-local address, or to ::1 or a link-local
+ * address (RFC 4291 2.5.6). Stricter than the kernel without rp_filter: from one of the
+ * gateway's broadcast addresses. `own`: the gateway sent it itself, through its local link:
+ * its own addresses, link-local ones too, are its to send from. What comes out of an SA has
+ * the same checks in the engine (martian()). */
 static __always_inline int forward_martian(const struct flow *f, int own)
 {
     __u32 s = bpf_ntohl(f->src[0]), d = bpf_ntohl(f->dst[0]);

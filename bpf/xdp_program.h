@@ -179,9 +179,9 @@ public:
     // and the tun-mode program the UDP it protects: a device whose far end is one of the
     // gateway's protected interfaces. 0: nowhere (the egress program drops; the tun-mode one
     // sends UDP to the TUN like the rest).
-    // `gateway_end`: the device the XDP program takes it from, whose own addresses (the
-    // gateway's) may be the source of what it protects (forward_martian()); 0: none.
-    Result<void> set_local_link(uint32_t ifindex, uint32_t gateway_end = 0);
+    // `gateway_end`: the far end, where the XDP program takes it: what arrives there may come
+    // from the gateway's own addresses (forward_martian()); 0: none.
+    Result<void> set_local_link(uint32_t ifindex, uint32_t gateway_end);
     // The tc ingress program (xesp_tc_protected) on a protected interface in tun mode: what
     // an out policy protects goes whole to the TUN device set_tun_link() names (dropped while
     // there is none), UDP to the local link while there is one; blocked plaintext is dropped,

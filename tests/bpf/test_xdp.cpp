@@ -715,7 +715,7 @@ TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the lo
         CHECK(egress(name) == kShot);
         CHECK(describe(before, counters(*prog)) == "drop-egress-plaintext+1 ");
     }
-    REQUIRE(prog->set_local_link(kLoIfindex));
+    REQUIRE(prog->set_local_link(kLoIfindex, 0));
     for (const char *name : {"plain4_protect_tcp", "plain6_protect_tcp", "plain4_protect_qinq"}) {
         INFO(name);
         XdpCounters before = counters(*prog);
@@ -723,7 +723,7 @@ TEST_CASE("tc egress: the kernel's own plaintext is dropped, or sent over the lo
         CHECK(describe(before, counters(*prog)) == "egress-local+1 ");
     }
     check_drops();
-    REQUIRE(prog->set_local_link(0));
+    REQUIRE(prog->set_local_link(0, 0));
     CHECK(egress("plain4_protect_tcp") == kShot);
 }
 
@@ -943,7 +943,7 @@ TEST_CASE("tc ingress in tun mode: UDP to the local link with its hop taken, if 
     CHECK(ingress("plain4_protect_udp", "tun-encap+1 ", &out) == kRedirect);
     CHECK(std::equal(out.begin(), out.end(), p4->data, p4->data + p4->len));
 
-    REQUIRE(prog->set_local_link(link));
+    REQUIRE(prog->set_local_link(link, 0));
     // IPv4: TTL 64 leaves as 63 with the header checksum still right; nothing else changes.
     CHECK(ingress("plain4_protect_udp", "tun-udp-link+1 ", &out) == kRedirect);
     REQUIRE(out.size() == p4->len);
@@ -987,7 +987,7 @@ TEST_CASE("tc ingress in tun mode: UDP to the local link with its hop taken, if 
     CHECK(ingress("plain4_protect_udp", "tun-udp-link+1 ", &out) == kRedirect);
     CHECK(ingress("plain4_protect_tcp", "drop-tun-gone+1 ", &out) == kShot);
     CHECK(ingress("plain4_protect_udp_ttl1", "drop-tun-gone+1 ", &out) == kShot);
-    REQUIRE(prog->set_local_link(0));
+    REQUIRE(prog->set_local_link(0, 0));
     CHECK(ingress("plain4_protect_udp", "drop-tun-gone+1 ", &out) == kShot);
     CHECK(std::system("ip link del xesptst2") == 0);
 }

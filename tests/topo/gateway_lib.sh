@@ -165,12 +165,17 @@ for i in range($3):
     time.sleep(${5:-0.002})")
 }
 
-# udp_sink NODE ADDR SECONDS: counts the datagrams that reach ADDR port 5300 for SECONDS.
+# udp_sink NODE ADDR SECONDS [DEV]: counts the datagrams that reach ADDR port 5300 for
+# SECONDS; with DEV, ADDR is an IPv4 group the sink is a member of on DEV.
 udp_sink() {
     "$TOPO" exec "$1" "$PY" -c "
-import socket, time
+import socket, struct, time
 fam = socket.AF_INET6 if ':' in '$2' else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM); s.bind(('$2', 5300)); s.settimeout(0.2)
+s = socket.socket(fam, socket.SOCK_DGRAM)
+if '${4:-}':
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton('$2') +
+                 socket.inet_aton('0.0.0.0') + struct.pack('i', socket.if_nametoindex('${4:-}')))
+s.bind(('$2', 5300)); s.settimeout(0.2)
 n, end = 0, time.time() + $3
 while time.time() < end:
     try:
@@ -179,7 +184,7 @@ while time.time() < end:
         pass
 print(n)"
 }
-# sink_start NODE ADDR SECONDS: udp_sink in the background, bound when this returns;
+# sink_start NODE ADDR SECONDS [DEV]: udp_sink in the background, bound when this returns;
 # sink_count VAR then waits for it and sets VAR to its count (not in a $(...): the sink is
 # this shell's child).
 sink_start() {

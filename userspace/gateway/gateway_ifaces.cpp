@@ -236,6 +236,7 @@ void Gateway::open_local_link()
             "local link: %s; the gateway's own traffic to protected sites "
             "will be dropped",
             r.error().message.c_str());
+        (void)prog_->set_local_link(0, 0);  // half written, perhaps
         auto it = std::find_if(ifaces_.begin(), ifaces_.end(),
                                [](const GatewayIface &i) { return i.local; });
         if (it != ifaces_.end()) {
@@ -493,8 +494,8 @@ Result<void> Gateway::release_at(const std::string &name, int ifindex)
 void Gateway::shutdown(bool detach)
 {
     close_ports();
-    (void)prog_->set_local_link(0);  // the gateway's own protected traffic: dropped
-    close_tun();                     // tun mode: the tc program drops what it would send
+    (void)prog_->set_local_link(0, 0);  // the gateway's own protected traffic: dropped
+    close_tun();                        // tun mode: the tc program drops what it would send
     std::string names;
     for (const auto &i : ifaces_) {
         // A device of its name it failed on: our classifier, parked, or the egress guard alone

@@ -151,7 +151,7 @@ bool Gateway::local_link_gone(const std::vector<rtnl::Link> &links) const
 // another device's now (a renamed end goes with its peer); its entry and socket go.
 void Gateway::remake_local_link()
 {
-    (void)prog_->set_local_link(0);
+    (void)prog_->set_local_link(0, 0);
     auto local =
         std::find_if(ifaces_.begin(), ifaces_.end(), [](const GatewayIface &i) { return i.local; });
     const uint32_t ifindex = local->ifindex;
